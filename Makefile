@@ -1,0 +1,69 @@
+# proxy-operator. `make dev` and `make test` install what they need (the
+# pinned bin/ builds of etcd, kube-apiserver and kubectl, and Debian's squid);
+# everything else is `go` from PATH.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+GO ?= go
+
+# Integration/e2e packages each start their own etcd + kube-apiserver (about
+# 0.5 GB and most of a core while starting). On CI's 2 cores, running those
+# packages one at a time is faster and steadier than in parallel, so -p is 1
+# unless overridden (make test-integration INTEGRATION_P=2).
+INTEGRATION_P ?= 1
+INTEGRATION_TIMEOUT ?= 45m
+INTEGRATION_FLAGS ?=
+
+.PHONY: help
+help: ## list targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
+
+.PHONY: tools
+tools: ## build pinned etcd, kube-apiserver, kubectl into bin/ (~10 min cold, then instant)
+	hack/tools/install.sh
+
+.PHONY: squid
+squid: ## apt-get install squid if missing (sudo only when not root)
+	hack/install-squid.sh
+
+.PHONY: generate
+generate: ## regenerate deepcopy, CRDs, clients and OpenAPI (committed)
+	@for script in $(sort $(wildcard hack/update-codegen*.sh)); do echo "$$script"; "$$script"; done
+
+.PHONY: verify
+verify: ## generate must leave no change; gofmt; go vet
+	hack/verify.sh
+
+.PHONY: build
+build: ## build bin/proxy-operator
+	$(GO) build -o bin/proxy-operator ./cmd/proxy-operator
+
+.PHONY: test
+test: tools squid ## everything: unit, then integration and e2e (installs tools and squid first)
+	$(MAKE) test-unit
+	$(MAKE) test-integration
+
+.PHONY: test-unit
+test-unit: ## unit tests with the race detector
+	$(GO) test -race ./apis/... ./pkg/... ./cmd/...
+
+.PHONY: test-integration
+test-integration: tools squid ## tests under test/ against real control planes, one package at a time
+	$(GO) test -p $(INTEGRATION_P) -timeout $(INTEGRATION_TIMEOUT) $(INTEGRATION_FLAGS) ./test/...
+
+# Built and exec'd (not `go run`) so that make waits for the teardown and a
+# SIGTERM sent to make reaches the dev process itself.
+.PHONY: dev
+dev: tools squid ## run the local environment in the foreground until Ctrl-C (writes .dev/)
+	$(GO) build -o bin/dev ./hack/dev
+	exec bin/dev
+
+.PHONY: bench
+bench: ## Go benchmarks (speed and memory targets)
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+.PHONY: clean
+clean: ## remove build outputs and .dev/ (keeps the slow bin/ tool builds)
+	rm -rf .dev bin/proxy-operator bin/dev
