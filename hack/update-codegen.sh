@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the Proxy API's generated files: the deepcopy functions
 # (apis/crawl/v1alpha1/zz_generated.deepcopy.go) and the CRD manifest
-# (artifacts/crds/crawl.example.com_proxies.yaml). Both are committed;
+# (artifacts/crds/crawl.example.com_proxies.yaml) and the operator ClusterRole
+# (artifacts/rbac/role.yaml). All are committed;
 # `make generate` runs this and `make verify` fails on any diff it leaves.
 set -euo pipefail
 
@@ -22,3 +23,11 @@ GODEBUG=gotypesalias=0 go run "$controller_gen" \
 	crd \
 	paths=./apis/crawl/... \
 	output:crd:artifacts:config=artifacts/crds
+
+# The operator's ClusterRole, from the +kubebuilder:rbac markers next to the
+# code that needs each verb.
+go run "$controller_gen" \
+	rbac:roleName=proxy-operator \
+	paths=./pkg/controller/... \
+	paths=./cmd/proxy-operator/... \
+	output:rbac:artifacts:config=artifacts/rbac

@@ -1,0 +1,18 @@
+// Package controller owns the Proxy reconciler: the state machine that
+// provisions, replaces and deletes provider instances for Managed Proxies,
+// represents External endpoints, and turns health snapshots into the
+// Healthy condition. It is the only writer of Proxy .status, and it writes it
+// once per reconcile, only when something changed (status.go).
+//
+// One file per phase, after cluster-api's machine controller: managed.go
+// (create and observe), replace.go (spec or cloud-init change), delete.go
+// (finalizer path), external.go, cloudinit.go, spechash.go, providerfailure.go
+// (error classes), status.go (conditions, phase, the deferred patch),
+// events.go (Kubernetes Events on transitions).
+//
+// It depends on the API types, the provider contract (pkg/provider) and
+// controller-runtime. It must not import concrete providers
+// (pkg/provider/kubernetes, pkg/provider/gcp), pkg/metrics, the health
+// engine or cmd: those are wired by the composition root through the small
+// interfaces declared here (Providers, HealthSource).
+package controller

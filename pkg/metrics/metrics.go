@@ -1,0 +1,167 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+)
+
+// Metric names.
+const (
+	ProxiesName          = "proxy_operator_proxies"
+	ProviderRequestsName = "provider_requests_total"
+	// HealthcheckDurationName and HealthcheckFailuresName are fed by the
+	// health engine on every probe (ObserveProbe) and deleted per proxy
+	// when it prunes its state (Forget).
+	HealthcheckDurationName = "healthcheck_duration_seconds"
+	HealthcheckFailuresName = "healthcheck_failures_total"
+)
+
+// DefaultScrapeTimeout bounds the cache List of one scrape.
+const DefaultScrapeTimeout = 5 * time.Second
+
+// Options tune New. The zero value is valid.
+type Options struct {
+	// ScrapeTimeout bounds listing Proxies during a scrape
+	// (default DefaultScrapeTimeout).
+	ScrapeTimeout time.Duration
+}
+
+// Metrics holds the operator's metrics. Its methods are safe for concurrent
+// use and never block.
+type Metrics struct {
+	providerRequests *prometheus.CounterVec
+	probeDuration    *prometheus.HistogramVec
+	probeFailures    *prometheus.CounterVec
+}
+
+// New creates the metrics and registers them on reg: the scrape-time
+// proxy_operator_proxies{phase} collector, which lists Proxies from reader
+// (the manager's cache) at every scrape, and the
+// provider_requests_total{provider,op,result} counter. A nil reader leaves
+// the Proxy collector out.
+func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metrics, error) {
+	if reg == nil {
+		return nil, errors.New("metrics: nil Registerer")
+	}
+	if opts.ScrapeTimeout <= 0 {
+		opts.ScrapeTimeout = DefaultScrapeTimeout
+	}
+	m := &Metrics{
+		providerRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: ProviderRequestsName,
+			Help: "Provider API calls by provider, operation (create, get, delete, list) and result (success or the error class).",
+		}, []string{"provider", "op", "result"}),
+		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    HealthcheckDurationName,
+			Help:    "Duration of health probes sent through each proxy (namespace/name), failed ones included.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"proxy"}),
+		probeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: HealthcheckFailuresName,
+			Help: "Failed health probes through each proxy (namespace/name).",
+		}, []string{"proxy"}),
+	}
+	cs := []prometheus.Collector{m.providerRequests, m.probeDuration, m.probeFailures}
+	if reader != nil {
+		cs = append(cs, newProxyCollector(reader, opts.ScrapeTimeout))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// ProviderRequest counts one provider call; it satisfies
+// provider.RequestRecorder.
+func (m *Metrics) ProviderRequest(provider, op, result string) {
+	m.providerRequests.WithLabelValues(provider, op, result).Inc()
+}
+
+// ObserveProbe records one health probe of proxy; it satisfies
+// health.ProbeMetrics. The failure counter is created at the first probe, so
+// a proxy that never failed reads 0 rather than missing.
+func (m *Metrics) ObserveProbe(proxy string, d time.Duration, ok bool) {
+	m.probeDuration.WithLabelValues(proxy).Observe(d.Seconds())
+	c := m.probeFailures.WithLabelValues(proxy)
+	if !ok {
+		c.Inc()
+	}
+}
+
+// Forget deletes proxy's health series; it satisfies health.ProbeMetrics.
+func (m *Metrics) Forget(proxy string) {
+	m.probeDuration.DeleteLabelValues(proxy)
+	m.probeFailures.DeleteLabelValues(proxy)
+}
+
+// proxyCollector counts Proxies by phase at scrape time. A gauge updated by
+// the reconciler would drift (missed deletes) and leak series; listing the
+// cache at scrape is exact and costs one in-memory List.
+type proxyCollector struct {
+	reader  client.Reader
+	timeout time.Duration
+	desc    *prometheus.Desc
+}
+
+func newProxyCollector(reader client.Reader, timeout time.Duration) *proxyCollector {
+	return &proxyCollector{
+		reader:  reader,
+		timeout: timeout,
+		desc: prometheus.NewDesc(ProxiesName,
+			"Proxies by status.phase, read from the operator's cache at scrape time (an unreconciled Proxy counts as Pending).",
+			[]string{"phase"}, nil),
+	}
+}
+
+// allPhases is every phase, always exported so that a phase dropping to zero
+// reads 0 instead of vanishing.
+func allPhases() []crawlv1alpha1.ProxyPhase {
+	return []crawlv1alpha1.ProxyPhase{
+		crawlv1alpha1.PhasePending,
+		crawlv1alpha1.PhaseProvisioning,
+		crawlv1alpha1.PhaseReady,
+		crawlv1alpha1.PhaseUnhealthy,
+		crawlv1alpha1.PhaseFailed,
+		crawlv1alpha1.PhaseDeleting,
+	}
+}
+
+func (c *proxyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	var list crawlv1alpha1.ProxyList
+	if err := c.reader.List(ctx, &list); err != nil {
+		// An invalid metric fails the scrape visibly instead of reporting
+		// zeros that look like an empty fleet.
+		ch <- prometheus.NewInvalidMetric(c.desc, fmt.Errorf("listing proxies: %w", err))
+		return
+	}
+	phases := allPhases()
+	counts := make(map[crawlv1alpha1.ProxyPhase]int, len(phases))
+	for i := range list.Items {
+		ph := list.Items[i].Status.Phase
+		if ph == "" {
+			ph = crawlv1alpha1.PhasePending
+		}
+		counts[ph]++
+	}
+	for _, ph := range phases {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[ph]), string(ph))
+		delete(counts, ph)
+	}
+	// A phase this build does not know (newer CRD) is still counted.
+	for ph, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), string(ph))
+	}
+}
