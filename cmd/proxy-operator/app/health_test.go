@@ -1,0 +1,32 @@
+package app
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/proxy-operator/proxy-operator/pkg/health"
+)
+
+func TestHealthFlags(t *testing.T) {
+	o, err := parse(t, "--health-workers=16", "--health-tick=500ms", "--health-min-report-interval=2m", "--health-event-buffer=128")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := HealthOptions{Workers: 16, Tick: 500 * time.Millisecond, MinReportInterval: 2 * time.Minute, EventBuffer: 128}
+	if d := cmp.Diff(want, o.Health); d != "" {
+		t.Errorf("health options (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(HealthOptions{Workers: health.DefaultWorkers, Tick: health.DefaultTick,
+		MinReportInterval: health.DefaultMinReportInterval, EventBuffer: health.DefaultEventBuffer}, NewOptions().Health); d != "" {
+		t.Errorf("defaults (-want +got):\n%s", d)
+	}
+	_, err = parse(t, "--health-workers=0", "--health-tick=0s", "--health-min-report-interval=-1s", "--health-event-buffer=0")
+	for _, flag := range []string{"--health-workers", "--health-tick", "--health-min-report-interval", "--health-event-buffer"} {
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("error %v does not name %s", err, flag)
+		}
+	}
+}

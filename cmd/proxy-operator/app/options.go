@@ -1,0 +1,160 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/proxy-operator/proxy-operator/pkg/controller"
+	"github.com/proxy-operator/proxy-operator/pkg/provider"
+	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
+)
+
+// Options is every setting of the operator binary.
+type Options struct {
+	// MetricsAddr serves /metrics ("0" disables).
+	MetricsAddr string
+	// HealthProbeAddr serves /healthz and /readyz ("0" disables).
+	HealthProbeAddr string
+
+	// LeaderElection makes the reconciler (and later the health engine and
+	// GC) run in one replica at a time.
+	LeaderElection bool
+	// LeaderElectionID names the Lease.
+	LeaderElectionID string
+	// LeaderElectionNamespace holds the Lease; required out of cluster.
+	LeaderElectionNamespace string
+
+	// Providers are the enabled provider names.
+	Providers []string
+	// InstanceTag marks the instances of this deployment (ListByTag, GC).
+	InstanceTag string
+
+	// Intervals are the reconciler's requeue delays.
+	Intervals controller.Intervals
+	// ReconcileTimeout bounds one reconcile, provider calls included, so a
+	// hung provider cannot hold a worker forever.
+	ReconcileTimeout time.Duration
+
+	// Kubernetes configures the "kubernetes" provider.
+	Kubernetes kubernetes.Options
+
+	// Health configures the health engine.
+	Health HealthOptions
+
+	// Zap configures logging (--zap-* flags from controller-runtime).
+	Zap zap.Options
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		MetricsAddr:      ":8080",
+		HealthProbeAddr:  ":8081",
+		LeaderElectionID: "proxy-operator.crawl.example.com",
+		Providers:        []string{kubernetes.Name},
+		InstanceTag:      provider.DefaultTag,
+		Intervals:        controller.DefaultIntervals(),
+		ReconcileTimeout: 2 * time.Minute,
+		Health:           DefaultHealthOptions(),
+		Zap:              zap.Options{Development: false},
+	}
+}
+
+// AddFlags registers the options on fs. --kubeconfig is controller-runtime's
+// own flag (registered on the Go flag set by its config package and read by
+// its loader), added here rather than redefined so the two cannot clash; the
+// --zap-* logging flags come from controller-runtime the same way.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "Address of the /metrics endpoint; \"0\" disables it.")
+	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", o.HealthProbeAddr, "Address of the /healthz and /readyz endpoints; \"0\" disables them.")
+	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Elect a leader so that only one replica reconciles.")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader-election Lease.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader-election Lease (default: the pod's namespace; required out of cluster).")
+	fs.StringSliceVar(&o.Providers, "providers", o.Providers, "Enabled providers (comma-separated). Known: "+kubernetes.Name+".")
+	fs.StringVar(&o.InstanceTag, "instance-tag", o.InstanceTag, "Tag marking the instances this deployment owns.")
+	fs.DurationVar(&o.Intervals.ProvisioningPoll, "provisioning-poll-interval", o.Intervals.ProvisioningPoll, "How often an instance being created is polled.")
+	fs.DurationVar(&o.Intervals.DeletionPoll, "deletion-poll-interval", o.Intervals.DeletionPoll, "How often an instance being deleted is polled.")
+	fs.DurationVar(&o.Intervals.DriftPoll, "drift-poll-interval", o.Intervals.DriftPoll, "How often a running instance is re-checked.")
+	fs.DurationVar(&o.Intervals.QuotaRetry, "quota-retry-interval", o.Intervals.QuotaRetry, "Wait after the provider reports exhausted quota.")
+	fs.DurationVar(&o.Intervals.RequeueNow, "requeue-now-interval", o.Intervals.RequeueNow, "Short delay standing in for an immediate requeue.")
+	fs.DurationVar(&o.ReconcileTimeout, "reconcile-timeout", o.ReconcileTimeout, "Upper bound of one reconcile, provider calls included.")
+	fs.StringVar(&o.Kubernetes.Namespace, "kubernetes-pod-namespace", o.Kubernetes.Namespace, "Namespace of the kubernetes provider's Squid pods (default: the Proxy's namespace).")
+	fs.StringVar(&o.Kubernetes.Image, "kubernetes-pod-image", o.Kubernetes.Image, "Squid image of the kubernetes provider (default: its pinned image).")
+	fs.StringVar(&o.Kubernetes.NodeName, "kubernetes-pod-node-name", o.Kubernetes.NodeName, "Set spec.nodeName of the kubernetes provider's pods (bypasses the scheduler; e.g. the local node agent's node).")
+
+	o.Health.AddFlags(fs)
+
+	gofs := flag.NewFlagSet("controller-runtime", flag.ContinueOnError)
+	config.RegisterFlags(gofs) // --kubeconfig, bound to controller-runtime's loader
+	o.Zap.BindFlags(gofs)
+	fs.AddGoFlagSet(gofs)
+}
+
+// Validate reports every invalid option at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.LeaderElection {
+		if o.LeaderElectionID == "" {
+			errs = append(errs, errors.New("--leader-election-id: required with --leader-elect"))
+		} else if msgs := validation.IsDNS1123Subdomain(o.LeaderElectionID); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--leader-election-id %q: %s", o.LeaderElectionID, strings.Join(msgs, "; ")))
+		}
+	}
+	if len(o.Providers) == 0 {
+		errs = append(errs, errors.New("--providers: at least one provider must be enabled"))
+	}
+	seen := map[string]bool{}
+	for _, p := range o.Providers {
+		switch {
+		case p == "":
+			errs = append(errs, errors.New("--providers: empty name"))
+		case seen[p]:
+			errs = append(errs, fmt.Errorf("--providers: %q listed twice", p))
+		case p != kubernetes.Name:
+			errs = append(errs, fmt.Errorf("--providers: unknown provider %q (known: %s)", p, kubernetes.Name))
+		}
+		seen[p] = true
+	}
+	if o.InstanceTag == "" {
+		errs = append(errs, errors.New("--instance-tag: required"))
+	} else if msgs := validation.IsValidLabelValue(o.InstanceTag); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--instance-tag %q: %s", o.InstanceTag, strings.Join(msgs, "; ")))
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--provisioning-poll-interval", o.Intervals.ProvisioningPoll},
+		{"--deletion-poll-interval", o.Intervals.DeletionPoll},
+		{"--drift-poll-interval", o.Intervals.DriftPoll},
+		{"--quota-retry-interval", o.Intervals.QuotaRetry},
+		{"--requeue-now-interval", o.Intervals.RequeueNow},
+		{"--reconcile-timeout", o.ReconcileTimeout},
+	} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be positive, got %s", d.flag, d.v))
+		}
+	}
+	if ns := o.Kubernetes.Namespace; ns != "" {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--kubernetes-pod-namespace %q: %s", ns, strings.Join(msgs, "; ")))
+		}
+	}
+	if n := o.Kubernetes.NodeName; n != "" {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--kubernetes-pod-node-name %q: %s", n, strings.Join(msgs, "; ")))
+		}
+	}
+	if err := o.Health.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

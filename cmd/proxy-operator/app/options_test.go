@@ -1,0 +1,89 @@
+package app
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/proxy-operator/proxy-operator/artifacts/operator"
+	"github.com/proxy-operator/proxy-operator/pkg/controller"
+)
+
+func parse(t *testing.T, args ...string) (*Options, error) {
+	t.Helper()
+	o := NewOptions()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return o, o.Validate()
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	o, err := parse(t)
+	if err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	if o.Intervals != controller.DefaultIntervals() {
+		t.Errorf("default intervals %+v, want the controller's %+v", o.Intervals, controller.DefaultIntervals())
+	}
+}
+
+func TestFlags(t *testing.T) {
+	o, err := parse(t, "--leader-elect", "--leader-election-namespace=ops", "--providers=kubernetes",
+		"--drift-poll-interval=30s", "--quota-retry-interval=10m", "--kubernetes-pod-namespace=proxies",
+		"--kubernetes-pod-node-name=node-1", "--kubeconfig=/dev/null", "--zap-log-level=debug")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.LeaderElection || o.LeaderElectionNamespace != "ops" || o.Intervals.DriftPoll != 30*time.Second ||
+		o.Intervals.QuotaRetry != 10*time.Minute || o.Kubernetes.Namespace != "proxies" || o.Kubernetes.NodeName != "node-1" {
+		t.Errorf("parsed options %+v", o)
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	_, err := parse(t, "--providers=kubernetes,gcp2,kubernetes", "--instance-tag=", "--drift-poll-interval=0s",
+		"--kubernetes-pod-namespace=Bad_NS", "--leader-elect", "--leader-election-id=")
+	if err == nil {
+		t.Fatal("invalid options accepted")
+	}
+	for _, want := range []string{`unknown provider "gcp2"`, `"kubernetes" listed twice`, "--instance-tag: required",
+		"--drift-poll-interval: must be positive", "--kubernetes-pod-namespace", "--leader-election-id: required"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+// The example Deployment's arguments are flags this binary accepts.
+func TestDeploymentManifestArgs(t *testing.T) {
+	data, err := operator.FS.ReadFile("operator.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil || d.Kind != "Deployment" {
+			continue
+		}
+		found = true
+		args := d.Spec.Template.Spec.Containers[0].Args
+		o, err := parse(t, args...)
+		if err != nil {
+			t.Fatalf("manifest args %v: %v", args, err)
+		}
+		if !o.LeaderElection {
+			t.Error("the Deployment must enable leader election")
+		}
+	}
+	if !found {
+		t.Fatal("no Deployment in operator.yaml")
+	}
+}

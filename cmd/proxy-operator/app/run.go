@@ -1,0 +1,165 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/controller"
+	"github.com/proxy-operator/proxy-operator/pkg/health"
+	"github.com/proxy-operator/proxy-operator/pkg/metrics"
+	"github.com/proxy-operator/proxy-operator/pkg/provider"
+	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
+)
+
+// Leader election needs a Lease in the operator's own namespace only, so it
+// gets a Role there rather than cluster-wide Lease rights; controller-runtime
+// records its leader-election Events with the core v1 Events API, in that
+// namespace too.
+//
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=proxy-operator-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=events,verbs=create;patch
+
+// EventReporter is the reporting controller of the operator's Events.
+const EventReporter = "proxy-operator"
+
+// NewScheme returns the scheme of every type the operator reads or writes.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("adding client-go types: %w", err)
+	}
+	if err := crawlv1alpha1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("adding %s types: %w", crawlv1alpha1.GroupName, err)
+	}
+	return s, nil
+}
+
+// Run builds the operator on cfg and runs it until ctx ends.
+//
+// Metrics go on controller-runtime's registry (ctrlmetrics.Registry), which
+// the manager's metrics server already serves: one /metrics endpoint carries
+// the workqueue and reconcile metrics of controller-runtime and ours. Our
+// registration is still explicit — metrics.New here, never an init() — and
+// tests register on fresh registries.
+func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
+	logger := log.FromContext(ctx)
+	scheme, err := NewScheme()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.HealthProbeAddr,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        o.LeaderElectionID,
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		// Release the Lease on shutdown so a rolling update does not wait
+		// out the lease duration; safe because nothing runs after Start returns.
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cache.Options{ByObject: controller.CacheByObject()},
+		Controller:                    config.Controller{ReconciliationTimeout: o.ReconcileTimeout},
+		Logger:                        logger,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+
+	m, err := metrics.New(ctrlmetrics.Registry, mgr.GetCache(), metrics.Options{})
+	if err != nil {
+		return err
+	}
+
+	// The kubernetes provider reads pods straight from the API server: a
+	// cached client would start a cluster-wide pod informer for a few polls.
+	direct, err := client.New(cfg, client.Options{Scheme: scheme, HTTPClient: mgr.GetHTTPClient(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("creating direct client: %w", err)
+	}
+	constructors := map[string]provider.Constructor{
+		kubernetes.Name: func(context.Context) (provider.Provider, error) {
+			return kubernetes.New(direct, o.Kubernetes)
+		},
+	}
+	providers, err := provider.NewRegistry(ctx, o.Providers, constructors, provider.MetricsWrapper(m))
+	if err != nil {
+		return fmt.Errorf("building providers: %w", err)
+	}
+
+	// The health engine is leader-elected like the reconciler; it owns
+	// health state and hands verdicts to the reconciler, the single writer
+	// of status, over its event channel and snapshots.
+	engine, err := health.New(health.Options{
+		Workers:           o.Health.Workers,
+		Tick:              o.Health.Tick,
+		MinReportInterval: o.Health.MinReportInterval,
+		EventBuffer:       o.Health.EventBuffer,
+		Clock:             clock.RealClock{},
+		Reader:            mgr.GetCache(),
+		Metrics:           m,
+	})
+	if err != nil {
+		return fmt.Errorf("creating health engine: %w", err)
+	}
+	if err := mgr.Add(engine); err != nil {
+		return fmt.Errorf("adding health engine: %w", err)
+	}
+
+	r := &controller.ProxyReconciler{
+		Client:       mgr.GetClient(),
+		Providers:    providers,
+		Recorder:     mgr.GetEventRecorder(EventReporter),
+		Health:       HealthSource(engine),
+		HealthEvents: engine.Events(),
+		Intervals:    o.Intervals,
+		Clock:        clock.RealClock{},
+		Tag:          o.InstanceTag,
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("setting up proxy reconciler: %w", err)
+	}
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("adding healthz check: %w", err)
+	}
+	// Ready once the caches have synced: before that the reconciler and the
+	// proxies collector would see an empty fleet.
+	if err := mgr.AddReadyzCheck("informers", cacheSynced(mgr.GetCache())); err != nil {
+		return fmt.Errorf("adding readyz check: %w", err)
+	}
+	logger.Info("starting manager", "providers", providers.Names(), "leaderElection", o.LeaderElection)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}
+
+// cacheSynced is a readiness check that passes once the manager's informers
+// have synced.
+func cacheSynced(c cache.Cache) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("informer caches not synced")
+		}
+		return nil
+	}
+}

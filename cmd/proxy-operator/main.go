@@ -1,0 +1,44 @@
+// Command proxy-operator runs the Proxy operator: the reconciler and its
+// providers on one controller-runtime manager. All wiring lives in package
+// app; main only parses flags, sets up logging and signals, and reports.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
+)
+
+func main() {
+	opts := app.NewOptions()
+	fs := pflag.NewFlagSet("proxy-operator", pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == pflag.ErrHelp {
+			return
+		}
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.Zap)))
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "loading kubeconfig: %v\n", err)
+		os.Exit(1)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := app.Run(ctx, cfg, opts); err != nil {
+		ctrl.Log.Error(err, "proxy-operator failed")
+		os.Exit(1)
+	}
+}

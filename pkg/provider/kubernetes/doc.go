@@ -1,0 +1,17 @@
+// Package kubernetes is the "kubernetes" provider: each proxy instance is one
+// Squid pod in the operator's own cluster, for local development and CI.
+//
+// It owns: the pod an instance becomes (buildPod, pure: pinned ubuntu/squid
+// image, port 3128 named "proxy", the owner-UID and tag labels, the
+// cloud-init user data in the container's environment as UserDataEnv), the
+// providerID syntax "k8s://<namespace>/<name>", the mapping of pod phases to
+// provider states, and the mapping of API errors to provider error classes.
+//
+// Instances are observed only by polling Get (the reconciler never watches
+// pods). Hand New a client that reads from the API server, not from a
+// manager's cache: a cached client would start a cluster-wide pod informer
+// just for these reads.
+//
+// Must not import: pkg/controller, pkg/metrics, or other providers. It
+// imports pkg/provider (the contract) and the API types only.
+package kubernetes

@@ -1,0 +1,177 @@
+package kubernetes
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/proxy-operator/proxy-operator/pkg/provider"
+)
+
+const (
+	// DefaultImage is Canonical's Squid image, pinned: a moving tag would
+	// change every proxy's software on the next replacement without a spec
+	// edit.
+	DefaultImage = "ubuntu/squid:6.6-24.04_beta"
+	// ContainerName is the name of the Squid container.
+	ContainerName = "squid"
+	// PortName names the container port clients connect to.
+	PortName = "proxy"
+	// Port is Squid's listening port (crawlv1alpha1.ProxyPort).
+	Port = 3128
+	// UserDataEnv is the environment variable of the Squid container that
+	// carries the cloud-init user data, the container's counterpart of VM
+	// user-data metadata. Absent when the request has no cloud-init data.
+	// The stock image ignores it; an image that acts on it, or the local node
+	// agent (which writes it to a file), reads it from there.
+	UserDataEnv = "CLOUD_INIT_USER_DATA"
+	// ProviderIDPrefix starts every providerID of this provider.
+	ProviderIDPrefix = "k8s://"
+)
+
+// terminationGracePeriod is short: instances are cattle, and the reconciler
+// waits for the old pod to be gone before creating its replacement under the
+// same name. Squid's own default shutdown wait is 30s.
+const terminationGracePeriod = 5
+
+// Resource requests and limit of the Squid container: the requests fit an
+// idle Squid, the limit its measured peak (about 90 MB) with headroom.
+var (
+	cpuRequest    = resource.MustParse("50m")
+	memoryRequest = resource.MustParse("64Mi")
+	memoryLimit   = resource.MustParse("256Mi")
+)
+
+// ProviderID returns the providerID of the pod namespace/name.
+func ProviderID(namespace, name string) string {
+	return ProviderIDPrefix + namespace + "/" + name
+}
+
+// ParseProviderID splits a providerID into namespace and name; ok is false
+// for anything this provider never issues.
+func ParseProviderID(id string) (namespace, name string, ok bool) {
+	rest, found := strings.CutPrefix(id, ProviderIDPrefix)
+	if !found {
+		return "", "", false
+	}
+	namespace, name, found = strings.Cut(rest, "/")
+	if !found || namespace == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", false
+	}
+	return namespace, name, true
+}
+
+// podNamespace is where the pod of req goes: the provider's namespace if
+// configured, else the owning Proxy's.
+func podNamespace(req provider.CreateRequest, opts Options) string {
+	if opts.Namespace != "" {
+		return opts.Namespace
+	}
+	return req.Namespace
+}
+
+// buildPod returns the pod that runs req's instance. Per-Proxy settings
+// (spec.kubernetes) override the provider's options.
+func buildPod(req provider.CreateRequest, opts Options) *corev1.Pod {
+	image, nodeName := opts.Image, opts.NodeName
+	if image == "" {
+		image = DefaultImage
+	}
+	if req.Proxy != nil && req.Proxy.Kubernetes != nil {
+		if req.Proxy.Kubernetes.Image != "" {
+			image = req.Proxy.Kubernetes.Image
+		}
+		if req.Proxy.Kubernetes.NodeName != "" {
+			nodeName = req.Proxy.Kubernetes.NodeName
+		}
+	}
+	var env []corev1.EnvVar
+	if req.CloudInit != "" {
+		env = []corev1.EnvVar{{Name: UserDataEnv, Value: req.CloudInit}}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      req.Name,
+			Namespace: podNamespace(req, opts),
+			Labels: map[string]string{
+				provider.OwnerUIDLabel: string(req.OwnerUID),
+				provider.TagLabel:      req.Tag,
+			},
+		},
+		Spec: corev1.PodSpec{
+			NodeName: nodeName,
+			// Cattle: a dead Squid is replaced by the reconciler (Stopped →
+			// delete and recreate), never restarted in place.
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](terminationGracePeriod),
+			// Squid needs no API access and no service environment.
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			Containers: []corev1.Container{{
+				Name:  ContainerName,
+				Image: image,
+				Ports: []corev1.ContainerPort{{Name: PortName, ContainerPort: Port, Protocol: corev1.ProtocolTCP}},
+				Env:   env,
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: cpuRequest, corev1.ResourceMemory: memoryRequest},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: memoryLimit},
+				},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(PortName)}},
+					PeriodSeconds: 5,
+				},
+			}},
+		},
+	}
+}
+
+// stateOf maps a pod onto the provider's states.
+func stateOf(pod *corev1.Pod) provider.InstanceState {
+	if pod.DeletionTimestamp != nil {
+		return provider.StateTerminated
+	}
+	switch pod.Status.Phase {
+	case "", corev1.PodPending:
+		return provider.StateProvisioning
+	case corev1.PodRunning:
+		// Running means a container started; without an IP nobody can
+		// reach it yet.
+		if pod.Status.PodIP == "" {
+			return provider.StateProvisioning
+		}
+		return provider.StateRunning
+	case corev1.PodSucceeded, corev1.PodFailed:
+		// RestartPolicy Never: the pod still exists but never serves
+		// again.
+		return provider.StateStopped
+	default:
+		// PodUnknown and phases yet to come: Stopped makes the reconciler
+		// replace the instance, the always-safe answer for cattle.
+		return provider.StateStopped
+	}
+}
+
+// instanceFromPod is the provider's view of pod.
+func instanceFromPod(pod *corev1.Pod) provider.Instance {
+	inst := provider.Instance{
+		ProviderID: ProviderID(pod.Namespace, pod.Name),
+		Name:       pod.Name,
+		Tag:        pod.Labels[provider.TagLabel],
+		OwnerUID:   types.UID(pod.Labels[provider.OwnerUIDLabel]),
+		State:      stateOf(pod),
+		CreatedAt:  pod.CreationTimestamp.Time,
+	}
+	if inst.State == provider.StateRunning {
+		inst.IP = pod.Status.PodIP
+	}
+	return inst
+}
+
+// describe names a pod for error messages.
+func describe(namespace, name string) string { return fmt.Sprintf("pod %s/%s", namespace, name) }

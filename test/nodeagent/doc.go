@@ -1,0 +1,20 @@
+// Package nodeagent is a stand-in kubelet for the operator's Squid pods, so the
+// whole system runs on one machine without a container runtime (tests, e2e and
+// `make dev`).
+//
+// It owns: registering a Node and keeping its Lease fresh; taking the pods that
+// carry the operator's tag label (those already on its node, and unscheduled
+// ones when Options.Bind is set); running Debian's squid for each on its own
+// loopback address 127.0.0.N with a config derived from the pod; writing the
+// pod's status the way a kubelet does (Running with the pod IP, Failed when
+// squid dies); stopping squid when the pod goes and confirming a graceful
+// deletion with a grace-period-0 delete.
+//
+// It ignores the pod's image: the container is always the local squid binary.
+// The cloud-init user data the kubernetes provider puts in the container's
+// environment (kubernetes.UserDataEnv) is passed to squid's environment and
+// written to <instance dir>/user-data, as the instance would receive it.
+//
+// Must not import: pkg/controller or anything that runs the operator; it talks
+// to the cluster only through the API server, like a real kubelet.
+package nodeagent
