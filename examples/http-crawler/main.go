@@ -1,0 +1,152 @@
+// Command http-crawler is a minimal crawler outside the cluster: it leases a
+// proxy from the discovery API, fetches one URL through it, reports how that
+// went (ok, rate_limited on 429, banned on 403) and releases the lease.
+//
+//	export DISCOVERY_URL=http://localhost:8090 DISCOVERY_TOKEN=$(cat .dev/discovery-token)
+//	go run ./examples/http-crawler -url https://example.com/ -selector region=eu
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+)
+
+type config struct {
+	discoveryURL string
+	token        string
+	target       string
+	selector     map[string]string
+	namespace    string
+	ttl          time.Duration
+	wait         time.Duration
+	timeout      time.Duration
+}
+
+func main() {
+	var cfg config
+	var selector string
+	flag.StringVar(&cfg.discoveryURL, "discovery-url", envOr("DISCOVERY_URL", "http://localhost:8090"), "discovery API base URL")
+	flag.StringVar(&cfg.token, "token", os.Getenv("DISCOVERY_TOKEN"), "bearer token (default $DISCOVERY_TOKEN)")
+	flag.StringVar(&cfg.target, "url", "", "URL to fetch through a leased proxy (required)")
+	flag.StringVar(&selector, "selector", "", "proxy attributes to match, k=v[,k=v]")
+	flag.StringVar(&cfg.namespace, "namespace", "", "only Proxies of this namespace")
+	flag.DurationVar(&cfg.ttl, "ttl", time.Minute, "lease TTL")
+	flag.DurationVar(&cfg.wait, "wait", 0, "wait this long for a free proxy (0: fail at once)")
+	flag.DurationVar(&cfg.timeout, "timeout", 30*time.Second, "fetch timeout")
+	flag.Parse()
+	sel, err := parseSelector(selector)
+	if err != nil || cfg.target == "" {
+		flag.Usage()
+		os.Exit(2)
+	}
+	cfg.selector = sel
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func parseSelector(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if s == "" {
+		return out, nil
+	}
+	for _, pair := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("selector pair %q is not k=v", pair)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// resultFor maps the target's answer to a report result.
+func resultFor(status int) string {
+	switch status {
+	case http.StatusTooManyRequests:
+		return wire.ResultRateLimited
+	case http.StatusForbidden:
+		return wire.ResultBanned
+	}
+	return wire.ResultOK
+}
+
+func run(ctx context.Context, cfg config, out io.Writer) error {
+	target, err := url.Parse(cfg.target)
+	if err != nil || target.Host == "" {
+		return fmt.Errorf("bad -url %q", cfg.target)
+	}
+	c, err := client.New(cfg.discoveryURL, cfg.token)
+	if err != nil {
+		return err
+	}
+	l, err := c.Acquire(ctx, wire.AcquireRequest{
+		Selector:    cfg.selector,
+		Namespace:   cfg.namespace,
+		Target:      target.Hostname(), // cooldowns are per (proxy, site)
+		TTLSeconds:  int64(cfg.ttl / time.Second),
+		WaitSeconds: int64(cfg.wait / time.Second),
+	})
+	var apiErr *client.APIError
+	switch {
+	case client.IsNoMatch(err) && errors.As(err, &apiErr):
+		n := apiErr.NoMatch
+		return fmt.Errorf("no proxy free: considered %d, at capacity %d, in cooldown %d, unhealthy %d",
+			n.Considered, n.AtCapacity, n.InCooldown, n.Unhealthy)
+	case err != nil:
+		return fmt.Errorf("leasing a proxy: %w", err)
+	}
+	// Always give the proxy back, even when the fetch fails.
+	defer func() {
+		if err := c.Release(context.WithoutCancel(ctx), l.LeaseID); err != nil {
+			log.Printf("releasing lease %s: %v", l.LeaseID, err)
+		}
+	}()
+	fmt.Fprintf(out, "leased %s/%s (%s) until %s\n", l.Proxy.Namespace, l.Proxy.Name, l.Proxy.URL, l.ExpiresAt.Format(time.RFC3339))
+
+	proxyURL, err := url.Parse(l.Proxy.URL)
+	if err != nil {
+		return fmt.Errorf("lease returned a bad proxy URL %q: %w", l.Proxy.URL, err)
+	}
+	// A fresh transport per lease: connections must go through this proxy only.
+	tr := &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}
+	hc := &http.Client{Transport: tr, Timeout: cfg.timeout}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.target, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetching %s through %s: %w", cfg.target, l.Proxy.URL, err)
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	result := resultFor(resp.StatusCode)
+	fmt.Fprintf(out, "fetched %s: HTTP %d, %d bytes; reporting %s\n", cfg.target, resp.StatusCode, n, result)
+	if err := c.Report(ctx, l.LeaseID, result, ""); err != nil {
+		return fmt.Errorf("reporting: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/pkg/discovery"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// fakeForwardProxy answers proxied requests itself (the target is never
+// contacted): every request must arrive in absolute-URI form.
+type fakeForwardProxy struct {
+	mu     sync.Mutex
+	seen   []string
+	status int
+}
+
+func (p *fakeForwardProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	p.seen = append(p.seen, r.Method+" "+r.RequestURI)
+	p.mu.Unlock()
+	w.WriteHeader(p.status)
+	_, _ = w.Write([]byte("hello from the target"))
+}
+
+func TestRun(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		status     int
+		wantResult string
+		cooling    bool
+	}{
+		{"ok", 200, "ok", false},
+		{"rate limited", 429, "rate_limited", true},
+		{"banned", 403, "banned", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fp := &fakeForwardProxy{status: tc.status}
+			proxySrv := httptest.NewServer(fp)
+			defer proxySrv.Close()
+			store, err := lease.New(lease.Options{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			store.UpsertProxy(lease.ProxyInfo{Namespace: "crawl", Name: "squid-1", URL: proxySrv.URL,
+				Attributes: map[string]string{"region": "eu"}, Healthy: true})
+			s, err := discovery.New(discovery.Options{Tokens: discovery.SingleToken("tok"), Leaser: store, Lister: store})
+			if err != nil {
+				t.Fatal(err)
+			}
+			api := httptest.NewServer(s.Handler())
+			defer api.Close()
+
+			var out bytes.Buffer
+			err = run(context.Background(), config{
+				discoveryURL: api.URL, token: "tok", target: "http://site.test/page",
+				selector: map[string]string{"region": "eu"}, ttl: time.Minute, timeout: 5 * time.Second,
+			}, &out)
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			if len(fp.seen) != 1 || fp.seen[0] != "GET http://site.test/page" {
+				t.Errorf("proxy saw %q, want one absolute-URI GET", fp.seen)
+			}
+			if !strings.Contains(out.String(), "reporting "+tc.wantResult) {
+				t.Errorf("output %q does not report %s", out.String(), tc.wantResult)
+			}
+			if store.Active() != 0 {
+				t.Errorf("lease not released")
+			}
+			_, err = store.Acquire(lease.AcquireRequest{Target: "site.test"})
+			if cooling := lease.IsNoMatch(err); cooling != tc.cooling {
+				t.Errorf("(proxy, site.test) cooling = %v, want %v (%v)", cooling, tc.cooling, err)
+			}
+		})
+	}
+}
+
+func TestRunNoProxy(t *testing.T) {
+	store, _ := lease.New(lease.Options{}, nil)
+	s, _ := discovery.New(discovery.Options{Tokens: discovery.SingleToken("tok"), Leaser: store, Lister: store})
+	api := httptest.NewServer(s.Handler())
+	defer api.Close()
+	err := run(context.Background(), config{discoveryURL: api.URL, token: "tok", target: "http://site.test/"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "no proxy free: considered 0") {
+		t.Errorf("run without proxies: %v", err)
+	}
+}
+
+func TestParseSelector(t *testing.T) {
+	got, err := parseSelector("region=eu,tier=gold")
+	if err != nil || got["region"] != "eu" || got["tier"] != "gold" || len(got) != 2 {
+		t.Errorf("parseSelector = %v, %v", got, err)
+	}
+	if _, err := parseSelector("region"); err == nil {
+		t.Error("pair without = accepted")
+	}
+}

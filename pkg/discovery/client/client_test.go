@@ -1,0 +1,174 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/proxy-operator/proxy-operator/pkg/discovery"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+type queueFull struct{}
+
+func (queueFull) Error() string             { return "band queue full" }
+func (queueFull) RetryAfter() time.Duration { return 4 * time.Second }
+
+type fullWaiter struct{ calls int }
+
+var _ discovery.Waiter = (*fullWaiter)(nil)
+
+func (w *fullWaiter) Wait(context.Context, lease.AcquireRequest, int, time.Time) (*lease.Lease, error) {
+	w.calls++
+	return nil, queueFull{}
+}
+
+// newServer runs the real discovery server over a real store.
+func newServer(t *testing.T) (*httptest.Server, *lease.Store, *clocktesting.FakeClock, *fullWaiter) {
+	t.Helper()
+	fc := clocktesting.NewFakeClock(t0)
+	n := 0
+	store, err := lease.New(lease.Options{MaxTTL: time.Hour, NewID: func() string { n++; return fmt.Sprintf("id/%d", n) }}, fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.UpsertProxy(lease.ProxyInfo{Namespace: "a", Name: "p1", URL: "http://127.0.0.1:3128", Host: "127.0.0.1", Port: 3128,
+		Attributes: map[string]string{"region": "eu"}, LatencyMillis: 3, Healthy: true})
+	store.UpsertProxy(lease.ProxyInfo{Namespace: "a", Name: "p2", Attributes: map[string]string{"region": "us"}, Healthy: false})
+	w := &fullWaiter{}
+	s, err := discovery.New(discovery.Options{Tokens: discovery.SingleToken("tok"), Leaser: store, Lister: store, Waiter: w, Clock: fc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return srv, store, fc, w
+}
+
+func TestClientAgainstServer(t *testing.T) {
+	srv, store, fc, waiter := newServer(t)
+	ctx := context.Background()
+	c, err := client.New(srv.URL+"/", "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	healthy := true
+	proxies, err := c.ListProxies(ctx, client.ListOptions{Selector: map[string]string{"region": "eu"}, Namespace: "a", Healthy: &healthy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(proxies) != 1 || proxies[0].Name != "p1" || !proxies[0].Healthy {
+		t.Errorf("ListProxies = %+v", proxies)
+	}
+
+	l, err := c.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"region": "eu"}, Target: "example.com", TTLSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &wire.Lease{LeaseID: "id/1", TTLSeconds: 60, ExpiresAt: t0.Add(time.Minute), Proxy: wire.Proxy{
+		Name: "p1", Namespace: "a", URL: "http://127.0.0.1:3128", Host: "127.0.0.1", Port: 3128, Attributes: map[string]string{"region": "eu"}, LatencyMillis: 3}}
+	if diff := cmp.Diff(want, l); diff != "" {
+		t.Errorf("lease (-want +got):\n%s", diff)
+	}
+
+	// The only healthy proxy is taken: no_match with counts.
+	_, err = c.Acquire(ctx, wire.AcquireRequest{})
+	var apiErr *client.APIError
+	if !client.IsNoMatch(err) || !errors.As(err, &apiErr) || apiErr.StatusCode != 409 {
+		t.Fatalf("second acquire: %v", err)
+	}
+	if diff := cmp.Diff(&client.NoMatch{Considered: 2, AtCapacity: 1, Unhealthy: 1}, apiErr.NoMatch); diff != "" {
+		t.Errorf("no-match counts (-want +got):\n%s", diff)
+	}
+
+	_, err = c.Acquire(ctx, wire.AcquireRequest{TTLSeconds: 7200})
+	if !client.IsTTLTooLong(err) || !errors.As(err, &apiErr) || apiErr.MaxTTLSeconds != 3600 {
+		t.Errorf("long TTL: %v", err)
+	}
+
+	_, err = c.Acquire(ctx, wire.AcquireRequest{WaitSeconds: 10})
+	if after, ok := client.IsQueueFull(err); !ok || after != 4*time.Second || waiter.calls != 1 {
+		t.Errorf("queue full: %v (retry after %v, waiter calls %d)", err, after, waiter.calls)
+	}
+
+	// The ID contains a slash: the client escapes it.
+	if err := c.Report(ctx, l.LeaseID, wire.ResultRateLimited, ""); err != nil {
+		t.Fatalf("Report: %v", err)
+	}
+	if err := c.Report(ctx, l.LeaseID, "meh", ""); !client.IsInvalidResult(err) {
+		t.Errorf("invalid result: %v", err)
+	}
+	if err := c.Report(ctx, "nope", wire.ResultOK, ""); !client.IsUnknownLease(err) {
+		t.Errorf("unknown lease: %v", err)
+	}
+
+	fc.Step(30 * time.Second)
+	r, err := c.Renew(ctx, l.LeaseID, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.TTLSeconds != 600 || !r.ExpiresAt.Equal(t0.Add(30*time.Second+10*time.Minute)) {
+		t.Errorf("renewed %+v", r)
+	}
+
+	if err := c.Release(ctx, l.LeaseID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctx, l.LeaseID); err != nil {
+		t.Errorf("second release: %v", err)
+	}
+	if store.Active() != 0 {
+		t.Errorf("%d active leases after release", store.Active())
+	}
+	if _, err := c.Renew(ctx, l.LeaseID, 0); !client.IsLeaseEnded(err) {
+		t.Errorf("renew after release: %v", err)
+	}
+	// The report after release still lands: the pair (p1, example.com) cools.
+	if _, err := c.Acquire(ctx, wire.AcquireRequest{Target: "example.com"}); !client.IsNoMatch(err) {
+		t.Errorf("acquire of a cooling pair: %v", err)
+	}
+}
+
+func TestClientErrors(t *testing.T) {
+	srv, _, _, _ := newServer(t)
+	ctx := context.Background()
+
+	anon, _ := client.New(srv.URL, "")
+	if _, err := anon.ListProxies(ctx, client.ListOptions{}); !client.IsUnauthorized(err) {
+		t.Errorf("without token: %v", err)
+	}
+	wrong, _ := client.New(srv.URL, "wrong")
+	if _, err := wrong.Acquire(ctx, wire.AcquireRequest{}); !client.IsUnauthorized(err) {
+		t.Errorf("wrong token: %v", err)
+	}
+	for _, bad := range []string{"", "ftp://x", "://", "localhost:8090"} {
+		if _, err := client.New(bad, "t"); err == nil {
+			t.Errorf("New(%q) accepted", bad)
+		}
+	}
+	c, _ := client.New(srv.URL, "tok")
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.Acquire(cctx, wire.AcquireRequest{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled context: %v", err)
+	}
+	// A non-JSON error body (e.g. from an intermediate proxy) is still an APIError.
+	plain := httptest.NewServer(nil) // DefaultServeMux: plain-text 404
+	defer plain.Close()
+	pc, _ := client.New(plain.URL, "tok")
+	var apiErr *client.APIError
+	if _, err := pc.ListProxies(ctx, client.ListOptions{}); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "" {
+		t.Errorf("plain-text error: %v", err)
+	}
+}

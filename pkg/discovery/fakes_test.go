@@ -1,0 +1,92 @@
+package discovery
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// fakeMetrics records every outcome.
+type fakeMetrics struct {
+	mu       sync.Mutex
+	outcomes []string
+}
+
+var _ LeaseMetrics = (*fakeMetrics)(nil)
+
+func (m *fakeMetrics) LeaseRequest(outcome string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.outcomes = append(m.outcomes, outcome)
+}
+
+func (m *fakeMetrics) take() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := m.outcomes
+	m.outcomes = nil
+	return out
+}
+
+// fakeLister wraps a Lister; it can inject the next error or a panic.
+type fakeLister struct {
+	inner     Lister
+	mu        sync.Mutex
+	nextErr   error
+	nextPanic bool
+	calls     []string
+}
+
+var _ Lister = (*fakeLister)(nil)
+
+func (f *fakeLister) ListProxies(ctx context.Context, namespace string) ([]lease.ProxyInfo, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, namespace)
+	err, p := f.nextErr, f.nextPanic
+	f.nextErr, f.nextPanic = nil, false
+	f.mu.Unlock()
+	if p {
+		panic("injected lister panic")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f.inner.ListProxies(ctx, namespace)
+}
+
+type waitCall struct {
+	Req      lease.AcquireRequest
+	Priority int
+	Deadline time.Time
+}
+
+// fakeWaiter records calls; by default it acquires from the store at once,
+// or returns the injected next error.
+type fakeWaiter struct {
+	store   *lease.Store
+	mu      sync.Mutex
+	calls   []waitCall
+	nextErr error
+}
+
+var _ Waiter = (*fakeWaiter)(nil)
+
+func (f *fakeWaiter) Wait(_ context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, waitCall{req, priority, deadline})
+	err := f.nextErr
+	f.nextErr = nil
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return f.store.Acquire(req)
+}
+
+// queueFull is what flow control returns when a queue limit rejects a request.
+type queueFull struct{ after time.Duration }
+
+func (q queueFull) Error() string             { return "flow queue limit reached" }
+func (q queueFull) RetryAfter() time.Duration { return q.after }

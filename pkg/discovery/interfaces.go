@@ -1,0 +1,76 @@
+package discovery
+
+import (
+	"context"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// Leaser is the part of the lease store the handlers use; *lease.Store
+// implements it.
+type Leaser interface {
+	// Acquire grants a lease now or fails with a *lease.NoMatchError
+	// (lease.IsNoMatch), a *lease.TTLError or lease.ErrNegativeTTL.
+	Acquire(req lease.AcquireRequest) (*lease.Lease, error)
+	// Release ends a lease; idempotent, reports whether this call ended it.
+	Release(id string) bool
+	// Report records a result; errors: lease.ErrInvalidResult, lease.ErrUnknownLease.
+	Report(id, result, target string) error
+	// Renew extends a lease to ttl from now (0 = its TTL); errors:
+	// *lease.TTLError, lease.ErrNegativeTTL, lease.ErrLeaseEnded, lease.ErrUnknownLease.
+	Renew(id string, ttl time.Duration) (*lease.Lease, error)
+	// Counts returns live leases per proxy.
+	Counts() map[lease.ProxyKey]int
+	// MaxTTL is the longest TTL Acquire and Renew accept (--max-lease-ttl).
+	MaxTTL() time.Duration
+}
+
+var _ Leaser = (*lease.Store)(nil)
+
+// Lister reads the fleet; *lease.Store implements it (it is fed from the
+// manager cache), and CacheLister reads the cache directly.
+type Lister interface {
+	// ListProxies returns the proxies of namespace ("" = every namespace).
+	// An error means the fleet cannot be read now (the server answers 503).
+	ListProxies(ctx context.Context, namespace string) ([]lease.ProxyInfo, error)
+}
+
+var _ Lister = (*lease.Store)(nil)
+
+// Waiter queues lease requests that may wait (waitSeconds > 0);
+// pkg/flowcontrol implements it. Without a Waiter such requests are
+// answered at once like any other.
+type Waiter interface {
+	// Wait returns a lease for req, granted now or when capacity appears
+	// before deadline. priority picks the band (higher first); req.Flow is the
+	// fairness flow. Errors, which decide the HTTP answer:
+	//   - the deadline passed: an error for which lease.IsNoMatch is true,
+	//     ideally a *lease.NoMatchError with the store's counts → 409;
+	//   - rejected without queueing (a queue limit): an error with a method
+	//     RetryAfter() time.Duration → 429 with Retry-After;
+	//   - ctx ended: ctx.Err(), wrapped; no lease may be left behind;
+	//   - anything else (shutting down) → 503.
+	Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error)
+}
+
+// LeaseMetrics counts POST /v1/leases outcomes (lease_requests_total{outcome});
+// pkg/metrics implements it.
+type LeaseMetrics interface {
+	// LeaseRequest counts one request with one of the Outcome* values.
+	LeaseRequest(outcome string)
+}
+
+// Outcomes of POST /v1/leases.
+const (
+	OutcomeGranted    = "granted"
+	OutcomeNoMatch    = "no_match"
+	OutcomeBadRequest = "bad_request"
+	OutcomeRejected   = "rejected" // 429: wait queue full
+	OutcomeCancelled  = "cancelled"
+	OutcomeError      = "error"
+)
+
+type noMetrics struct{}
+
+func (noMetrics) LeaseRequest(string) {}

@@ -1,0 +1,167 @@
+package discovery
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+)
+
+// wrap applies the middleware, outermost first: recover → request log →
+// body limit → bearer auth.
+func (s *Server) wrap(h http.Handler) http.Handler {
+	return s.recoverer(s.requestLog(s.limitBody(s.authenticate(h))))
+}
+
+// recorder remembers the status for the request log and whether the
+// headers went out (a panic after that cannot send a 500).
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+type requestInfoKey struct{}
+
+// requestInfo is filled in by inner middleware for the request log.
+type requestInfo struct {
+	identity string
+}
+
+// identityFrom returns the authenticated identity of the request.
+func identityFrom(ctx context.Context) string {
+	if ri, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok && ri.identity != "" {
+		return ri.identity
+	}
+	return AnonymousIdentity
+}
+
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			log.FromContext(r.Context()).Error(fmt.Errorf("panic: %v", v), "discovery handler panicked",
+				"method", r.Method, "path", r.URL.Path, "stack", string(debug.Stack()))
+			if rec.status == 0 {
+				writeError(rec, http.StatusInternalServerError, wire.CodeInternal, "internal error; the request may be retried")
+			}
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+func (s *Server) requestLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ri := &requestInfo{}
+		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, ri))
+		next.ServeHTTP(w, r)
+		status := 0
+		if rec, ok := w.(*recorder); ok {
+			status = rec.status
+		}
+		logger := log.FromContext(r.Context())
+		kv := []any{"method", r.Method, "path", r.URL.Path, "status", status,
+			"durationMillis", time.Since(start).Milliseconds(), "identity", ri.identity, "remoteAddr", r.RemoteAddr}
+		if status >= 500 {
+			logger.Info("discovery request failed", kv...)
+			return
+		}
+		logger.V(1).Info("discovery request", kv...)
+	})
+}
+
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > s.opts.MaxBodyBytes {
+			writeError(w, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge,
+				fmt.Sprintf("request body is %d bytes, at most %d allowed", r.ContentLength, s.opts.MaxBodyBytes))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ri, _ := r.Context().Value(requestInfoKey{}).(*requestInfo)
+		setIdentity := func(id string) {
+			if ri != nil {
+				ri.identity = id
+			}
+		}
+		if r.URL.Path == "/healthz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !s.AuthEnabled() {
+			setIdentity(AnonymousIdentity)
+			next.ServeHTTP(w, r)
+			return
+		}
+		identity, ok := s.identityFor(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator"`)
+			writeError(w, http.StatusUnauthorized, wire.CodeUnauthorized, "missing or invalid bearer token")
+			return
+		}
+		setIdentity(identity)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// identityFor checks "Bearer <token>" against every configured token in
+// constant time (hashes make the lengths equal; no early exit).
+func (s *Server) identityFor(header string) (string, bool) {
+	scheme, token, found := strings.Cut(header, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(token))
+	identity, matched := "", 0
+	for _, t := range s.tokens {
+		if subtle.ConstantTimeCompare(sum[:], t.hash[:]) == 1 {
+			identity, matched = t.identity, 1
+		}
+	}
+	return identity, matched == 1
+}

@@ -1,0 +1,224 @@
+package discovery
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// Defaults.
+const (
+	DefaultAddr            = ":8090"
+	DefaultMaxBodyBytes    = 64 << 10
+	DefaultMaxWait         = 5 * time.Minute
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultIdentity is the identity of the single --discovery-token.
+	DefaultIdentity = "discovery"
+	// AnonymousIdentity is everyone's identity when auth is off.
+	AnonymousIdentity = "anonymous"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Addr to listen on (default ":8090").
+	Addr string
+	// Tokens maps each accepted bearer token to the identity it stands for
+	// (the lease holder and default fairness flow). Empty disables auth: the
+	// server logs a loud warning at start.
+	Tokens map[string]string
+	// Leaser is the lease store (required).
+	Leaser Leaser
+	// Lister reads the fleet (required).
+	Lister Lister
+	// Waiter queues requests with waitSeconds > 0 (optional).
+	Waiter Waiter
+	// Metrics counts lease requests (optional).
+	Metrics LeaseMetrics
+	// Clock for wait deadlines (default: real).
+	Clock clock.PassiveClock
+	// MaxWait bounds waitSeconds (default 5m).
+	MaxWait time.Duration
+	// MaxBodyBytes bounds request bodies (default 64 KiB).
+	MaxBodyBytes int64
+	// ShutdownTimeout bounds graceful shutdown (default 10s).
+	ShutdownTimeout time.Duration
+}
+
+// SingleToken is the Tokens map for one --discovery-token ("" = auth off).
+func SingleToken(token string) map[string]string {
+	if token == "" {
+		return nil
+	}
+	return map[string]string{token: DefaultIdentity}
+}
+
+// Server is the discovery HTTP API.
+type Server struct {
+	opts    Options
+	tokens  []tokenEntry
+	mux     *http.ServeMux
+	handler http.Handler
+}
+
+type tokenEntry struct {
+	hash     [sha256.Size]byte
+	identity string
+}
+
+// New validates opts and builds the handler chain.
+func New(opts Options) (*Server, error) {
+	if opts.Leaser == nil || opts.Lister == nil {
+		return nil, errors.New("discovery server: Leaser and Lister are required")
+	}
+	if opts.Addr == "" {
+		opts.Addr = DefaultAddr
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = noMetrics{}
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = DefaultMaxWait
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	s := &Server{opts: opts, mux: http.NewServeMux()}
+	for token, identity := range opts.Tokens {
+		if token == "" || identity == "" {
+			return nil, errors.New("discovery server: tokens and identities must not be empty")
+		}
+		s.tokens = append(s.tokens, tokenEntry{hash: sha256.Sum256([]byte(token)), identity: identity})
+	}
+	for _, rt := range s.routes() {
+		s.mux.HandleFunc(rt.method+" "+rt.path, rt.handler)
+	}
+	s.handler = s.wrap(http.HandlerFunc(s.dispatch))
+	return s, nil
+}
+
+// Handler returns the full handler chain (middleware and routes).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// AuthEnabled reports whether bearer tokens are required.
+func (s *Server) AuthEnabled() bool { return len(s.tokens) > 0 }
+
+// Start listens on Options.Addr and serves until ctx ends (manager Runnable).
+func (s *Server) Start(ctx context.Context) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("discovery server: listening on %s: %w", s.opts.Addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	logger := log.FromContext(ctx).WithName("discovery")
+	ctx = log.IntoContext(ctx, logger)
+	if !s.AuthEnabled() {
+		logger.Info("WARNING: discovery API authentication is DISABLED (no token configured): anyone who can reach this address can lease proxies",
+			"address", ln.Addr().String())
+	}
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		// A waiting acquire holds its response for up to MaxWait.
+		WriteTimeout:   s.opts.MaxWait + 30*time.Second,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 32 << 10,
+		BaseContext:    func(net.Listener) context.Context { return ctx },
+	}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.Serve(ln) }()
+	logger.Info("discovery API serving", "address", ln.Addr().String(), "auth", s.AuthEnabled())
+	select {
+	case err := <-errCh:
+		return fmt.Errorf("discovery server: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("discovery server: shutting down: %w", err)
+	}
+	return nil
+}
+
+// NeedLeaderElection is false: every replica serves (lease state is per process).
+func (s *Server) NeedLeaderElection() bool { return false }
+
+type route struct {
+	method, path string
+	handler      http.HandlerFunc
+}
+
+// routes is the one list of endpoints: the mux is built from it and the
+// OpenAPI test compares it with openapi.json.
+func (s *Server) routes() []route {
+	return []route{
+		{http.MethodGet, "/healthz", s.healthz},
+		{http.MethodGet, "/openapi.json", s.openAPI},
+		{http.MethodGet, "/v1/proxies", s.listProxies},
+		{http.MethodPost, "/v1/leases", s.acquire},
+		{http.MethodDelete, "/v1/leases/{id}", s.release},
+		{http.MethodPost, "/v1/leases/{id}/report", s.report},
+		{http.MethodPost, "/v1/leases/{id}/renew", s.renew},
+	}
+}
+
+// dispatch serves the mux, answering unknown routes and methods in JSON.
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		s.mux.ServeHTTP(w, r) // (not h: only the mux sets r.PathValue)
+		return
+	}
+	// The mux's own 404/405 answer is plain text: learn its status and Allow
+	// header, answer in JSON.
+	probe := &headerProbe{header: http.Header{}}
+	h.ServeHTTP(probe, r)
+	switch probe.status {
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", probe.header.Get("Allow"))
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed",
+			fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, probe.header.Get("Allow")))
+	case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		h.ServeHTTP(w, r)
+	default:
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	}
+}
+
+type headerProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *headerProbe) Header() http.Header { return p.header }
+func (p *headerProbe) Write(b []byte) (int, error) {
+	if p.status == 0 {
+		p.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (p *headerProbe) WriteHeader(status int) {
+	if p.status == 0 {
+		p.status = status
+	}
+}

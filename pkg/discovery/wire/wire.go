@@ -1,0 +1,126 @@
+package wire
+
+import "time"
+
+// Error codes: the "error" field of every error body.
+const (
+	// 400: the body is not one JSON object of the documented shape (syntax,
+	// unknown field, wrong type, trailing data).
+	CodeInvalidJSON = "invalid_json"
+	// 400: a field has a value outside its rules (message names the field).
+	CodeInvalidRequest = "invalid_request"
+	// 400: ttlSeconds over the server's --max-lease-ttl (maxTtlSeconds says the maximum).
+	CodeTTLTooLong = "ttl_too_long"
+	// 400: report result other than ok, rate_limited, banned.
+	CodeInvalidResult = "invalid_result"
+	// 400: unknown or malformed query parameter.
+	CodeInvalidQuery = "invalid_query"
+	// 401: missing or wrong bearer token.
+	CodeUnauthorized = "unauthorized"
+	// 404: no such route.
+	CodeNotFound = "not_found"
+	// 405: the route exists, the method does not (Allow header lists them).
+	CodeMethodNotAllowed = "method_not_allowed"
+	// 404: no live lease (nor one that ended within the report window) has this ID.
+	CodeUnknownLease = "unknown_lease"
+	// 410: renew of a lease that was released or expired.
+	CodeLeaseEnded = "lease_ended"
+	// 409: no proxy can take the lease (body carries the counts).
+	CodeNoMatch = "no_match"
+	// 413: body over 64 KiB.
+	CodeBodyTooLarge = "body_too_large"
+	// 429: the wait queue is full (Retry-After header).
+	CodeQueueFull = "queue_full"
+	// 503: the server cannot answer now (proxy cache not ready, shutting down).
+	CodeUnavailable = "unavailable"
+	// 500: a bug; the request may be retried.
+	CodeInternal = "internal"
+)
+
+// Report results.
+const (
+	ResultOK          = "ok"
+	ResultRateLimited = "rate_limited"
+	ResultBanned      = "banned"
+)
+
+// Error is every error body. The count fields are set only for no_match
+// (considered = atCapacity + inCooldown + unhealthy + eligible-but-outranked),
+// maxTtlSeconds only for ttl_too_long.
+type Error struct {
+	Error         string `json:"error"`
+	Message       string `json:"message"`
+	Considered    *int   `json:"considered,omitempty"`
+	AtCapacity    *int   `json:"atCapacity,omitempty"`
+	InCooldown    *int   `json:"inCooldown,omitempty"`
+	Unhealthy     *int   `json:"unhealthy,omitempty"`
+	MaxTTLSeconds *int64 `json:"maxTtlSeconds,omitempty"`
+}
+
+// AcquireRequest is the body of POST /v1/leases. Every field is optional.
+type AcquireRequest struct {
+	// Selector: every pair must be among the proxy's attributes.
+	Selector map[string]string `json:"selector,omitempty"`
+	// Namespace of the Proxies to choose from; "" = any namespace.
+	Namespace string `json:"namespace,omitempty"`
+	// Target site; proxies cooling down for it are skipped.
+	Target string `json:"target,omitempty"`
+	// TTLSeconds: 0 = the server default; over the maximum is a 400.
+	TTLSeconds int64 `json:"ttlSeconds,omitempty"`
+	// WaitSeconds > 0 queues the request until a proxy frees up or the wait ends.
+	WaitSeconds int64 `json:"waitSeconds,omitempty"`
+	// Flow groups requests for fairness; default: the token's identity.
+	Flow string `json:"flow,omitempty"`
+	// Priority band of a waiting request (higher first).
+	Priority int32 `json:"priority,omitempty"`
+}
+
+// ReportRequest is the body of POST /v1/leases/{id}/report.
+type ReportRequest struct {
+	Result string `json:"result"`
+	// Target defaults to the lease's target, then to every target.
+	Target string `json:"target,omitempty"`
+}
+
+// RenewRequest is the body of POST /v1/leases/{id}/renew (may be empty).
+type RenewRequest struct {
+	// TTLSeconds: the new lease runs this long from now; 0 = the lease's TTL.
+	TTLSeconds int64 `json:"ttlSeconds,omitempty"`
+}
+
+// Proxy is a leased proxy.
+type Proxy struct {
+	Name          string            `json:"name"`
+	Namespace     string            `json:"namespace"`
+	URL           string            `json:"url"`
+	Host          string            `json:"host"`
+	Port          int32             `json:"port"`
+	Attributes    map[string]string `json:"attributes,omitempty"`
+	LatencyMillis int64             `json:"latencyMillis"`
+}
+
+// ListedProxy is one entry of GET /v1/proxies.
+type ListedProxy struct {
+	Proxy
+	Healthy      bool `json:"healthy"`
+	ActiveLeases int  `json:"activeLeases"`
+}
+
+// ProxyList is the body of GET /v1/proxies.
+type ProxyList struct {
+	Proxies []ListedProxy `json:"proxies"`
+	Count   int           `json:"count"`
+}
+
+// Lease is the body of a granted (201) or renewed (200) lease.
+type Lease struct {
+	LeaseID    string    `json:"leaseID"`
+	Proxy      Proxy     `json:"proxy"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+	TTLSeconds int64     `json:"ttlSeconds"`
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status string `json:"status"`
+}

@@ -1,0 +1,19 @@
+// Package lease owns the in-memory lease store: which crawler holds which
+// proxy, until when, and which (proxy, target) pairs are cooling down after a
+// rate_limited or banned report.
+//
+// The store knows the fleet (fed from the Proxy cache through UpsertProxy and
+// RemoveProxy, or the ProxySync informer handler) and keeps an index of the
+// proxies that can take a lease, ordered by (active leases, latency, name), so
+// that Acquire never scans the fleet. Everything sits under one mutex; time
+// comes from an injected clock, and every call first applies the expiries and
+// cooldown ends that are due, so correctness never depends on the sweep.
+//
+// Consumers: pkg/discovery (HTTP API), pkg/apiserver (ProxyLease resource,
+// through Subscribe and Snapshot), pkg/flowcontrol (waiting requests, through
+// TryAcquire, OnCapacity, HeldBy and NextChange).
+//
+// This package must not import pkg/discovery, pkg/apiserver, pkg/flowcontrol,
+// pkg/controller or pkg/metrics; it imports apis/crawl/v1alpha1 only to turn a
+// Proxy into a ProxyInfo.
+package lease

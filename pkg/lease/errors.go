@@ -1,0 +1,91 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrNoMatch is returned by TryAcquire when no proxy can take the lease.
+// Acquire returns a *NoMatchError instead, which also matches errors.Is(err, ErrNoMatch).
+var ErrNoMatch = errors.New("no proxy matches")
+
+// NoMatchError explains why Acquire found no proxy. The counts are additive:
+// Considered = AtCapacity + InCooldown + Unhealthy + eligible-but-outranked
+// (the last is zero in practice: an eligible proxy would have been granted).
+// Each matching proxy is counted once, in the first class that applies in the
+// order Unhealthy, AtCapacity, InCooldown.
+type NoMatchError struct {
+	Considered int
+	AtCapacity int
+	InCooldown int
+	Unhealthy  int
+}
+
+func (e *NoMatchError) Error() string {
+	return fmt.Sprintf("no proxy matches: considered %d, at capacity %d, in cooldown %d, unhealthy %d",
+		e.Considered, e.AtCapacity, e.InCooldown, e.Unhealthy)
+}
+
+// Is makes errors.Is(err, ErrNoMatch) true for a *NoMatchError.
+func (e *NoMatchError) Is(target error) bool { return target == ErrNoMatch }
+
+// IsNoMatch reports whether err says that no proxy could take a lease.
+func IsNoMatch(err error) bool { return errors.Is(err, ErrNoMatch) }
+
+// ErrUnknownLease: no live lease has this ID (and no ended one within the report window).
+var ErrUnknownLease = errors.New("unknown lease")
+
+// IsUnknownLease reports whether err is (or wraps) ErrUnknownLease.
+func IsUnknownLease(err error) bool { return errors.Is(err, ErrUnknownLease) }
+
+// ErrLeaseEnded: Renew on a lease that was released or expired recently
+// (still remembered for reports, but it can no longer be extended).
+var ErrLeaseEnded = errors.New("lease ended")
+
+// IsLeaseEnded reports whether err is (or wraps) ErrLeaseEnded.
+func IsLeaseEnded(err error) bool { return errors.Is(err, ErrLeaseEnded) }
+
+// ErrInvalidResult: Report got a result other than ok, rate_limited, banned.
+var ErrInvalidResult = errors.New("invalid result: want ok, rate_limited or banned")
+
+// IsInvalidResult reports whether err is (or wraps) ErrInvalidResult.
+func IsInvalidResult(err error) bool { return errors.Is(err, ErrInvalidResult) }
+
+// ErrNegativeTTL: a TTL below zero.
+var ErrNegativeTTL = errors.New("ttl must not be negative")
+
+// IsNegativeTTL reports whether err is (or wraps) ErrNegativeTTL.
+func IsNegativeTTL(err error) bool { return errors.Is(err, ErrNegativeTTL) }
+
+// TTLError: a TTL over Options.MaxTTL. It is an error, not a silent clamp, so
+// a client asking for a week finds out.
+type TTLError struct {
+	Requested time.Duration
+	Max       time.Duration
+}
+
+func (e *TTLError) Error() string {
+	return fmt.Sprintf("ttl %s exceeds the maximum %s", e.Requested, e.Max)
+}
+
+// IsTTLTooLong reports whether err is (or wraps) a *TTLError.
+func IsTTLTooLong(err error) bool {
+	var t *TTLError
+	return errors.As(err, &t)
+}
+
+// AlreadyExistsError: a named lease request collides with a live lease.
+type AlreadyExistsError struct {
+	Namespace, Name string
+}
+
+func (e *AlreadyExistsError) Error() string {
+	return fmt.Sprintf("lease %s/%s already exists", e.Namespace, e.Name)
+}
+
+// IsAlreadyExists reports whether err is (or wraps) an *AlreadyExistsError.
+func IsAlreadyExists(err error) bool {
+	var a *AlreadyExistsError
+	return errors.As(err, &a)
+}

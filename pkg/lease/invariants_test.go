@@ -1,0 +1,245 @@
+package lease
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// checkInvariants inspects the store's internals; the caller holds s.mu.
+// It returns one line per violated invariant.
+func checkInvariants(s *Store) []string {
+	var bad []string
+	fail := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
+
+	// Lease table ↔ per-proxy counts, capacity, names, flows, expiry heap.
+	perProxy := map[*proxyEntry]int{}
+	perFlow := map[string]int{}
+	for id, le := range s.leases {
+		if le.ID != id {
+			fail("lease %s stored under %s", le.ID, id)
+		}
+		perProxy[le.proxy]++
+		perFlow[le.Flow]++
+		if s.proxies[le.proxy.key] != le.proxy {
+			fail("lease %s points at proxy %s the store forgot", id, le.proxy.key)
+		}
+		if s.names[ProxyKey{Namespace: le.Namespace, Name: le.Name}] != id {
+			fail("lease %s: name %s/%s not mapped to it", id, le.Namespace, le.Name)
+		}
+		if le.heapIndex < 0 || le.heapIndex >= len(s.expiries) || s.expiries[le.heapIndex] != le {
+			fail("lease %s is not in the expiry heap at its index %d", id, le.heapIndex)
+		}
+		if _, ok := s.tombs[id]; ok {
+			fail("lease %s is both live and ended", id)
+		}
+	}
+	if len(s.expiries) != len(s.leases) {
+		fail("expiry heap has %d entries, lease table %d", len(s.expiries), len(s.leases))
+	}
+	for i := 1; i < len(s.expiries); i++ {
+		if s.expiries.Less(i, (i-1)/2) {
+			fail("expiry heap order broken at %d", i)
+		}
+	}
+	if len(s.names) != len(s.leases) {
+		fail("names has %d entries, lease table %d", len(s.names), len(s.leases))
+	}
+	for f, n := range s.flows {
+		if perFlow[f] != n {
+			fail("flow %q: HeldBy %d, lease table %d", f, n, perFlow[f])
+		}
+	}
+	for f, n := range perFlow {
+		if s.flows[f] != n {
+			fail("flow %q: lease table %d, HeldBy %d", f, n, s.flows[f])
+		}
+	}
+
+	// Proxies: counts, capacity, index membership, members.
+	indexed := 0
+	for key, e := range s.proxies {
+		if e.key != key {
+			fail("proxy %s stored under %s", e.key, key)
+		}
+		if e.leases != perProxy[e] {
+			fail("proxy %s: count %d, lease table %d", key, e.leases, perProxy[e])
+		}
+		if perProxy[e] > s.opts.MaxLeasesPerProxy {
+			fail("proxy %s has %d live leases, capacity %d", key, perProxy[e], s.opts.MaxLeasesPerProxy)
+		}
+		if _, ok := e.cooldowns[""]; ok != e.globalCooling {
+			fail("proxy %s: globalCooling %v but global cooldown present %v", key, e.globalCooling, ok)
+		}
+		if e.indexed != s.eligible(e) {
+			fail("proxy %s: indexed %v, eligible %v", key, e.indexed, s.eligible(e))
+		}
+		built := 0
+		for _, k := range e.keys {
+			if t := s.avail[k]; t != nil && !e.removed {
+				built++
+				if !slices.Contains(e.trees, t) {
+					fail("proxy %s: built tree %+v missing from its tree list", key, k)
+				}
+				if t.Has(e) != e.indexed {
+					fail("proxy %s: in index %+v = %v, indexed %v", key, k, t.Has(e), e.indexed)
+				}
+			}
+			_, member := s.members[k][e]
+			if member == e.removed {
+				fail("proxy %s: member of %+v = %v, removed %v", key, k, member, e.removed)
+			}
+		}
+		if built != len(e.trees) {
+			fail("proxy %s: %d trees listed, %d built for its keys", key, len(e.trees), built)
+		}
+		if e.indexed {
+			indexed += built
+		}
+	}
+	total := 0
+	for _, t := range s.avail {
+		total += t.Len()
+	}
+	if total != indexed {
+		fail("index holds %d entries, indexed proxies account for %d", total, indexed)
+	}
+	return bad
+}
+
+// grantChecker returns an onGrant hook that records a violation whenever a
+// lease is granted on a proxy that cannot take it at grant time.
+func grantChecker(s *Store, record func(string)) func(e *proxyEntry, req *AcquireRequest, now time.Time) {
+	return func(e *proxyEntry, req *AcquireRequest, now time.Time) {
+		switch {
+		case e.leases >= s.opts.MaxLeasesPerProxy:
+			record(fmt.Sprintf("granted %s at capacity (%d leases)", e.key, e.leases))
+		case !e.info.Healthy || e.removed:
+			record(fmt.Sprintf("granted %s while unhealthy or removed", e.key))
+		case e.coolingFor("", now):
+			record(fmt.Sprintf("granted %s while it cools down for every target", e.key))
+		case req.Target != "" && e.coolingFor(req.Target, now):
+			record(fmt.Sprintf("granted %s for %q while that pair cools down", e.key, req.Target))
+		case req.Namespace != "" && e.info.Namespace != req.Namespace, !matches(e, req.Selector):
+			record(fmt.Sprintf("granted %s outside namespace/selector %s %v", e.key, req.Namespace, req.Selector))
+		}
+	}
+}
+
+type noopLocker struct{}
+
+func (noopLocker) Lock()   {}
+func (noopLocker) Unlock() {}
+
+// Negative control: the same store with its lock removed and one
+// deterministic interleaving (a second Acquire between the first one's
+// selection and its insert) double-grants a proxy, and both checkers say so.
+func TestInvariantCheckerCatchesStoreWithoutLock(t *testing.T) {
+	s, _ := newTestStore(t, Options{MaxLeasesPerProxy: 1})
+	s.mu = noopLocker{}
+	var grants []string
+	s.onGrant = grantChecker(s, func(v string) { grants = append(grants, v) })
+	s.UpsertProxy(px("ns", "p", 1))
+	nested := false
+	s.afterSelect = func() {
+		if nested {
+			return
+		}
+		nested = true
+		if _, err := s.Acquire(AcquireRequest{}); err != nil {
+			t.Errorf("interleaved acquire: %v", err)
+		}
+	}
+	if _, err := s.Acquire(AcquireRequest{}); err != nil {
+		t.Fatalf("outer acquire: %v", err)
+	}
+	bad := checkInvariants(s)
+	if !containsLine(bad, "proxy ns/p has 2 live leases, capacity 1") {
+		t.Errorf("checker missed the double grant; it said %q", bad)
+	}
+	if !containsLine(grants, "granted ns/p at capacity") {
+		t.Errorf("grant checker missed the double grant; it said %q", grants)
+	}
+}
+
+// Positive twin of the control above: with the real lock, the interleaved
+// Acquire (on another goroutine) waits for the first to finish and finds no
+// capacity; the checkers stay silent.
+func TestLockSerialisesTheSameInterleaving(t *testing.T) {
+	s, _ := newTestStore(t, Options{MaxLeasesPerProxy: 1})
+	var grants []string
+	s.onGrant = grantChecker(s, func(v string) { grants = append(grants, v) })
+	s.UpsertProxy(px("ns", "p", 1))
+	second := make(chan error, 1)
+	started := false
+	s.afterSelect = func() {
+		if started {
+			return
+		}
+		started = true
+		go func() {
+			_, err := s.Acquire(AcquireRequest{})
+			second <- err
+		}()
+	}
+	if _, err := s.Acquire(AcquireRequest{}); err != nil {
+		t.Fatalf("first acquire: %v", err)
+	}
+	if err := <-second; !IsNoMatch(err) {
+		t.Errorf("second acquire: %v, want no match", err)
+	}
+	s.mu.Lock()
+	bad := checkInvariants(s)
+	s.mu.Unlock()
+	if len(bad) > 0 || len(grants) > 0 {
+		t.Errorf("violations with the lock: %q %q", bad, grants)
+	}
+}
+
+// Each invariant is live: corrupting the state the way a bug would makes the
+// checker complain.
+func TestInvariantCheckerDetectsCorruption(t *testing.T) {
+	tests := []struct {
+		name    string
+		corrupt func(s *Store, l *Lease)
+		want    string
+	}{
+		{"count drift", func(s *Store, l *Lease) { s.proxies[l.Proxy.Key()].leases++ }, "count 2, lease table 1"},
+		{"lease lost from heap", func(s *Store, l *Lease) { s.expiries = s.expiries[:0] }, "not in the expiry heap"},
+		{"flow drift", func(s *Store, l *Lease) { s.flows["f"] = 5 }, `flow "f": HeldBy 5, lease table 1`},
+		{"name lost", func(s *Store, l *Lease) { clear(s.names) }, "not mapped to it"},
+		{"full proxy left in the index", func(s *Store, l *Lease) {
+			e := s.proxies[l.Proxy.Key()]
+			for _, t := range e.trees {
+				t.ReplaceOrInsert(e)
+			}
+		}, "in index"},
+		{"lease forgotten", func(s *Store, l *Lease) { delete(s.leases, l.ID) }, "count 1, lease table 0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := newTestStore(t, Options{})
+			s.UpsertProxy(px("ns", "p", 1, "zone", "x"))
+			s.UpsertProxy(px("ns", "q", 2))
+			l := mustAcquire(t, s, AcquireRequest{Flow: "f"})
+			if bad := checkInvariants(s); len(bad) > 0 {
+				t.Fatalf("clean store flagged: %q", bad)
+			}
+			tc.corrupt(s, l)
+			if bad := checkInvariants(s); !containsLine(bad, tc.want) {
+				t.Errorf("checker said %q, want a line containing %q", bad, tc.want)
+			}
+		})
+	}
+}
+
+func containsLine(lines []string, sub string) bool {
+	for _, l := range lines {
+		if strings.Contains(l, sub) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,183 @@
+package lease
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestConcurrentPropertyInvariants: 64 goroutines do random acquire /
+// release / report / renew / clock advances / fleet changes; after every step
+// the invariant checker runs under the store lock, and every grant is checked
+// at grant time. Run with -race.
+func TestConcurrentPropertyInvariants(t *testing.T) {
+	const (
+		workers = 64
+		steps   = 150
+	)
+	s, fc := newTestStore(t, Options{
+		MaxLeasesPerProxy: 2,
+		MaxTTL:            10 * time.Minute,
+		DefaultTTL:        2 * time.Minute,
+		CooldownWindow:    3 * time.Minute,
+	})
+	var violMu sync.Mutex
+	var violations []string
+	record := func(v string) {
+		violMu.Lock()
+		violations = append(violations, v)
+		violMu.Unlock()
+	}
+	s.onGrant = grantChecker(s, record) // runs under the store lock
+	fleet := func(i int) ProxyInfo {
+		ns := []string{"a", "b"}[i%2]
+		return px(ns, fmt.Sprintf("p%02d", i), int64(i%5), "zone", []string{"x", "y", "z"}[i%3])
+	}
+	const fleetSize = 12
+	for i := range fleetSize {
+		s.UpsertProxy(fleet(i))
+	}
+
+	var granted sync.Map // lease ID → worker
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 42))
+			type held struct {
+				id      string
+				expires time.Time
+			}
+			var mine []held
+			check := func(step int, what string) {
+				s.mu.Lock()
+				bad := checkInvariants(s)
+				s.mu.Unlock()
+				for _, b := range bad {
+					record(fmt.Sprintf("worker %d step %d after %s: %s", w, step, what, b))
+				}
+			}
+			for step := range steps {
+				what := ""
+				switch op := rng.IntN(100); {
+				case op < 35:
+					what = "acquire"
+					req := AcquireRequest{
+						Namespace: []string{"", "a", "b"}[rng.IntN(3)],
+						Target:    []string{"", "t1", "t2"}[rng.IntN(3)],
+						TTL:       time.Duration(1+rng.IntN(5)) * time.Minute,
+						Flow:      fmt.Sprintf("f%d", w%4),
+					}
+					if rng.IntN(2) == 0 {
+						req.Selector = map[string]string{"zone": []string{"x", "y", "z"}[rng.IntN(3)]}
+					}
+					l, err := s.Acquire(req)
+					switch {
+					case err == nil:
+						if prev, dup := granted.LoadOrStore(l.ID, w); dup {
+							record(fmt.Sprintf("lease %s granted twice (workers %v and %d)", l.ID, prev, w))
+						}
+						mine = append(mine, held{l.ID, l.ExpiresAt})
+					case !IsNoMatch(err):
+						record(fmt.Sprintf("acquire: %v", err))
+					}
+				case op < 55 && len(mine) > 0:
+					what = "release"
+					i := rng.IntN(len(mine))
+					h := mine[i]
+					mine = append(mine[:i], mine[i+1:]...)
+					if !s.Release(h.id) && fc.Now().Before(h.expires) {
+						record(fmt.Sprintf("lease %s lost: release found nothing before its expiry", h.id))
+					}
+				case op < 65 && len(mine) > 0:
+					what = "report"
+					h := mine[rng.IntN(len(mine))]
+					res := []string{ResultOK, ResultRateLimited, ResultBanned}[rng.IntN(3)]
+					err := s.Report(h.id, res, []string{"", "t1", "t2"}[rng.IntN(3)])
+					if err != nil && fc.Now().Before(h.expires.Add(3*time.Minute)) {
+						record(fmt.Sprintf("report on %s within its window: %v", h.id, err))
+					}
+				case op < 75 && len(mine) > 0:
+					what = "renew"
+					i := rng.IntN(len(mine))
+					ttl := time.Duration(rng.IntN(12)) * time.Minute
+					l, err := s.Renew(mine[i].id, ttl)
+					switch {
+					case err == nil:
+						mine[i].expires = l.ExpiresAt
+					case ttl > 10*time.Minute && IsTTLTooLong(err):
+					case (IsLeaseEnded(err) || IsUnknownLease(err)) && !fc.Now().Before(mine[i].expires):
+					default:
+						record(fmt.Sprintf("renew %s ttl %s: %v", mine[i].id, ttl, err))
+					}
+				case op < 85:
+					what = "advance clock"
+					fc.Step(time.Duration(rng.IntN(90)) * time.Second)
+				case op < 92:
+					what = "fleet change"
+					i := rng.IntN(fleetSize)
+					p := fleet(i)
+					switch rng.IntN(3) {
+					case 0:
+						p.Healthy = false
+						s.UpsertProxy(p)
+					case 1:
+						p.LatencyMillis = int64(rng.IntN(50))
+						s.UpsertProxy(p)
+					case 2:
+						s.RemoveProxy(p.Key())
+						s.UpsertProxy(p)
+					}
+				default:
+					what = "reads"
+					for _, h := range mine {
+						if _, ok := s.Get(h.id); !ok && fc.Now().Before(h.expires) {
+							record(fmt.Sprintf("lease %s lost: Get found nothing before its expiry", h.id))
+						}
+					}
+					_ = s.Counts()
+					_ = s.HeldBy(fmt.Sprintf("f%d", w%4))
+					_ = s.NextChange()
+				}
+				check(step, what)
+			}
+			for _, h := range mine {
+				s.Release(h.id)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, v := range violations {
+		t.Error(v)
+	}
+	fc.Step(time.Hour)
+	for i := range fleetSize {
+		s.UpsertProxy(fleet(i))
+	}
+	if n := s.Active(); n != 0 {
+		t.Errorf("Active = %d after everything was released or expired", n)
+	}
+	n := 0
+	granted.Range(func(any, any) bool { n++; return true })
+	if n < workers {
+		t.Errorf("only %d grants in the whole run: the test exercised too little", n)
+	}
+	s.mu.Lock()
+	if bad := checkInvariants(s); len(bad) > 0 {
+		t.Errorf("final state: %q", bad)
+	}
+	total := 0
+	for _, tr := range s.avail {
+		total += tr.Len()
+	}
+	s.mu.Unlock()
+	// Everything is free again: every proxy is in each built tree of its keys
+	// (namespace, any namespace, and their zone sets: all were queried).
+	if want := fleetSize * 4; total != want {
+		t.Errorf("index holds %d entries at the end, want %d", total, want)
+	}
+	t.Logf("%d leases granted", n)
+}

@@ -1,0 +1,189 @@
+package lease
+
+import (
+	"fmt"
+	"maps"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ProxyKey names a Proxy object (namespace/name).
+type ProxyKey = types.NamespacedName
+
+// ProxyInfo is what the store needs to know about one Proxy. The store copies
+// it on UpsertProxy and never mutates it afterwards; callers must treat the
+// Attributes of a ProxyInfo they receive from the store as read-only.
+type ProxyInfo struct {
+	Namespace string
+	Name      string
+	// URL is the forward-proxy URL crawlers use, e.g. "http://10.0.0.7:3128".
+	URL           string
+	Host          string
+	Port          int32
+	Attributes    map[string]string
+	LatencyMillis int64
+	// Healthy proxies are the only ones offered; unhealthy ones are still
+	// counted in a NoMatchError.
+	Healthy bool
+}
+
+// Key returns the proxy's namespace/name.
+func (p ProxyInfo) Key() ProxyKey { return ProxyKey{Namespace: p.Namespace, Name: p.Name} }
+
+func (p ProxyInfo) clone() ProxyInfo {
+	p.Attributes = maps.Clone(p.Attributes)
+	return p
+}
+
+func (p ProxyInfo) equal(q ProxyInfo) bool {
+	return p.Namespace == q.Namespace && p.Name == q.Name && p.URL == q.URL && p.Host == q.Host &&
+		p.Port == q.Port && p.LatencyMillis == q.LatencyMillis && p.Healthy == q.Healthy &&
+		maps.Equal(p.Attributes, q.Attributes)
+}
+
+// AcquireRequest asks for one lease.
+type AcquireRequest struct {
+	// Namespace restricts candidates to Proxies of this namespace. "" means any
+	// namespace (only the HTTP API offers that; the Kubernetes API always sets it).
+	Namespace string
+	// Selector must be a subset of a proxy's attributes (equality on every pair).
+	Selector map[string]string
+	// Target is the site the lease is for; proxies cooling down for it are skipped.
+	Target string
+	// TTL of the lease; zero means Options.DefaultTTL, over Options.MaxTTL is a *TTLError.
+	TTL time.Duration
+	// Holder is the identity of the caller (token identity, Kubernetes user).
+	Holder string
+	// Flow is the fairness flow the lease counts against (see Store.HeldBy).
+	Flow string
+	// Name optionally names the lease (the Kubernetes API's metadata.name); it
+	// must be unique among live leases of the lease's namespace. Empty: the ID.
+	Name string
+}
+
+// Lease is one granted lease. Values returned by the store are copies.
+type Lease struct {
+	ID string
+	// Namespace is the namespace of the leased Proxy (a lease lives next to its proxy).
+	Namespace string
+	// Name is the Kubernetes name of the lease; it equals ID unless the
+	// request named it.
+	Name   string
+	Holder string
+	Flow   string
+	Target string
+	// Proxy is the proxy as it was when the lease was granted.
+	Proxy      ProxyInfo
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+	TTL        time.Duration
+	// LastResult is the result of the most recent report on this lease ("" if none).
+	LastResult string
+	// Revision is the store revision of the last change to this lease; it
+	// grows monotonically across the store (a Kubernetes resourceVersion).
+	Revision uint64
+}
+
+// Report results.
+const (
+	ResultOK          = "ok"
+	ResultRateLimited = "rate_limited"
+	ResultBanned      = "banned"
+)
+
+// ValidResult reports whether r is one of the results Report accepts.
+func ValidResult(r string) bool {
+	return r == ResultOK || r == ResultRateLimited || r == ResultBanned
+}
+
+// EventType says what happened to a lease.
+type EventType string
+
+// Event types, in the vocabulary of a Kubernetes watch.
+const (
+	Added    EventType = "Added"
+	Modified EventType = "Modified"
+	Deleted  EventType = "Deleted"
+)
+
+// Reason says why an event happened.
+type Reason string
+
+// Event reasons.
+const (
+	Acquired Reason = "Acquired"
+	Released Reason = "Released"
+	Expired  Reason = "Expired"
+	Renewed  Reason = "Renewed"
+	Reported Reason = "Reported"
+)
+
+// Event is one change to a lease, delivered to Subscribe callbacks in
+// Revision order.
+type Event struct {
+	Type   EventType
+	Reason Reason
+	// Lease is the lease after the change (for Deleted: as it was when it ended).
+	Lease Lease
+	// Revision equals Lease.Revision.
+	Revision uint64
+}
+
+// Options tune the store. Zero fields take the defaults below.
+type Options struct {
+	// MaxLeasesPerProxy caps live leases per proxy (default 1: exclusive).
+	MaxLeasesPerProxy int
+	// MaxTTL caps a lease's TTL and every renewal (default 1h).
+	MaxTTL time.Duration
+	// DefaultTTL is used when a request has no TTL (default 5m).
+	DefaultTTL time.Duration
+	// CooldownWindow is how long a rate_limited/banned (proxy, target) pair is
+	// skipped, and how long an ended lease stays reportable (default 5m).
+	CooldownWindow time.Duration
+	// SweepInterval is how often Start's sweep frees memory (default 10s).
+	SweepInterval time.Duration
+	// NewID generates lease IDs (default: 128 random bits, lowercase hex,
+	// which is also a valid Kubernetes name).
+	NewID func() string
+}
+
+// Defaults.
+const (
+	DefaultMaxLeasesPerProxy = 1
+	DefaultMaxTTL            = time.Hour
+	DefaultDefaultTTL        = 5 * time.Minute
+	DefaultCooldownWindow    = 5 * time.Minute
+	DefaultSweepInterval     = 10 * time.Second
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.MaxLeasesPerProxy == 0 {
+		o.MaxLeasesPerProxy = DefaultMaxLeasesPerProxy
+	}
+	if o.MaxTTL == 0 {
+		o.MaxTTL = DefaultMaxTTL
+	}
+	if o.DefaultTTL == 0 {
+		o.DefaultTTL = min(DefaultDefaultTTL, o.MaxTTL)
+	}
+	if o.CooldownWindow == 0 {
+		o.CooldownWindow = DefaultCooldownWindow
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = DefaultSweepInterval
+	}
+	if o.NewID == nil {
+		o.NewID = randomID
+	}
+	switch {
+	case o.MaxLeasesPerProxy < 0:
+		return o, fmt.Errorf("maxLeasesPerProxy %d must be positive", o.MaxLeasesPerProxy)
+	case o.MaxTTL < 0, o.DefaultTTL < 0, o.CooldownWindow < 0, o.SweepInterval < 0:
+		return o, fmt.Errorf("durations must be positive: maxTTL=%s defaultTTL=%s cooldownWindow=%s sweepInterval=%s",
+			o.MaxTTL, o.DefaultTTL, o.CooldownWindow, o.SweepInterval)
+	case o.DefaultTTL > o.MaxTTL:
+		return o, fmt.Errorf("defaultTTL %s exceeds maxTTL %s", o.DefaultTTL, o.MaxTTL)
+	}
+	return o, nil
+}
