@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -29,7 +30,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.Zap)))
+	logger := zap.New(zap.UseFlagOptions(&opts.Zap))
+	ctrl.SetLogger(logger)
+	// One logging setup: the aggregated API server (k8s.io/apiserver) and
+	// client-go log through klog; send that to the same logger.
+	klog.SetLogger(logger)
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {

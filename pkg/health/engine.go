@@ -139,8 +139,8 @@ func (s Snapshot) LatencyMillis() int64 { return s.Latency.Milliseconds() }
 type Stats struct {
 	// Probes finished and recorded; Failures among them.
 	Probes, Failures uint64
-	// Saturated counts due proxies not dispatched because the queue was
-	// full (retried at the next tick).
+	// Saturated counts ticks that found the queue full; the due proxies
+	// left over are retried at the next tick.
 	Saturated uint64
 	// Missed counts probes dispatched a full interval or more after their
 	// due time (an interval passed without a probe).

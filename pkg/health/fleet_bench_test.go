@@ -196,13 +196,21 @@ type gapStats struct {
 }
 
 // stop ends the measurement: a gap of two intervals or more is a missed
-// interval; one longer than interval + 1s (one tick) is a late probe.
+// interval; one longer than interval + 1s (one tick) is a late probe. Gaps
+// still open at the end count too, so a starved proxy is not invisible.
 func (r *recordingProber) stop() gapStats {
+	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.measuring = false
 	var s gapStats
-	for _, g := range r.gaps {
+	gaps := r.gaps
+	for _, at := range r.last {
+		if g := now.Sub(at); g > r.interval+DefaultTick {
+			gaps = append(gaps, g)
+		}
+	}
+	for _, g := range gaps {
 		s.maxGap = max(s.maxGap, g)
 		if g >= 2*r.interval {
 			s.missed++

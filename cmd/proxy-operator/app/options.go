@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
@@ -49,6 +50,14 @@ type Options struct {
 	// Health configures the health engine.
 	Health HealthOptions
 
+	// Leasing configures the lease store, the HTTP discovery API and the
+	// wait queue of both lease APIs.
+	Leasing LeasingOptions
+	// APIServer configures the aggregated ProxyLease API server (its own
+	// flag set, every flag prefixed --apiserver-; --apiserver-secure-port=0
+	// disables it).
+	APIServer *apiserver.Options
+
 	// Zap configures logging (--zap-* flags from controller-runtime).
 	Zap zap.Options
 }
@@ -64,6 +73,8 @@ func NewOptions() *Options {
 		Intervals:        controller.DefaultIntervals(),
 		ReconcileTimeout: 2 * time.Minute,
 		Health:           DefaultHealthOptions(),
+		Leasing:          DefaultLeasingOptions(),
+		APIServer:        apiserver.NewOptions(),
 		Zap:              zap.Options{Development: false},
 	}
 }
@@ -91,6 +102,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubernetes.NodeName, "kubernetes-pod-node-name", o.Kubernetes.NodeName, "Set spec.nodeName of the kubernetes provider's pods (bypasses the scheduler; e.g. the local node agent's node).")
 
 	o.Health.AddFlags(fs)
+	o.Leasing.AddFlags(fs)
+	fs.AddFlagSet(o.APIServer.FlagSet())
 
 	gofs := flag.NewFlagSet("controller-runtime", flag.ContinueOnError)
 	config.RegisterFlags(gofs) // --kubeconfig, bound to controller-runtime's loader
@@ -155,6 +168,16 @@ func (o *Options) Validate() error {
 	}
 	if err := o.Health.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if err := o.Leasing.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.APIServer == nil {
+		errs = append(errs, errors.New("aggregated API server options: nil (use NewOptions)"))
+	} else if o.APIServer.Enabled() {
+		if err := o.APIServer.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

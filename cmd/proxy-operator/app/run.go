@@ -122,6 +122,10 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("adding health engine: %w", err)
 	}
 
+	if err := setupLeasing(ctx, mgr, cfg, o, ctrlmetrics.Registry); err != nil {
+		return err
+	}
+
 	r := &controller.ProxyReconciler{
 		Client:       mgr.GetClient(),
 		Providers:    providers,

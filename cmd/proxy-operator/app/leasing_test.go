@@ -1,0 +1,153 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/proxy-operator/proxy-operator/pkg/discovery"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+func TestLeasingFlags(t *testing.T) {
+	o, err := parse(t, "--discovery-bind-address=127.0.0.1:9090", "--discovery-token-file=/run/token",
+		"--max-leases-per-proxy=3", "--max-lease-ttl=2h", "--default-lease-ttl=10m", "--cooldown-window=90s",
+		"--lease-queue-max-per-flow=2", "--lease-queue-max-per-band=20", "--lease-queue-max=200",
+		"--apiserver-secure-port=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := LeasingOptions{
+		DiscoveryAddr: "127.0.0.1:9090", DiscoveryTokenFile: "/run/token", DiscoveryMaxWait: discovery.DefaultMaxWait,
+		MaxLeasesPerProxy: 3, MaxLeaseTTL: 2 * time.Hour, DefaultLeaseTTL: 10 * time.Minute, CooldownWindow: 90 * time.Second,
+		SweepInterval: lease.DefaultSweepInterval, QueueMaxPerFlow: 2, QueueMaxPerBand: 20, QueueMax: 200,
+		QueueRetryAfter: time.Second,
+	}
+	if d := cmp.Diff(want, o.Leasing); d != "" {
+		t.Errorf("leasing options (-want +got):\n%s", d)
+	}
+	if o.APIServer.Enabled() {
+		t.Error("--apiserver-secure-port=0 left the aggregated API server enabled")
+	}
+}
+
+// The aggregated API server's flags come from its own flag set, prefixed,
+// next to controller-runtime's --kubeconfig without clashing.
+func TestAPIServerFlagsDoNotClash(t *testing.T) {
+	o, err := parse(t, "--kubeconfig=/dev/null", "--apiserver-secure-port=7555",
+		"--apiserver-authentication-kubeconfig=/tmp/authn", "--apiserver-max-wait=20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []any{o.APIServer.SecureServing.BindPort, o.APIServer.Authentication.RemoteKubeConfigFile, o.APIServer.MaxWait}
+	if d := cmp.Diff([]any{7555, "/tmp/authn", 20 * time.Second}, got); d != "" {
+		t.Errorf("apiserver options (-want +got):\n%s", d)
+	}
+	if _, err := parse(t, "--secure-port=7555"); err == nil {
+		t.Error("unprefixed --secure-port accepted; the generic API server's flags must carry the apiserver- prefix")
+	}
+}
+
+func TestLeasingValidateReportsEveryProblem(t *testing.T) {
+	_, err := parse(t, "--discovery-bind-address=nonsense", "--max-leases-per-proxy=0", "--max-lease-ttl=1m",
+		"--default-lease-ttl=5m", "--cooldown-window=0s", "--lease-queue-max=0", "--apiserver-max-wait=2m")
+	if err == nil {
+		t.Fatal("invalid options accepted")
+	}
+	for _, want := range []string{"--discovery-bind-address", "--max-leases-per-proxy: must be at least 1",
+		"--default-lease-ttl 5m0s exceeds --max-lease-ttl 1m0s", "--cooldown-window: must be positive",
+		"--lease-queue-max: must be at least 1", "--apiserver-max-wait"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	// Negative control: the same flags with valid values pass.
+	if _, err := parse(t, "--discovery-bind-address=0", "--max-leases-per-proxy=2", "--max-lease-ttl=1m",
+		"--default-lease-ttl=30s", "--cooldown-window=1s", "--lease-queue-max=1", "--apiserver-max-wait=20s"); err != nil {
+		t.Errorf("valid options rejected: %v", err)
+	}
+}
+
+func TestDiscoveryToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tokenFile := write("token", "  s3cret\n")
+	emptyFile := write("empty", " \n")
+	tests := []struct {
+		name    string
+		file    string
+		env     string
+		want    string
+		wantErr string
+	}{
+		{name: "file, whitespace trimmed", file: tokenFile, want: "s3cret"},
+		{name: "file wins over the environment", file: tokenFile, env: "from-env", want: "s3cret"},
+		{name: "environment when no file", env: " from-env ", want: "from-env"},
+		{name: "neither: auth off", want: ""},
+		{name: "empty file is an error, not auth off", file: emptyFile, wantErr: "is empty"},
+		{name: "missing file", file: filepath.Join(dir, "missing"), wantErr: "reading --discovery-token-file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := DefaultLeasingOptions()
+			o.DiscoveryTokenFile = tt.file
+			getenv := func(k string) string {
+				if k == DiscoveryTokenEnv {
+					return tt.env
+				}
+				return ""
+			}
+			got, err := o.DiscoveryToken(getenv)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one mentioning %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("token = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLeaseRequestMetrics(t *testing.T) {
+	m := newLeaseRequestMetrics()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(m.vec); err != nil {
+		t.Fatal(err)
+	}
+	m.LeaseRequest(discovery.OutcomeGranted)
+	m.LeaseRequest(discovery.OutcomeGranted)
+	m.LeaseRequest(discovery.OutcomeNoMatch)
+	m.LeaseRequest("novel")
+	want := `
+# HELP lease_requests_total POST /v1/leases requests of the HTTP discovery API by outcome.
+# TYPE lease_requests_total counter
+lease_requests_total{outcome="bad_request"} 0
+lease_requests_total{outcome="cancelled"} 0
+lease_requests_total{outcome="error"} 0
+lease_requests_total{outcome="granted"} 2
+lease_requests_total{outcome="no_match"} 1
+lease_requests_total{outcome="novel"} 1
+lease_requests_total{outcome="rejected"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), LeaseRequestsName); err != nil {
+		t.Error(err)
+	}
+}

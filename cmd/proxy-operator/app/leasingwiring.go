@@ -1,0 +1,180 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery"
+	"github.com/proxy-operator/proxy-operator/pkg/flowcontrol"
+	"github.com/proxy-operator/proxy-operator/pkg/flowcontrol/flowcontrolmetrics"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// queueShutdownTimeout bounds waiting for evicted waiters to return at stop.
+const queueShutdownTimeout = 10 * time.Second
+
+// LeaseRequestsName is the discovery API's counter of POST /v1/leases outcomes.
+const LeaseRequestsName = "lease_requests_total"
+
+// setupLeasing builds the lease store and everything that serves it, and
+// adds them to mgr, none of them leader-elected (lease state lives in this
+// process, so every replica serves its own):
+//
+//   - the store, fed by the manager's Proxy informer (lease.ProxySync), its
+//     sweep a Runnable;
+//   - the wait queue (pkg/flowcontrol) in front of the store for requests
+//     with waitSeconds > 0, woken by the store's capacity hook;
+//   - the HTTP discovery API (unless --discovery-bind-address=0);
+//   - the aggregated ProxyLease API server (unless --apiserver-secure-port=0).
+//
+// Requests without a wait go to the store directly: they may take capacity a
+// waiter is owed in the instant between a release and the queue's round,
+// which costs fairness only for that instant.
+func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer) error {
+	logger := log.FromContext(ctx)
+	token, err := o.Leasing.DiscoveryToken(os.Getenv)
+	if err != nil {
+		return err
+	}
+	clk := clock.RealClock{}
+	store, err := lease.New(o.Leasing.storeOptions(), clk)
+	if err != nil {
+		return fmt.Errorf("creating lease store: %w", err)
+	}
+	inf, err := mgr.GetCache().GetInformer(ctx, &crawlv1alpha1.Proxy{})
+	if err != nil {
+		return fmt.Errorf("getting the Proxy informer for the lease store: %w", err)
+	}
+	if _, err := inf.AddEventHandler(lease.NewProxySync(store)); err != nil {
+		return fmt.Errorf("feeding the lease store from the Proxy informer: %w", err)
+	}
+	if err := mgr.Add(store); err != nil {
+		return fmt.Errorf("adding lease sweep: %w", err)
+	}
+
+	queueMetrics := flowcontrolmetrics.New()
+	requests := newLeaseRequestMetrics()
+	for _, c := range []prometheus.Collector{lease.NewActiveLeasesCollector(store), queueMetrics, requests.vec} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("registering lease metrics: %w", err)
+		}
+	}
+
+	ctl := NewLeaseController(store, clk, flowcontrol.Options{
+		MaxQueuedPerFlow: o.Leasing.QueueMaxPerFlow,
+		MaxQueuedPerBand: o.Leasing.QueueMaxPerBand,
+		MaxQueued:        o.Leasing.QueueMax,
+		RetryAfter:       o.Leasing.QueueRetryAfter,
+		Metrics:          queueMetrics,
+	})
+	queue := &leaseQueueRunnable{ctl: ctl, stopHook: store.OnCapacity(ctl.OnCapacity)}
+	if err := mgr.Add(queue); err != nil {
+		queue.stopHook()
+		return fmt.Errorf("adding lease wait queue: %w", err)
+	}
+	waiter := NewLeaseWaiter(ctl, store)
+
+	if o.Leasing.DiscoveryAddr != "0" {
+		srv, err := discovery.New(discovery.Options{
+			Addr:    o.Leasing.DiscoveryAddr,
+			Tokens:  discovery.SingleToken(token),
+			Leaser:  store,
+			Lister:  store,
+			Waiter:  waiter,
+			Metrics: requests,
+			Clock:   clk,
+			MaxWait: o.Leasing.DiscoveryMaxWait,
+		})
+		if err != nil {
+			return fmt.Errorf("creating discovery server: %w", err)
+		}
+		if err := mgr.Add(srv); err != nil {
+			return fmt.Errorf("adding discovery server: %w", err)
+		}
+	} else {
+		logger.Info("HTTP discovery API disabled (--discovery-bind-address=0)")
+	}
+
+	if o.APIServer.Enabled() {
+		// Delegated authn/authz read kube-system/extension-apiserver-authentication
+		// here, so kube-apiserver must be reachable (as for the manager).
+		srv, err := apiserver.New(o.APIServer, apiserver.Deps{Store: store, Waiter: waiter, RESTConfig: cfg, Clock: clk})
+		if err != nil {
+			return fmt.Errorf("creating aggregated API server: %w", err)
+		}
+		if err := mgr.Add(srv); err != nil {
+			return fmt.Errorf("adding aggregated API server: %w", err)
+		}
+	} else {
+		logger.Info("aggregated ProxyLease API server disabled (--" + apiserver.FlagPrefix + "secure-port=0)")
+	}
+	return nil
+}
+
+// leaseQueueRunnable shuts the wait queue down when the manager stops:
+// every waiter is evicted (answered 503) so the API servers' graceful
+// shutdown does not wait out long waits.
+type leaseQueueRunnable struct {
+	ctl      *LeaseController
+	stopHook func()
+}
+
+// Start waits for ctx to end, then unhooks the queue from the store and
+// shuts it down.
+func (r *leaseQueueRunnable) Start(ctx context.Context) error {
+	<-ctx.Done()
+	r.stopHook()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queueShutdownTimeout)
+	defer cancel()
+	if err := r.ctl.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutting down the lease wait queue: %w", err)
+	}
+	return nil
+}
+
+// NeedLeaderElection is false: every replica serves its own leases.
+func (r *leaseQueueRunnable) NeedLeaderElection() bool { return false }
+
+// leaseRequestMetrics implements discovery.LeaseMetrics:
+// lease_requests_total{outcome}, every outcome present from the start.
+type leaseRequestMetrics struct {
+	vec *prometheus.CounterVec
+	by  map[string]prometheus.Counter
+}
+
+var _ discovery.LeaseMetrics = (*leaseRequestMetrics)(nil)
+
+func newLeaseRequestMetrics() *leaseRequestMetrics {
+	m := &leaseRequestMetrics{
+		vec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: LeaseRequestsName,
+			Help: "POST /v1/leases requests of the HTTP discovery API by outcome.",
+		}, []string{"outcome"}),
+		by: map[string]prometheus.Counter{},
+	}
+	for _, o := range []string{discovery.OutcomeGranted, discovery.OutcomeNoMatch, discovery.OutcomeBadRequest,
+		discovery.OutcomeRejected, discovery.OutcomeCancelled, discovery.OutcomeError} {
+		m.by[o] = m.vec.WithLabelValues(o)
+	}
+	return m
+}
+
+// LeaseRequest counts one request; an outcome unknown at construction still
+// gets its own series.
+func (m *leaseRequestMetrics) LeaseRequest(outcome string) {
+	if c, ok := m.by[outcome]; ok {
+		c.Inc()
+		return
+	}
+	m.vec.WithLabelValues(outcome).Inc()
+}

@@ -1,0 +1,153 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery"
+	"github.com/proxy-operator/proxy-operator/pkg/flowcontrol"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// The adapter between the wait queue (pkg/flowcontrol) and the lease store
+// (pkg/lease), as the flowcontrol package documentation prescribes. The two
+// packages share no types; the two lease APIs (discovery, apiserver) see the
+// result through their identical Waiter interfaces.
+
+// LeaseController is the wait queue over the lease store.
+type LeaseController = flowcontrol.Controller[lease.AcquireRequest, *lease.Lease]
+
+// LeaseStore is what the adapter needs of the lease store; *lease.Store
+// implements it.
+type LeaseStore interface {
+	// TryAcquire grants a lease now or fails with lease.ErrNoMatch (no
+	// proxy can take it) or another error (bad TTL, name taken), without
+	// computing the counts of a NoMatchError.
+	TryAcquire(req lease.AcquireRequest) (*lease.Lease, error)
+	// Diagnose returns the counts Acquire would report for req now.
+	Diagnose(req lease.AcquireRequest) *lease.NoMatchError
+	// HeldBy returns the live leases whose Flow is flow.
+	HeldBy(flow string) int
+	// Release ends a lease; idempotent.
+	Release(id string) bool
+	// NextChange is the next lease expiry or cooldown end (zero: none).
+	NextChange() time.Time
+}
+
+var _ LeaseStore = (*lease.Store)(nil)
+
+// leaseDispatcher is the flowcontrol.Dispatcher over the store.
+type leaseDispatcher struct{ store LeaseStore }
+
+var _ flowcontrol.Dispatcher[lease.AcquireRequest, *lease.Lease] = leaseDispatcher{}
+
+// TryDispatch acquires with Flow set to the queue's flow, so the lease
+// counts towards HeldBy(flow) from this moment.
+func (d leaseDispatcher) TryDispatch(flow string, req lease.AcquireRequest) (*lease.Lease, flowcontrol.Verdict, error) {
+	req.Flow = flow
+	l, err := d.store.TryAcquire(req)
+	switch {
+	case err == nil:
+		return l, flowcontrol.Granted, nil
+	case lease.IsNoMatch(err):
+		return nil, flowcontrol.NoMatch, nil
+	default:
+		return nil, flowcontrol.NoMatch, err
+	}
+}
+
+func (d leaseDispatcher) Held(flow string) int { return d.store.HeldBy(flow) }
+
+func (d leaseDispatcher) Release(l *lease.Lease) {
+	if l != nil {
+		d.store.Release(l.ID)
+	}
+}
+
+func (d leaseDispatcher) NextChange() time.Time { return d.store.NextChange() }
+
+// NewLeaseController returns the wait queue over store. The caller wires
+// the store's OnCapacity hook to c.OnCapacity and shuts c down when done
+// (leaseQueueRunnable does both).
+func NewLeaseController(store LeaseStore, clk clock.WithDelayedExecution, opts flowcontrol.Options) *LeaseController {
+	return flowcontrol.NewController[lease.AcquireRequest, *lease.Lease](leaseDispatcher{store: store}, clk, opts)
+}
+
+// LeaseWaiter serves waiting lease requests of both lease APIs through the
+// wait queue, translating its outcomes into the errors their Waiter
+// contracts name.
+type LeaseWaiter struct {
+	ctl   *LeaseController
+	store LeaseStore
+}
+
+var (
+	_ discovery.Waiter = (*LeaseWaiter)(nil)
+	_ apiserver.Waiter = (*LeaseWaiter)(nil)
+)
+
+// NewLeaseWaiter returns a waiter over ctl and the store ctl dispatches to.
+func NewLeaseWaiter(ctl *LeaseController, store LeaseStore) *LeaseWaiter {
+	return &LeaseWaiter{ctl: ctl, store: store}
+}
+
+// errShuttingDown answers requests that meet a queue shutting down. It is
+// not a flowcontrol.RejectedError: that type has a RetryAfter method, which
+// the APIs would turn into a 429 instead of a 503.
+var errShuttingDown = errors.New("the lease wait queue is shutting down")
+
+// Wait grants req now or when capacity appears before deadline. Errors, as
+// discovery.Waiter and apiserver.Waiter require:
+//   - the deadline passed: a *lease.NoMatchError (wrapped) with the counts
+//     of that moment;
+//   - a queue limit: the *flowcontrol.RejectedError, whose RetryAfter method
+//     the APIs answer with 429 and Retry-After;
+//   - ctx ended: ctx.Err(), wrapped (flowcontrol gives back a lease granted
+//     in that instant);
+//   - the store refused the request as it stands (TTL, name taken): the
+//     store's error, wrapped, without the RetryAfter method;
+//   - shutting down: errShuttingDown.
+func (w *LeaseWaiter) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
+	flow := req.Flow
+	if flow == "" {
+		flow = req.Holder
+	}
+	if flow == "" {
+		flow = discovery.AnonymousIdentity
+	}
+	outcome, l, err := w.ctl.EnqueueAndWait(ctx, flowcontrol.Request[lease.AcquireRequest]{
+		Flow:     flow,
+		Priority: priority,
+		Payload:  req,
+		Deadline: deadline,
+	})
+	if err == nil {
+		return l, nil
+	}
+	switch {
+	case outcome == flowcontrol.OutcomeRejectedCapacity:
+		return nil, err
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("waiting for a proxy: %w", ctx.Err())
+	case flowcontrol.IsShutdown(err):
+		return nil, errShuttingDown
+	case flowcontrol.IsDeadline(err):
+		return nil, fmt.Errorf("no proxy became free before the wait ended: %w", w.store.Diagnose(req))
+	}
+	// Other: the store's own error (or an invalid request), without the
+	// flowcontrol error around it.
+	var rejected *flowcontrol.RejectedError
+	var evicted *flowcontrol.EvictedError
+	cause := err
+	if errors.As(err, &rejected) {
+		cause = rejected.Cause
+	} else if errors.As(err, &evicted) {
+		cause = evicted.Cause
+	}
+	return nil, fmt.Errorf("waiting for a proxy: %w", cause)
+}

@@ -1,0 +1,243 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/proxy-operator/proxy-operator/pkg/flowcontrol"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+type retryAfterer interface{ RetryAfter() time.Duration }
+
+// waiterEnv is a real lease store with one healthy proxy, on a fake clock,
+// behind the wait queue as Run wires it.
+type waiterEnv struct {
+	clk   *clocktesting.FakeClock
+	store *lease.Store
+	ctl   *LeaseController
+	w     *LeaseWaiter
+}
+
+func newWaiterEnv(t *testing.T, opts flowcontrol.Options) *waiterEnv {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	store, err := lease.New(lease.Options{MaxTTL: time.Hour, CooldownWindow: time.Minute}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.UpsertProxy(lease.ProxyInfo{Namespace: "ns", Name: "p1", URL: "http://127.0.0.2:3128", Host: "127.0.0.2", Port: 3128, Healthy: true})
+	ctl := NewLeaseController(store, clk, opts)
+	stop := store.OnCapacity(ctl.OnCapacity)
+	t.Cleanup(func() {
+		stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = ctl.Shutdown(ctx)
+	})
+	return &waiterEnv{clk: clk, store: store, ctl: ctl, w: NewLeaseWaiter(ctl, store)}
+}
+
+// hold takes the only proxy directly, as a request without a wait would.
+func (e *waiterEnv) hold(t *testing.T) *lease.Lease {
+	t.Helper()
+	l, err := e.store.Acquire(lease.AcquireRequest{Namespace: "ns", Holder: "http:a", Flow: "http:a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+type waitResult struct {
+	l   *lease.Lease
+	err error
+}
+
+func (e *waiterEnv) waitAsync(ctx context.Context, req lease.AcquireRequest, deadline time.Time) <-chan waitResult {
+	ch := make(chan waitResult, 1)
+	go func() {
+		l, err := e.w.Wait(ctx, req, 0, deadline)
+		ch <- waitResult{l, err}
+	}()
+	return ch
+}
+
+// waitQueued blocks until n requests wait in the queue.
+func (e *waiterEnv) waitQueued(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for e.ctl.Stats().Waiting != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests waiting, want %d", e.ctl.Stats().Waiting, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func receive(t *testing.T, ch <-chan waitResult) waitResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not return")
+		return waitResult{}
+	}
+}
+
+func TestLeaseWaiterGrantsOnRelease(t *testing.T) {
+	e := newWaiterEnv(t, flowcontrol.Options{MaxQueuedPerFlow: 4, MaxQueuedPerBand: 4, MaxQueued: 4})
+	held := e.hold(t)
+	ch := e.waitAsync(context.Background(), lease.AcquireRequest{Namespace: "ns", Holder: "http:b", Flow: "http:b", Target: "example.org"},
+		e.clk.Now().Add(time.Minute))
+	e.waitQueued(t, 1)
+	if got := e.store.HeldBy("http:b"); got != 0 {
+		t.Fatalf("HeldBy(http:b) = %d while waiting, want 0", got)
+	}
+
+	e.store.Release(held.ID) // the store's capacity hook wakes the queue
+	r := receive(t, ch)
+	if r.err != nil {
+		t.Fatalf("Wait: %v", r.err)
+	}
+	got := struct{ Proxy, Holder, Flow, Target string }{r.l.Proxy.Name, r.l.Holder, r.l.Flow, r.l.Target}
+	want := struct{ Proxy, Holder, Flow, Target string }{"p1", "http:b", "http:b", "example.org"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("granted lease (-want +got):\n%s", d)
+	}
+	if n := e.store.HeldBy("http:b"); n != 1 {
+		t.Errorf("HeldBy(http:b) = %d, want 1: the grant must count towards the waiting flow", n)
+	}
+}
+
+// Every way a wait can fail, as the APIs' Waiter contracts name it.
+func TestLeaseWaiterErrors(t *testing.T) {
+	type verdict struct {
+		NoMatch, RetryAfter, Canceled, TTLTooLong, ShuttingDown bool
+		AtCapacity                                               int
+	}
+	classify := func(err error) verdict {
+		var v verdict
+		var ra retryAfterer
+		var nm *lease.NoMatchError
+		v.NoMatch = lease.IsNoMatch(err)
+		v.RetryAfter = errors.As(err, &ra)
+		v.Canceled = errors.Is(err, context.Canceled)
+		v.TTLTooLong = lease.IsTTLTooLong(err)
+		v.ShuttingDown = errors.Is(err, errShuttingDown)
+		if errors.As(err, &nm) {
+			v.AtCapacity = nm.AtCapacity
+		}
+		return v
+	}
+	tests := []struct {
+		name string
+		// run provokes the failure and returns Wait's error.
+		run  func(t *testing.T, e *waiterEnv) error
+		want verdict
+	}{
+		{
+			name: "deadline passes: no match with the counts of that moment",
+			run: func(t *testing.T, e *waiterEnv) error {
+				e.hold(t)
+				ch := e.waitAsync(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b"}, e.clk.Now().Add(5*time.Second))
+				e.waitQueued(t, 1)
+				e.clk.Step(5 * time.Second)
+				return receive(t, ch).err
+			},
+			want: verdict{NoMatch: true, AtCapacity: 1},
+		},
+		{
+			name: "queue full: rejected at once with a retry hint",
+			run: func(t *testing.T, e *waiterEnv) error {
+				e.hold(t)
+				e.waitAsync(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b"}, e.clk.Now().Add(time.Minute))
+				e.waitQueued(t, 1)
+				_, err := e.w.Wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b"}, 0, e.clk.Now().Add(time.Minute))
+				return err
+			},
+			want: verdict{RetryAfter: true},
+		},
+		{
+			name: "caller leaves: its context error, and no lease left behind",
+			run: func(t *testing.T, e *waiterEnv) error {
+				held := e.hold(t)
+				ctx, cancel := context.WithCancel(context.Background())
+				ch := e.waitAsync(ctx, lease.AcquireRequest{Namespace: "ns", Flow: "http:b"}, e.clk.Now().Add(time.Minute))
+				e.waitQueued(t, 1)
+				cancel()
+				err := receive(t, ch).err
+				e.store.Release(held.ID)
+				if n := e.store.Active(); n != 0 {
+					t.Errorf("%d leases live after the only holder released and the waiter left, want 0", n)
+				}
+				return err
+			},
+			want: verdict{Canceled: true},
+		},
+		{
+			name: "the store refuses the request: its own error, not a 429",
+			run: func(t *testing.T, e *waiterEnv) error {
+				_, err := e.w.Wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b", TTL: 2 * time.Hour}, 0, e.clk.Now().Add(time.Minute))
+				return err
+			},
+			want: verdict{TTLTooLong: true},
+		},
+		{
+			name: "shutdown: a 503-class error, not a 429",
+			run: func(t *testing.T, e *waiterEnv) error {
+				e.hold(t)
+				ch := e.waitAsync(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b"}, e.clk.Now().Add(time.Minute))
+				e.waitQueued(t, 1)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := e.ctl.Shutdown(ctx); err != nil {
+					t.Fatal(err)
+				}
+				return receive(t, ch).err
+			},
+			want: verdict{ShuttingDown: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newWaiterEnv(t, flowcontrol.Options{MaxQueuedPerFlow: 1, MaxQueuedPerBand: 8, MaxQueued: 8})
+			err := tt.run(t, e)
+			if err == nil {
+				t.Fatal("Wait succeeded, want an error")
+			}
+			if d := cmp.Diff(tt.want, classify(err)); d != "" {
+				t.Errorf("error %q classified (-want +got):\n%s", err, d)
+			}
+		})
+	}
+}
+
+// Negative control for the shutdown case above: the queue's own rejection
+// carries a RetryAfter method, which both APIs would answer with 429 — the
+// reason Wait translates it.
+func TestQueueShutdownRejectionLooksLikeQueueFull(t *testing.T) {
+	e := newWaiterEnv(t, flowcontrol.Options{MaxQueuedPerFlow: 1, MaxQueuedPerBand: 8, MaxQueued: 8})
+	e.hold(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.ctl.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, _, raw := e.ctl.EnqueueAndWait(context.Background(), flowcontrol.Request[lease.AcquireRequest]{
+		Flow: "http:b", Payload: lease.AcquireRequest{Namespace: "ns"}, Deadline: e.clk.Now().Add(time.Minute),
+	})
+	var ra retryAfterer
+	if !errors.As(raw, &ra) {
+		t.Fatalf("raw shutdown rejection %q has no RetryAfter method; the translation in Wait may be unnecessary", raw)
+	}
+	_, err := e.w.Wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b"}, 0, e.clk.Now().Add(time.Minute))
+	if errors.As(err, &ra) || !errors.Is(err, errShuttingDown) {
+		t.Errorf("Wait after shutdown = %v, want errShuttingDown without RetryAfter", err)
+	}
+}
