@@ -23,6 +23,7 @@ func (r *ProxyReconciler) patchStatusIfChanged(ctx context.Context, rc *reconcil
 	p := rc.proxy
 	p.Status.ObservedGeneration = p.Generation
 	p.Status.Phase = computePhase(p)
+	r.setReady(p)
 	if equality.Semantic.DeepEqual(rc.base.Status, p.Status) {
 		return nil
 	}
@@ -82,6 +83,17 @@ func computePhase(p *crawlv1alpha1.Proxy) crawlv1alpha1.ProxyPhase {
 		return crawlv1alpha1.PhaseProvisioning
 	}
 	return crawlv1alpha1.PhasePending
+}
+
+// setReady mirrors the phase into the Ready condition, so that
+// `kubectl wait --for=condition=Ready proxy/x` works. It changes only when the
+// phase does, so it never adds a status write of its own.
+func (r *ProxyReconciler) setReady(p *crawlv1alpha1.Proxy) {
+	status, message := metav1.ConditionFalse, fmt.Sprintf("phase is %s", p.Status.Phase)
+	if p.Status.Phase == crawlv1alpha1.PhaseReady {
+		status, message = metav1.ConditionTrue, "provisioned and passing health checks"
+	}
+	r.setCondition(p, crawlv1alpha1.ConditionReady, status, string(p.Status.Phase), message)
 }
 
 func healthStatus(p *crawlv1alpha1.Proxy) metav1.ConditionStatus {

@@ -128,3 +128,39 @@ func TestIntervalsWithDefaults(t *testing.T) {
 		t.Errorf("defaults %+v: quota retry must be 5m and requeue-now 1s", d)
 	}
 }
+
+// The Ready condition follows the phase and only the phase: True exactly in
+// phase Ready, with the phase as its reason, and a second pass over the same
+// status changes nothing (so it adds no write at steady state).
+func TestSetReadyFollowsPhase(t *testing.T) {
+	r := &ProxyReconciler{}
+	tests := []struct {
+		phase      crawlv1alpha1.ProxyPhase
+		wantStatus metav1.ConditionStatus
+	}{
+		{crawlv1alpha1.PhaseReady, metav1.ConditionTrue},
+		{crawlv1alpha1.PhaseUnhealthy, metav1.ConditionFalse},
+		{crawlv1alpha1.PhaseProvisioning, metav1.ConditionFalse},
+		{crawlv1alpha1.PhaseFailed, metav1.ConditionFalse},
+		{crawlv1alpha1.PhasePending, metav1.ConditionFalse},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.phase), func(t *testing.T) {
+			p := &crawlv1alpha1.Proxy{Status: crawlv1alpha1.ProxyStatus{Phase: tt.phase}}
+			r.setReady(p)
+			var got []metav1.Condition
+			for _, c := range p.Status.Conditions {
+				got = append(got, cond(c.Type, c.Status, c.Reason))
+			}
+			want := []metav1.Condition{cond(crawlv1alpha1.ConditionReady, tt.wantStatus, string(tt.phase))}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("conditions (-want +got):\n%s", diff)
+			}
+			before := p.DeepCopy()
+			r.setReady(p)
+			if diff := cmp.Diff(before.Status, p.Status); diff != "" {
+				t.Errorf("second setReady changed status (-before +after):\n%s", diff)
+			}
+		})
+	}
+}

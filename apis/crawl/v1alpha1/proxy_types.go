@@ -43,6 +43,10 @@ const (
 	ConditionProvisioned = "Provisioned"
 	// ConditionHealthy is True while health checks through the proxy pass.
 	ConditionHealthy = "Healthy"
+	// ConditionReady summarises the phase for `kubectl wait
+	// --for=condition=Ready`: True exactly when the phase is Ready; its
+	// reason is the phase otherwise.
+	ConditionReady = "Ready"
 )
 
 // Condition reasons.

@@ -327,12 +327,15 @@ func (e *env) waitProxy(name, what string, timeout time.Duration, pred func(*cra
 }
 
 func isReady(p *crawlv1alpha1.Proxy) bool {
-	return p.Status.Phase == crawlv1alpha1.PhaseReady && p.IsHealthy()
+	ready := p.Condition(crawlv1alpha1.ConditionReady)
+	return p.Status.Phase == crawlv1alpha1.PhaseReady && p.IsHealthy() && ready != nil && ready.Status == metav1.ConditionTrue
 }
 
 func isUnhealthy(p *crawlv1alpha1.Proxy) bool {
 	c := p.Condition(crawlv1alpha1.ConditionHealthy)
-	return p.Status.Phase == crawlv1alpha1.PhaseUnhealthy && c != nil && c.Status == metav1.ConditionFalse
+	ready := p.Condition(crawlv1alpha1.ConditionReady)
+	return p.Status.Phase == crawlv1alpha1.PhaseUnhealthy && c != nil && c.Status == metav1.ConditionFalse &&
+		ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == string(crawlv1alpha1.PhaseUnhealthy)
 }
 
 func describe(p *crawlv1alpha1.Proxy) string {
