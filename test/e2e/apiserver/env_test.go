@@ -44,13 +44,15 @@ const OperatorUser = "system:serviceaccount:proxy-operator-system:proxy-operator
 // env is the one environment every test of the package shares: starting a
 // control plane costs about 15 s on two cores.
 type env struct {
-	cp         *controlplane.ControlPlane
-	admin      *rest.Config
-	kube       kubernetes.Interface
-	leasing    versioned.Interface
-	store      *lease.Store
-	server     *apiserver.Server
-	httpURL    string
+	cp      *controlplane.ControlPlane
+	admin   *rest.Config
+	kube    kubernetes.Interface
+	leasing versioned.Interface
+	store   *lease.Store
+	server  *apiserver.Server
+	httpURL string
+	// serverURL reaches the aggregated server directly, not through kube-apiserver.
+	serverURL  string
 	kubectlBin string
 	cacheDir   string
 }
@@ -131,6 +133,7 @@ func setup(ctx context.Context) (_ *env, stop func(), err error) {
 		return nil, nil, err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
+	e.serverURL = "https://" + ln.Addr().String()
 	opts := apiserver.NewOptions()
 	opts.SecureServing.Listener = ln
 	opts.SecureServing.BindPort = port
@@ -148,8 +151,15 @@ func setup(ctx context.Context) (_ *env, stop func(), err error) {
 	go func() { _ = e.store.Start(srvCtx) }()
 	cleanups = append(cleanups, func() {
 		cancelSrv()
+		start := time.Now()
 		select {
-		case <-srvDone:
+		case err := <-srvDone:
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "the aggregated server stopped with %v\n", err)
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				fmt.Fprintf(os.Stderr, "the aggregated server took %s to stop\n", took)
+			}
 		case <-time.After(30 * time.Second):
 			fmt.Fprintln(os.Stderr, "the aggregated server did not stop within 30s")
 		}

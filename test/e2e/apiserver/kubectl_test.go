@@ -85,6 +85,18 @@ func TestKubectlCreateGetWatchPatchDelete(t *testing.T) {
 	if cat := mustKubectl(t, "get", "crawl", "-n", ns, "-o", "name"); !strings.Contains(cat, pl.Name) {
 		t.Errorf("kubectl get crawl lacks the lease: %q", cat)
 	}
+	for selector, want := range map[string]bool{
+		"spec.target=example.com": true, "spec.target=other.org": false,
+		"metadata.name=" + pl.Name: true, "status.proxy.name=px-eu": true, "status.holderIdentity=someone-else": false,
+	} {
+		got := mustKubectl(t, "get", "pxl", "-n", ns, "--field-selector", selector, "-o", "name")
+		if strings.Contains(got, pl.Name) != want {
+			t.Errorf("--field-selector %s: %q", selector, got)
+		}
+	}
+	if _, errOut, err := kubectl(t, "get", "pxl", "-n", ns, "--field-selector", "spec.selector=x"); err == nil || !strings.Contains(errOut, "not supported") {
+		t.Errorf("an unsupported field selector: %v %s", err, errOut)
+	}
 	wide := mustKubectl(t, "get", "proxyleases", "-n", ns, "-o", "wide")
 	if !strings.Contains(wide, "LEASE-ID") || !strings.Contains(wide, pl.Status.LeaseID) {
 		t.Errorf("-o wide:\n%s", wide)

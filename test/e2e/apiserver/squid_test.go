@@ -24,7 +24,7 @@ import (
 // squidAddrs is the loopback range this package's Squids bind (other packages
 // keep to their own ranges, so test binaries running side by side do not
 // collide).
-var squidAddrs = [2]string{"127.0.6.2", "127.0.6.40"}
+var squidAddrs = [2]string{"127.0.7.2", "127.0.7.40"}
 
 // startSquid runs Debian's squid on a free address of squidAddrs, as the node
 // agent does for the operator's pods, and stops it when the test ends.

@@ -1,0 +1,139 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"unicode"
+
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Limits on the sizes of a lease request; they keep one request from holding
+// much memory in the server.
+const (
+	MaxSelectorEntries = 32
+	MaxSelectorKeyLen  = 253
+	MaxSelectorValLen  = 253
+	MaxTargetLen       = 253
+)
+
+// ValidationOptions are the server's limits that validation checks against.
+type ValidationOptions struct {
+	// MaxTTLSeconds is the largest accepted spec.ttlSeconds (the server's
+	// --max-lease-ttl). Zero means no upper limit.
+	MaxTTLSeconds int32
+	// MaxWaitSeconds is the largest accepted spec.waitSeconds. Zero means
+	// waiting is not offered and any waitSeconds above 0 is rejected.
+	MaxWaitSeconds int32
+}
+
+// ValidateProxyLease validates a lease being created. The name must already be
+// generated (metadata.generateName resolved).
+func ValidateProxyLease(l *ProxyLease, opts ValidationOptions) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMeta(&l.ObjectMeta, true,
+		apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	allErrs = append(allErrs, validateSpec(&l.Spec, opts, field.NewPath("spec"))...)
+	return allErrs
+}
+
+// ValidateProxyLeaseUpdate validates an update (a renewal). Only
+// spec.ttlSeconds, labels and annotations may change.
+func ValidateProxyLeaseUpdate(newL, oldL *ProxyLease, opts ValidationOptions) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&newL.ObjectMeta, &oldL.ObjectMeta, field.NewPath("metadata"))
+	spec := field.NewPath("spec")
+	allErrs = append(allErrs, validateTTL(newL.Spec.TTLSeconds, opts, spec.Child("ttlSeconds"))...)
+	if !mapsEqual(newL.Spec.Selector, oldL.Spec.Selector) {
+		allErrs = append(allErrs, field.Forbidden(spec.Child("selector"), "field is immutable: create a new lease to change it"))
+	}
+	if newL.Spec.Target != oldL.Spec.Target {
+		allErrs = append(allErrs, field.Invalid(spec.Child("target"), newL.Spec.Target, "field is immutable"))
+	}
+	if newL.Spec.Priority != oldL.Spec.Priority {
+		allErrs = append(allErrs, field.Invalid(spec.Child("priority"), newL.Spec.Priority, "field is immutable"))
+	}
+	if newL.Spec.WaitSeconds != oldL.Spec.WaitSeconds {
+		allErrs = append(allErrs, field.Invalid(spec.Child("waitSeconds"), newL.Spec.WaitSeconds, "field is immutable"))
+	}
+	return allErrs
+}
+
+// ValidateProxyLeaseReport validates a report.
+func ValidateProxyLeaseReport(r *ProxyLeaseReport) field.ErrorList {
+	var allErrs field.ErrorList
+	switch r.Result {
+	case ResultOK, ResultRateLimited, ResultBanned:
+	case "":
+		allErrs = append(allErrs, field.Required(field.NewPath("result"), "one of ok, rate_limited, banned"))
+	default:
+		allErrs = append(allErrs, field.NotSupported(field.NewPath("result"), r.Result,
+			[]ReportResult{ResultOK, ResultRateLimited, ResultBanned}))
+	}
+	allErrs = append(allErrs, validateTarget(r.Target, field.NewPath("target"))...)
+	return allErrs
+}
+
+func validateSpec(s *ProxyLeaseSpec, opts ValidationOptions, path *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	sel := path.Child("selector")
+	if len(s.Selector) > MaxSelectorEntries {
+		allErrs = append(allErrs, field.TooMany(sel, len(s.Selector), MaxSelectorEntries))
+	}
+	for k, v := range s.Selector {
+		switch {
+		case k == "":
+			allErrs = append(allErrs, field.Invalid(sel, k, "attribute name must not be empty"))
+		case len(k) > MaxSelectorKeyLen:
+			allErrs = append(allErrs, field.TooLong(sel, k, MaxSelectorKeyLen))
+		case len(v) > MaxSelectorValLen:
+			allErrs = append(allErrs, field.TooLong(sel.Key(k), v, MaxSelectorValLen))
+		}
+	}
+	allErrs = append(allErrs, validateTarget(s.Target, path.Child("target"))...)
+	allErrs = append(allErrs, validateTTL(s.TTLSeconds, opts, path.Child("ttlSeconds"))...)
+	wait := path.Child("waitSeconds")
+	switch {
+	case s.WaitSeconds < 0:
+		allErrs = append(allErrs, field.Invalid(wait, s.WaitSeconds, "must be 0 or more"))
+	case s.WaitSeconds > 0 && opts.MaxWaitSeconds == 0:
+		allErrs = append(allErrs, field.Forbidden(wait, "this server does not queue lease requests: leave waitSeconds at 0 and retry on 409"))
+	case s.WaitSeconds > opts.MaxWaitSeconds:
+		allErrs = append(allErrs, field.Invalid(wait, s.WaitSeconds, fmt.Sprintf("must be at most %d", opts.MaxWaitSeconds)))
+	}
+	return allErrs
+}
+
+func validateTTL(ttl *int32, opts ValidationOptions, path *field.Path) field.ErrorList {
+	switch {
+	case ttl == nil:
+		return field.ErrorList{field.Required(path, "")}
+	case *ttl < 1:
+		return field.ErrorList{field.Invalid(path, *ttl, "must be at least 1")}
+	case opts.MaxTTLSeconds > 0 && *ttl > opts.MaxTTLSeconds:
+		return field.ErrorList{field.Invalid(path, *ttl, fmt.Sprintf("must be at most %d (the server's --max-lease-ttl)", opts.MaxTTLSeconds))}
+	}
+	return nil
+}
+
+func validateTarget(t string, path *field.Path) field.ErrorList {
+	if len(t) > MaxTargetLen {
+		return field.ErrorList{field.TooLong(path, t, MaxTargetLen)}
+	}
+	for _, r := range t {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return field.ErrorList{field.Invalid(path, t, "must not contain spaces or control characters")}
+		}
+	}
+	return nil
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,120 @@
+package v1alpha1
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+)
+
+func valid() *ProxyLease {
+	l := &ProxyLease{ObjectMeta: metav1.ObjectMeta{Name: "l", Namespace: "ns", ResourceVersion: "1"}}
+	SetDefaults_ProxyLease(l)
+	return l
+}
+
+func fieldsOf(errs field.ErrorList) []string {
+	var out []string
+	for _, e := range errs {
+		out = append(out, e.Field)
+	}
+	return out
+}
+
+func TestValidateProxyLease(t *testing.T) {
+	opts := ValidationOptions{MaxTTLSeconds: 3600, MaxWaitSeconds: 30}
+	tests := []struct {
+		name   string
+		mutate func(*ProxyLease)
+		want   []string
+	}{
+		{"defaults are valid", func(*ProxyLease) {}, nil},
+		{"ttl at the maximum", func(l *ProxyLease) { l.Spec.TTLSeconds = ptr.To[int32](3600) }, nil},
+		{"ttl over", func(l *ProxyLease) { l.Spec.TTLSeconds = ptr.To[int32](3601) }, []string{"spec.ttlSeconds"}},
+		{"ttl missing", func(l *ProxyLease) { l.Spec.TTLSeconds = nil }, []string{"spec.ttlSeconds"}},
+		{"wait at the maximum", func(l *ProxyLease) { l.Spec.WaitSeconds = 30 }, nil},
+		{"wait over", func(l *ProxyLease) { l.Spec.WaitSeconds = 31 }, []string{"spec.waitSeconds"}},
+		{"selector value too long", func(l *ProxyLease) { l.Spec.Selector = map[string]string{"k": strings.Repeat("v", 254)} }, []string{"spec.selector[k]"}},
+		{"too many selector entries", func(l *ProxyLease) {
+			l.Spec.Selector = map[string]string{}
+			for i := 0; i <= MaxSelectorEntries; i++ {
+				l.Spec.Selector[strings.Repeat("k", i+1)] = "v"
+			}
+		}, []string{"spec.selector"}},
+		{"control character in target", func(l *ProxyLease) { l.Spec.Target = "a\x00b" }, []string{"spec.target"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := valid()
+			tt.mutate(l)
+			errs := ValidateProxyLease(l, opts)
+			if diff := cmp.Diff(tt.want, fieldsOf(errs)); diff != "" {
+				t.Errorf("fields (-want +got):\n%s\n%v", diff, errs)
+			}
+		})
+	}
+	// Without a waiter the server offers no waiting at all.
+	l := valid()
+	l.Spec.WaitSeconds = 1
+	if errs := ValidateProxyLease(l, ValidationOptions{MaxTTLSeconds: 3600}); len(errs) != 1 {
+		t.Errorf("waitSeconds with waiting off: %v", errs)
+	}
+}
+
+func TestValidateProxyLeaseUpdateOnlyTTLAndMetadataChange(t *testing.T) {
+	opts := ValidationOptions{MaxTTLSeconds: 3600}
+	old := valid()
+	old.Spec.Target = "a.com"
+	renew := old.DeepCopy()
+	renew.Spec.TTLSeconds = ptr.To[int32](600)
+	renew.Labels = map[string]string{"x": "y"}
+	if errs := ValidateProxyLeaseUpdate(renew, old, opts); len(errs) != 0 {
+		t.Errorf("renewal rejected: %v", errs)
+	}
+	for name, mutate := range map[string]func(*ProxyLease){
+		"spec.target":      func(l *ProxyLease) { l.Spec.Target = "b.com" },
+		"spec.selector":    func(l *ProxyLease) { l.Spec.Selector = map[string]string{"a": "b"} },
+		"spec.priority":    func(l *ProxyLease) { l.Spec.Priority = 1 },
+		"spec.waitSeconds": func(l *ProxyLease) { l.Spec.WaitSeconds = 1 },
+		"metadata.name":    func(l *ProxyLease) { l.Name = "other" },
+	} {
+		l := old.DeepCopy()
+		mutate(l)
+		errs := ValidateProxyLeaseUpdate(l, old, opts)
+		if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), name) {
+			t.Errorf("changing %s: %v", name, errs)
+		}
+	}
+}
+
+func TestValidateProxyLeaseReport(t *testing.T) {
+	for r, ok := range map[ReportResult]bool{ResultOK: true, ResultRateLimited: true, ResultBanned: true, "": false, "OK": false} {
+		errs := ValidateProxyLeaseReport(&ProxyLeaseReport{Result: r})
+		if (len(errs) == 0) != ok {
+			t.Errorf("result %q: %v", r, errs)
+		}
+	}
+}
+
+func TestFieldSelectorsAreRegistered(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	gvk := SchemeGroupVersion.WithKind("ProxyLease")
+	for _, label := range []string{"metadata.name", "metadata.namespace", FieldTarget, FieldHolderIdentity, FieldProxyName, FieldLeaseID} {
+		if _, _, err := s.ConvertFieldLabel(gvk, label, "x"); err != nil {
+			t.Errorf("%s: %v", label, err)
+		}
+		if _, ok := SelectableFields(&ProxyLease{})[label]; !ok {
+			t.Errorf("SelectableFields lacks %s", label)
+		}
+	}
+	if _, _, err := s.ConvertFieldLabel(gvk, "spec.selector", "x"); err == nil || !strings.Contains(err.Error(), "spec.target") {
+		t.Errorf("unsupported field label: %v (want an error listing the supported ones)", err)
+	}
+}

@@ -1,0 +1,16 @@
+// Package apiserver is the operator's aggregated API server: a k8s.io/apiserver
+// GenericAPIServer, run as a controller-runtime Runnable that is not
+// leader-elected, serving the ProxyLease resource (leasing.crawl.example.com)
+// from the in-memory lease store that the HTTP discovery API also uses.
+//
+// It owns: its own pflag set (every flag prefixed "apiserver-", so nothing
+// clashes with controller-runtime's --kubeconfig or the operator's flags), its
+// own runtime.Scheme (separate from the manager's), delegated authentication
+// and authorization to kube-apiserver, the REST storage of proxyleases and
+// proxyleases/report, a watch cache fed by the store's events, and the
+// server-side table.
+//
+// It must not import pkg/discovery, pkg/controller or pkg/metrics, and it
+// installs no signal handler and no logging setup of its own: the process
+// (cmd/proxy-operator) owns both and hands them in through the Start context.
+package apiserver

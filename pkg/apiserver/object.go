@@ -1,0 +1,93 @@
+package apiserver
+
+import (
+	"crypto/sha1" //nolint:gosec // a name-based (version 5) UUID is defined with SHA-1; nothing secret is hashed.
+	"fmt"
+	"maps"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// uidFor derives the object's UID from the store's lease ID, so that a lease
+// has one stable UID whether it was made through this API or over HTTP.
+func uidFor(leaseID string) types.UID {
+	h := sha1.Sum([]byte("leasing.crawl.example.com/" + leaseID)) //nolint:gosec // see import.
+	h[6] = (h[6] & 0x0f) | 0x50                                   // version 5
+	h[8] = (h[8] & 0x3f) | 0x80                                   // RFC 4122 variant
+	return types.UID(fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16]))
+}
+
+// buildObject renders a lease as a ProxyLease. tmpl carries what the
+// Kubernetes API was given (labels, annotations, owner references, managed
+// fields, the selector and priority); it is nil for a lease made over HTTP.
+// The store is the source of truth for everything else. The resourceVersion is
+// rvBase plus the store revision (see leaseCache.rvBase).
+func buildObject(l *lease.Lease, tmpl *leasingv1alpha1.ProxyLease, rvBase uint64) *leasingv1alpha1.ProxyLease {
+	obj := &leasingv1alpha1.ProxyLease{}
+	if tmpl != nil {
+		tmpl.ObjectMeta.DeepCopyInto(&obj.ObjectMeta)
+		tmpl.Spec.DeepCopyInto(&obj.Spec)
+	}
+	obj.Name = l.Name
+	obj.Namespace = l.Namespace
+	obj.GenerateName = ""
+	if tmpl != nil {
+		obj.GenerateName = tmpl.GenerateName
+	}
+	obj.UID = uidFor(l.ID)
+	obj.ResourceVersion = strconv.FormatUint(rvBase+l.Revision, 10)
+	obj.CreationTimestamp = metav1.NewTime(l.AcquiredAt)
+	obj.Generation = 0
+	obj.DeletionTimestamp = nil
+	obj.DeletionGracePeriodSeconds = nil
+
+	obj.Spec.Target = l.Target
+	ttl := ttlSeconds(l.TTL)
+	obj.Spec.TTLSeconds = &ttl
+
+	acquired := metav1.NewTime(l.AcquiredAt)
+	expires := metav1.NewTime(l.ExpiresAt)
+	obj.Status = leasingv1alpha1.ProxyLeaseStatus{
+		LeaseID:        l.ID,
+		HolderIdentity: l.Holder,
+		AcquireTime:    &acquired,
+		ExpireTime:     &expires,
+		LastResult:     leasingv1alpha1.ReportResult(l.LastResult),
+		Proxy: &leasingv1alpha1.LeasedProxy{
+			Name:       l.Proxy.Name,
+			URL:        l.Proxy.URL,
+			Host:       l.Proxy.Host,
+			Port:       l.Proxy.Port,
+			Attributes: maps.Clone(l.Proxy.Attributes),
+		},
+	}
+	if l.Proxy.LatencyMillis > 0 {
+		ms := l.Proxy.LatencyMillis
+		obj.Status.Proxy.LatencyMillis = &ms
+	}
+	return obj
+}
+
+// ttlSeconds rounds a TTL up to whole seconds (the API's unit).
+func ttlSeconds(d time.Duration) int32 {
+	s := (d + time.Second - 1) / time.Second
+	if s > 1<<31-1 {
+		return 1<<31 - 1
+	}
+	return int32(s)
+}
+
+// templateOf keeps what buildObject takes from the API request.
+func templateOf(obj *leasingv1alpha1.ProxyLease) *leasingv1alpha1.ProxyLease {
+	t := &leasingv1alpha1.ProxyLease{}
+	obj.ObjectMeta.DeepCopyInto(&t.ObjectMeta)
+	obj.Spec.DeepCopyInto(&t.Spec)
+	t.ResourceVersion = ""
+	return t
+}

@@ -1,0 +1,157 @@
+package apiserver
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	netutils "k8s.io/utils/net"
+)
+
+// FlagPrefix starts every flag of this package, so that the generic API
+// server's flags (--secure-port, --authentication-kubeconfig, …) cannot clash
+// with controller-runtime's --kubeconfig or with the operator's own flags.
+const FlagPrefix = "apiserver-"
+
+// Defaults.
+const (
+	// DefaultSecurePort is the serving port. Not 443 (needs privileges), not
+	// 8443 (kubebuilder's secure metrics default), not 9443 (webhooks), not
+	// 8090 (the HTTP discovery API).
+	DefaultSecurePort = 7443
+	// DefaultServiceName and DefaultServiceNamespace name the Service of the
+	// APIService (artifacts/apiserver); kube-apiserver dials it with TLS server
+	// name <name>.<namespace>.svc, which the self-signed certificate covers.
+	DefaultServiceName      = "proxy-lease-api"
+	DefaultServiceNamespace = "proxy-operator-system"
+	// DefaultMaxWait caps spec.waitSeconds; it stays well under the 60 s that
+	// kube-apiserver and this server allow a request.
+	DefaultMaxWait = 30 * time.Second
+	// DefaultWatchHistory is how many lease events the watch cache keeps for
+	// watches that resume from a resourceVersion.
+	DefaultWatchHistory = 4096
+)
+
+// Options configure the aggregated API server. Build them with NewOptions,
+// register the flags with AddFlags (or take FlagSet), then Validate.
+type Options struct {
+	// SecureServing: --apiserver-secure-port, --apiserver-bind-address,
+	// --apiserver-tls-cert-file, --apiserver-tls-private-key-file,
+	// --apiserver-cert-dir, … Without a certificate a self-signed one for the
+	// Service's DNS names and localhost is generated in memory.
+	SecureServing *genericoptions.SecureServingOptionsWithLoopback
+	// Authentication is delegated to kube-apiserver (TokenReview and the
+	// requestheader settings of kube-system/extension-apiserver-authentication):
+	// --apiserver-authentication-kubeconfig, --apiserver-requestheader-*, …
+	Authentication *genericoptions.DelegatingAuthenticationOptions
+	// Authorization is delegated to kube-apiserver (SubjectAccessReview):
+	// --apiserver-authorization-kubeconfig, …
+	Authorization *genericoptions.DelegatingAuthorizationOptions
+
+	// ServiceName and ServiceNamespace name the Service of the APIService;
+	// they only shape the self-signed certificate.
+	ServiceName      string
+	ServiceNamespace string
+	// MaxWait caps spec.waitSeconds (when a Waiter is configured).
+	MaxWait time.Duration
+	// WatchHistory is the number of events kept for resuming watches.
+	WatchHistory int
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	o := &Options{
+		SecureServing:    genericoptions.NewSecureServingOptions().WithLoopback(),
+		Authentication:   genericoptions.NewDelegatingAuthenticationOptions(),
+		Authorization:    genericoptions.NewDelegatingAuthorizationOptions(),
+		ServiceName:      DefaultServiceName,
+		ServiceNamespace: DefaultServiceNamespace,
+		MaxWait:          DefaultMaxWait,
+		WatchHistory:     DefaultWatchHistory,
+	}
+	o.SecureServing.BindPort = DefaultSecurePort
+	// Empty: a generated certificate stays in memory instead of being written
+	// to ./apiserver.local.config in whatever directory the operator runs.
+	o.SecureServing.ServerCert.CertDirectory = ""
+	o.SecureServing.ServerCert.PairName = "proxy-lease-api"
+	return o
+}
+
+// Enabled reports whether the server should run (--apiserver-secure-port=0
+// turns it off).
+func (o *Options) Enabled() bool {
+	return o.SecureServing != nil && (o.SecureServing.BindPort > 0 || o.SecureServing.Listener != nil)
+}
+
+// FlagSet returns a new flag set named "apiserver" holding this package's
+// flags, each prefixed with FlagPrefix; add it to the program's flags with
+// fs.AddFlagSet.
+func (o *Options) FlagSet() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("apiserver", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	return fs
+}
+
+// AddFlags registers the flags on fs, each prefixed with FlagPrefix and
+// without shorthands.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	generic := pflag.NewFlagSet("generic", pflag.ContinueOnError)
+	o.SecureServing.AddFlags(generic)
+	o.Authentication.AddFlags(generic)
+	o.Authorization.AddFlags(generic)
+	generic.VisitAll(func(f *pflag.Flag) {
+		f.Name = FlagPrefix + f.Name
+		f.Shorthand = ""
+		f.Usage = "Aggregated ProxyLease API server: " + f.Usage
+		fs.AddFlag(f)
+	})
+	fs.StringVar(&o.ServiceName, FlagPrefix+"service-name", o.ServiceName,
+		"Aggregated ProxyLease API server: name of the Service the APIService points at (used for the self-signed serving certificate).")
+	fs.StringVar(&o.ServiceNamespace, FlagPrefix+"service-namespace", o.ServiceNamespace,
+		"Aggregated ProxyLease API server: namespace of that Service.")
+	fs.DurationVar(&o.MaxWait, FlagPrefix+"max-wait", o.MaxWait,
+		"Aggregated ProxyLease API server: the longest spec.waitSeconds a ProxyLease may ask for.")
+	fs.IntVar(&o.WatchHistory, FlagPrefix+"watch-history", o.WatchHistory,
+		"Aggregated ProxyLease API server: lease events kept so that watches can resume from a resourceVersion.")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	errs = append(errs, o.SecureServing.Validate()...)
+	errs = append(errs, o.Authentication.Validate()...)
+	errs = append(errs, o.Authorization.Validate()...)
+	if o.ServiceName == "" || o.ServiceNamespace == "" {
+		errs = append(errs, fmt.Errorf("--%sservice-name and --%sservice-namespace must not be empty", FlagPrefix, FlagPrefix))
+	}
+	if o.MaxWait < 0 || o.MaxWait > 55*time.Second {
+		errs = append(errs, fmt.Errorf("--%smax-wait %s must be between 0 and 55s (requests time out after 60s)", FlagPrefix, o.MaxWait))
+	}
+	if o.WatchHistory < 1 {
+		errs = append(errs, fmt.Errorf("--%swatch-history %d must be at least 1", FlagPrefix, o.WatchHistory))
+	}
+	return errors.Join(errs...)
+}
+
+// serviceDNSNames are the names kube-apiserver may use for this server.
+func (o *Options) serviceDNSNames() []string {
+	svc, ns := o.ServiceName, o.ServiceNamespace
+	return []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local", "localhost"}
+}
+
+func (o *Options) selfSignedCert() error {
+	dns := o.serviceDNSNames()
+	ips := []string{"127.0.0.1", "::1"}
+	parsed := make([]net.IP, 0, len(ips))
+	for _, ip := range ips {
+		parsed = append(parsed, netutils.ParseIPSloppy(ip))
+	}
+	if err := o.SecureServing.MaybeDefaultWithSelfSignedCerts(dns[2], dns, parsed); err != nil {
+		return fmt.Errorf("generating a self-signed serving certificate for %s: %w", strings.Join(dns, ", "), err)
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/util/dryrun"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+var reportKind = leasingv1alpha1.Kind("ProxyLeaseReport")
+
+// reportREST is proxyleases/{name}/report: creating a ProxyLeaseReport (like
+// a Pod eviction) records a result and is answered with a Status. A lease
+// that ended within the cooldown window still accepts reports.
+type reportREST struct {
+	store LeaseStore
+	cache *leaseCache
+}
+
+var (
+	_ rest.Storage      = (*reportREST)(nil)
+	_ rest.Scoper       = (*reportREST)(nil)
+	_ rest.NamedCreater = (*reportREST)(nil)
+)
+
+func (r *reportREST) New() runtime.Object   { return &leasingv1alpha1.ProxyLeaseReport{} }
+func (r *reportREST) Destroy()              {}
+func (r *reportREST) NamespaceScoped() bool { return true }
+
+// Create records the report on lease name.
+func (r *reportREST) Create(ctx context.Context, name string, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	rep, ok := obj.(*leasingv1alpha1.ProxyLeaseReport)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a ProxyLeaseReport: %T", obj))
+	}
+	namespace := genericapirequest.NamespaceValue(ctx)
+	if rep.Name != "" && rep.Name != name {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("metadata.name %q of the report does not match the lease %q", rep.Name, name))
+	}
+	if rep.Namespace != "" && rep.Namespace != namespace {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("metadata.namespace %q of the report does not match the request's %q", rep.Namespace, namespace))
+	}
+	if errs := leasingv1alpha1.ValidateProxyLeaseReport(rep); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(reportKind, name, errs)
+	}
+	if createValidation != nil {
+		if err := createValidation(ctx, rep); err != nil {
+			return nil, err
+		}
+	}
+	r.store.Sweep()
+	id, ok := r.cache.reportableID(leaseKey{namespace, name})
+	if !ok {
+		return nil, apierrors.NewNotFound(proxyLeaseResource, name)
+	}
+	if options != nil && dryrun.IsDryRun(options.DryRun) {
+		return reportStatus(name, rep, true), nil
+	}
+	if err := r.store.Report(id, string(rep.Result), rep.Target); err != nil {
+		switch {
+		case lease.IsUnknownLease(err):
+			return nil, apierrors.NewNotFound(proxyLeaseResource, name)
+		case lease.IsInvalidResult(err):
+			return nil, apierrors.NewInvalid(reportKind, name, leasingv1alpha1.ValidateProxyLeaseReport(rep))
+		default:
+			return nil, apierrors.NewInternalError(fmt.Errorf("reporting on lease %s/%s: %w", namespace, name, err))
+		}
+	}
+	return reportStatus(name, rep, false), nil
+}
+
+func reportStatus(name string, rep *leasingv1alpha1.ProxyLeaseReport, dryRun bool) *metav1.Status {
+	msg := fmt.Sprintf("reported %s on lease %s", rep.Result, name)
+	if rep.Target != "" {
+		msg += fmt.Sprintf(" for target %q", rep.Target)
+	}
+	if dryRun {
+		msg += " (dry run: not recorded)"
+	}
+	return &metav1.Status{
+		Status:  metav1.StatusSuccess,
+		Message: msg,
+		Details: &metav1.StatusDetails{Group: proxyLeaseResource.Group, Kind: proxyLeaseResource.Resource, Name: name},
+	}
+}

@@ -1,0 +1,505 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/watch"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/apiserver/pkg/util/dryrun"
+	"k8s.io/utils/clock"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+var (
+	proxyLeaseResource = leasingv1alpha1.Resource(leasingv1alpha1.ResourceProxyLeases)
+	proxyLeaseKind     = leasingv1alpha1.Kind("ProxyLease")
+)
+
+// generatedNameAttempts bounds retries when a generated name collides with a
+// live lease (a 5-character suffix: rare, but possible with many leases).
+const generatedNameAttempts = 5
+
+// leaseREST is the storage of proxyleases: create acquires, delete releases,
+// update renews, get/list/watch read the cache.
+type leaseREST struct {
+	store  LeaseStore
+	waiter Waiter
+	cache  *leaseCache
+	clock  clock.PassiveClock
+	names  names.NameGenerator
+	// maxWaitSeconds is 0 without a Waiter.
+	maxWaitSeconds int32
+	// updateMu serialises renewals, whose template swap and store call must
+	// not interleave.
+	updateMu sync.Mutex
+	table    tableConvertor
+}
+
+var (
+	_ rest.Storage                    = (*leaseREST)(nil)
+	_ rest.Scoper                     = (*leaseREST)(nil)
+	_ rest.KindProvider               = (*leaseREST)(nil)
+	_ rest.ShortNamesProvider         = (*leaseREST)(nil)
+	_ rest.CategoriesProvider         = (*leaseREST)(nil)
+	_ rest.SingularNameProvider       = (*leaseREST)(nil)
+	_ rest.Creater                    = (*leaseREST)(nil)
+	_ rest.Getter                     = (*leaseREST)(nil)
+	_ rest.Lister                     = (*leaseREST)(nil)
+	_ rest.Watcher                    = (*leaseREST)(nil)
+	_ rest.Updater                    = (*leaseREST)(nil)
+	_ rest.GracefulDeleter            = (*leaseREST)(nil)
+	_ rest.CollectionDeleter          = (*leaseREST)(nil)
+	_ rest.TableConvertor             = (*leaseREST)(nil)
+	_ rest.MayReturnFullObjectDeleter = (*leaseREST)(nil)
+)
+
+func (r *leaseREST) New() runtime.Object     { return &leasingv1alpha1.ProxyLease{} }
+func (r *leaseREST) NewList() runtime.Object { return &leasingv1alpha1.ProxyLeaseList{} }
+func (r *leaseREST) Destroy()                {}
+func (r *leaseREST) NamespaceScoped() bool   { return true }
+func (r *leaseREST) Kind() string            { return "ProxyLease" }
+func (r *leaseREST) ShortNames() []string    { return []string{"pxl"} }
+func (r *leaseREST) Categories() []string    { return []string{"crawl"} }
+func (r *leaseREST) GetSingularName() string { return "proxylease" }
+
+// DeleteReturnsDeletedObject: delete answers with the released lease.
+func (r *leaseREST) DeleteReturnsDeletedObject() bool { return true }
+
+func (r *leaseREST) validationOptions() leasingv1alpha1.ValidationOptions {
+	return leasingv1alpha1.ValidationOptions{
+		MaxTTLSeconds:  int32(min(r.store.Options().MaxTTL/time.Second, 1<<31-1)),
+		MaxWaitSeconds: r.maxWaitSeconds,
+	}
+}
+
+func (r *leaseREST) ConvertToTable(ctx context.Context, obj, opts runtime.Object) (*metav1.Table, error) {
+	return r.table.ConvertToTable(ctx, obj, opts)
+}
+
+// Create acquires a proxy. The request's namespace limits the candidates to
+// that namespace's Proxies; the authenticated user is the holder and the
+// fairness flow.
+func (r *leaseREST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	pl, ok := obj.(*leasingv1alpha1.ProxyLease)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a ProxyLease: %T", obj))
+	}
+	namespace, ok := genericapirequest.NamespaceFrom(ctx)
+	if !ok || namespace == "" {
+		return nil, apierrors.NewBadRequest("a ProxyLease is namespaced: create it in a namespace")
+	}
+	if err := rest.EnsureObjectNamespaceMatchesRequestNamespace(namespace, pl); err != nil {
+		return nil, err
+	}
+	holder := ""
+	if u, ok := genericapirequest.UserFrom(ctx); ok {
+		holder = u.GetName()
+	}
+
+	rest.FillObjectMetaSystemFields(pl)
+	pl.ResourceVersion = ""
+	pl.Generation = 0
+	pl.DeletionTimestamp = nil
+	pl.DeletionGracePeriodSeconds = nil
+	pl.Status = leasingv1alpha1.ProxyLeaseStatus{} // status is the server's
+	leasingv1alpha1.SetDefaults_ProxyLease(pl)
+	generated := pl.Name == "" && pl.GenerateName != ""
+	if pl.Name == "" && pl.GenerateName == "" {
+		// No name asked for: generate one as kube does for generateName.
+		pl.GenerateName = "lease-"
+		generated = true
+	}
+	if generated {
+		pl.Name = r.names.GenerateName(pl.GenerateName)
+	}
+	if errs := r.validateCreate(pl); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(proxyLeaseKind, pl.Name, errs)
+	}
+	if createValidation != nil {
+		if err := createValidation(ctx, pl); err != nil {
+			return nil, err
+		}
+	}
+	if options != nil && dryrun.IsDryRun(options.DryRun) {
+		// Validated and defaulted, nothing acquired.
+		return pl, nil
+	}
+
+	for attempt := 1; ; attempt++ {
+		l, err := r.acquire(ctx, namespace, holder, pl)
+		if err == nil {
+			return r.objectFor(l, pl), nil
+		}
+		var exists *lease.AlreadyExistsError
+		if generated && errors.As(err, &exists) && attempt < generatedNameAttempts {
+			pl.Name = r.names.GenerateName(pl.GenerateName)
+			continue
+		}
+		return nil, r.acquireError(pl, err)
+	}
+}
+
+func (r *leaseREST) validateCreate(pl *leasingv1alpha1.ProxyLease) field.ErrorList {
+	errs := leasingv1alpha1.ValidateProxyLease(pl, r.validationOptions())
+	if len(pl.Finalizers) > 0 {
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "finalizers"),
+			"ProxyLeases are released at once on delete; finalizers are not supported"))
+	}
+	return errs
+}
+
+func (r *leaseREST) acquire(ctx context.Context, namespace, holder string, pl *leasingv1alpha1.ProxyLease) (*lease.Lease, error) {
+	key := leaseKey{namespace, pl.Name}
+	tmpl := templateOf(pl)
+	if !r.cache.reserve(key, tmpl) {
+		return nil, &lease.AlreadyExistsError{Namespace: namespace, Name: pl.Name}
+	}
+	req := lease.AcquireRequest{
+		Namespace: namespace,
+		Name:      pl.Name,
+		Selector:  pl.Spec.Selector,
+		Target:    pl.Spec.Target,
+		TTL:       time.Duration(*pl.Spec.TTLSeconds) * time.Second,
+		Holder:    holder,
+		Flow:      holder,
+	}
+	var l *lease.Lease
+	var err error
+	if pl.Spec.WaitSeconds > 0 && r.waiter != nil {
+		deadline := r.clock.Now().Add(time.Duration(pl.Spec.WaitSeconds) * time.Second)
+		l, err = r.waiter.Wait(ctx, req, int(pl.Spec.Priority), deadline)
+	} else {
+		l, err = r.store.Acquire(req)
+	}
+	if err != nil {
+		r.cache.unreserve(key, tmpl)
+		return nil, err
+	}
+	if l.Namespace != namespace || l.Proxy.Namespace != namespace {
+		// Tenancy is the namespace: never hand out another namespace's proxy.
+		r.store.Release(l.ID)
+		return nil, fmt.Errorf("lease store granted proxy %s/%s for namespace %q; released it", l.Proxy.Namespace, l.Proxy.Name, namespace)
+	}
+	return l, nil
+}
+
+// objectFor returns the published object of a just-granted lease (the store
+// delivered its Added event before Acquire returned), or renders it when the
+// lease already ended.
+func (r *leaseREST) objectFor(l *lease.Lease, pl *leasingv1alpha1.ProxyLease) *leasingv1alpha1.ProxyLease {
+	if obj, ok := r.cache.objectByID(l.ID); ok {
+		return obj
+	}
+	return buildObject(l, templateOf(pl), r.cache.rvBase)
+}
+
+func (r *leaseREST) acquireError(pl *leasingv1alpha1.ProxyLease, err error) error {
+	var noMatch *lease.NoMatchError
+	var ttl *lease.TTLError
+	var exists *lease.AlreadyExistsError
+	var retry interface{ RetryAfter() time.Duration }
+	var status apierrors.APIStatus
+	switch {
+	case errors.As(err, &noMatch):
+		return noMatchStatus(pl, noMatch, "")
+	case lease.IsNoMatch(err): // a wait that ran out, without counts
+		return noMatchStatus(pl, &lease.NoMatchError{}, fmt.Sprintf("no proxy became free within waitSeconds (%d)", pl.Spec.WaitSeconds))
+	case errors.As(err, &exists):
+		return apierrors.NewAlreadyExists(proxyLeaseResource, pl.Name)
+	case errors.As(err, &ttl):
+		return apierrors.NewInvalid(proxyLeaseKind, pl.Name, field.ErrorList{
+			field.Invalid(field.NewPath("spec", "ttlSeconds"), *pl.Spec.TTLSeconds, ttl.Error()),
+		})
+	case errors.Is(err, lease.ErrNegativeTTL):
+		return apierrors.NewInvalid(proxyLeaseKind, pl.Name, field.ErrorList{
+			field.Invalid(field.NewPath("spec", "ttlSeconds"), *pl.Spec.TTLSeconds, err.Error()),
+		})
+	case errors.As(err, &retry):
+		secs := int((retry.RetryAfter() + time.Second - 1) / time.Second)
+		return apierrors.NewTooManyRequests(fmt.Sprintf("the wait queue for ProxyLease %s/%s is full: %v", pl.Namespace, pl.Name, err), max(secs, 1))
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return apierrors.NewTimeoutError(fmt.Sprintf("gave up waiting for a proxy for ProxyLease %s/%s: %v", pl.Namespace, pl.Name, err), 0)
+	case errors.As(err, &status):
+		return err
+	case r.waiter != nil && pl.Spec.WaitSeconds > 0:
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("waiting for a proxy for ProxyLease %s/%s: %v", pl.Namespace, pl.Name, err))
+	}
+	return apierrors.NewInternalError(fmt.Errorf("acquiring a proxy for %s/%s: %w", pl.Namespace, pl.Name, err))
+}
+
+// Status cause types of the no-match Status: one per count, the message is
+// the number.
+const (
+	CauseProxiesConsidered = metav1.CauseType("ProxiesConsidered")
+	CauseProxiesAtCapacity = metav1.CauseType("ProxiesAtCapacity")
+	CauseProxiesInCooldown = metav1.CauseType("ProxiesInCooldown")
+	CauseProxiesUnhealthy  = metav1.CauseType("ProxiesUnhealthy")
+)
+
+// noMatchStatus is the answer when no proxy can be leased: 409 Conflict, as
+// the HTTP API's no_match. Not 503 (the server is fine, and client-go would
+// retry a 503 with Retry-After on its own) and not 429 (that is the answer to
+// a full wait queue). The message names the counts; Details.Causes carries
+// them for programs.
+func noMatchStatus(pl *leasingv1alpha1.ProxyLease, nm *lease.NoMatchError, why string) error {
+	switch {
+	case why != "":
+	case nm.Considered == 0:
+		why = "no Proxy in the namespace matches the selector"
+	case nm.AtCapacity == nm.Considered:
+		why = "every matching Proxy is at capacity (leased)"
+	case nm.Unhealthy == nm.Considered:
+		why = "every matching Proxy is unhealthy"
+	case nm.InCooldown == nm.Considered:
+		why = "every matching Proxy is cooling down for this target"
+	default:
+		why = "no matching Proxy is free"
+	}
+	msg := fmt.Sprintf("no proxy available for ProxyLease %s/%s (selector %s, target %q): %s: considered %d, at capacity %d, in cooldown %d, unhealthy %d",
+		pl.Namespace, pl.Name, selectorString(pl.Spec.Selector), pl.Spec.Target, why,
+		nm.Considered, nm.AtCapacity, nm.InCooldown, nm.Unhealthy)
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    409,
+		Reason:  metav1.StatusReasonConflict,
+		Message: msg,
+		Details: &metav1.StatusDetails{
+			Group: proxyLeaseResource.Group,
+			Kind:  proxyLeaseResource.Resource,
+			Name:  pl.Name,
+			Causes: []metav1.StatusCause{
+				{Type: CauseProxiesConsidered, Message: fmt.Sprint(nm.Considered)},
+				{Type: CauseProxiesAtCapacity, Message: fmt.Sprint(nm.AtCapacity)},
+				{Type: CauseProxiesInCooldown, Message: fmt.Sprint(nm.InCooldown)},
+				{Type: CauseProxiesUnhealthy, Message: fmt.Sprint(nm.Unhealthy)},
+			},
+		},
+	}}
+}
+
+func selectorString(sel map[string]string) string {
+	if len(sel) == 0 {
+		return "{}"
+	}
+	parts := make([]string, 0, len(sel))
+	for k, v := range sel {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// Get returns a live lease.
+func (r *leaseREST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	r.store.Sweep() // expiries due now become DELETED events first
+	_, obj, _, ok := r.cache.get(leaseKey{genericapirequest.NamespaceValue(ctx), name})
+	if !ok {
+		return nil, apierrors.NewNotFound(proxyLeaseResource, name)
+	}
+	return obj, nil
+}
+
+// List returns the live leases of the request's namespace (all namespaces
+// for a cluster-wide list) matching the label and field selectors. It serves
+// the newest state: limit is ignored (the whole list is one page) and an
+// Exact resourceVersionMatch other than the newest is 410 Gone.
+func (r *leaseREST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	r.store.Sweep()
+	items, rev := r.cache.list(genericapirequest.NamespaceValue(ctx), predicateFor(options))
+	if options != nil && options.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
+		want, err := parseResourceVersion(options.ResourceVersion)
+		if err != nil {
+			return nil, err
+		}
+		if want != rev {
+			return nil, apierrors.NewResourceExpired(fmt.Sprintf("resourceVersion %d is not kept; the newest is %d", want, rev))
+		}
+	}
+	list := &leasingv1alpha1.ProxyLeaseList{Items: items}
+	list.ResourceVersion = fmt.Sprint(rev)
+	if list.Items == nil {
+		list.Items = []leasingv1alpha1.ProxyLease{}
+	}
+	return list, nil
+}
+
+// Watch streams lease events; see leaseCache.watch.
+func (r *leaseREST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	r.store.Sweep()
+	return r.cache.watch(ctx, genericapirequest.NamespaceValue(ctx), options)
+}
+
+// Update renews the lease for spec.ttlSeconds from now; labels and
+// annotations may change too, the rest of spec may not. Every update renews,
+// so `kubectl patch … -p '{"spec":{"ttlSeconds":300}}'` renews even when the
+// TTL is unchanged.
+func (r *leaseREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	r.store.Sweep()
+	namespace := genericapirequest.NamespaceValue(ctx)
+	r.updateMu.Lock()
+	id, old, oldTmpl, ok := r.cache.get(leaseKey{namespace, name})
+	if !ok {
+		r.updateMu.Unlock()
+		if !forceAllowCreate {
+			// A plain PUT of a missing lease: acquiring is a POST.
+			return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
+		}
+		// Server-side apply of a new lease (forceAllowCreate): acquire, which
+		// may wait, outside the renewal lock.
+		return r.createFromUpdate(ctx, name, objInfo, createValidation, options)
+	}
+	defer r.updateMu.Unlock()
+	newObj, err := objInfo.UpdatedObject(ctx, old.DeepCopy())
+	if err != nil {
+		return nil, false, err
+	}
+	pl, ok := newObj.(*leasingv1alpha1.ProxyLease)
+	if !ok {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("not a ProxyLease: %T", newObj))
+	}
+	if pl.ResourceVersion != "" && pl.ResourceVersion != old.ResourceVersion {
+		return nil, false, apierrors.NewConflict(proxyLeaseResource, name,
+			fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again"))
+	}
+	// An update without a resourceVersion is unconditional (as for most
+	// kube types): renewing needs no read-modify-write.
+	if pl.ResourceVersion == "" {
+		pl.ResourceVersion = old.ResourceVersion
+	}
+	// System fields and status stay the server's.
+	if pl.UID == "" {
+		pl.UID = old.UID
+	}
+	pl.CreationTimestamp = old.CreationTimestamp
+	pl.Generation = old.Generation
+	pl.DeletionTimestamp = nil
+	pl.DeletionGracePeriodSeconds = nil
+	pl.Status = old.Status
+	leasingv1alpha1.SetDefaults_ProxyLease(pl)
+	errs := leasingv1alpha1.ValidateProxyLeaseUpdate(pl, old, r.validationOptions())
+	if len(pl.Finalizers) > 0 {
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "finalizers"), "finalizers are not supported"))
+	}
+	if len(errs) > 0 {
+		return nil, false, apierrors.NewInvalid(proxyLeaseKind, name, errs)
+	}
+	if updateValidation != nil {
+		if err := updateValidation(ctx, pl, old); err != nil {
+			return nil, false, err
+		}
+	}
+	if options != nil && dryrun.IsDryRun(options.DryRun) {
+		return pl, false, nil
+	}
+	if _, ok := r.cache.setTemplate(id, templateOf(pl)); !ok {
+		return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
+	}
+	l, err := r.store.Renew(id, time.Duration(*pl.Spec.TTLSeconds)*time.Second)
+	if err != nil {
+		r.cache.setTemplate(id, oldTmpl)
+		var ttl *lease.TTLError
+		switch {
+		case lease.IsLeaseEnded(err), lease.IsUnknownLease(err):
+			return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
+		case errors.As(err, &ttl):
+			return nil, false, apierrors.NewInvalid(proxyLeaseKind, name, field.ErrorList{
+				field.Invalid(field.NewPath("spec", "ttlSeconds"), *pl.Spec.TTLSeconds, ttl.Error()),
+			})
+		default:
+			return nil, false, apierrors.NewInternalError(fmt.Errorf("renewing lease %s/%s: %w", namespace, name, err))
+		}
+	}
+	return r.objectFor(l, pl), false, nil
+}
+
+func (r *leaseREST) createFromUpdate(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo,
+	createValidation rest.ValidateObjectFunc, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	newObj, err := objInfo.UpdatedObject(ctx, &leasingv1alpha1.ProxyLease{})
+	if err != nil {
+		return nil, false, err
+	}
+	pl, ok := newObj.(*leasingv1alpha1.ProxyLease)
+	if !ok {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("not a ProxyLease: %T", newObj))
+	}
+	if pl.Name != name {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("metadata.name %q does not match the request's %q", pl.Name, name))
+	}
+	createOpts := &metav1.CreateOptions{}
+	if options != nil {
+		createOpts.DryRun = options.DryRun
+		createOpts.FieldManager = options.FieldManager
+	}
+	obj, err := r.Create(ctx, pl, createValidation, createOpts)
+	if err != nil {
+		return nil, false, err
+	}
+	return obj, true, nil
+}
+
+// Delete releases the lease.
+func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	r.store.Sweep()
+	id, obj, _, ok := r.cache.get(leaseKey{genericapirequest.NamespaceValue(ctx), name})
+	if !ok {
+		return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
+	}
+	if options != nil && options.Preconditions != nil {
+		if p := options.Preconditions.UID; p != nil && *p != obj.UID {
+			return nil, false, apierrors.NewConflict(proxyLeaseResource, name,
+				fmt.Errorf("precondition failed: UID in precondition: %v, UID in object meta: %v", *p, obj.UID))
+		}
+		if p := options.Preconditions.ResourceVersion; p != nil && *p != obj.ResourceVersion {
+			return nil, false, apierrors.NewConflict(proxyLeaseResource, name,
+				fmt.Errorf("precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p, obj.ResourceVersion))
+		}
+	}
+	if deleteValidation != nil {
+		if err := deleteValidation(ctx, obj); err != nil {
+			return nil, false, err
+		}
+	}
+	if options != nil && dryrun.IsDryRun(options.DryRun) {
+		return obj, true, nil
+	}
+	if !r.store.Release(id) {
+		return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
+	}
+	return obj, true, nil
+}
+
+// DeleteCollection releases every lease the list options select.
+func (r *leaseREST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions,
+	listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	r.store.Sweep()
+	items, rev := r.cache.list(genericapirequest.NamespaceValue(ctx), predicateFor(listOptions))
+	out := &leasingv1alpha1.ProxyLeaseList{Items: []leasingv1alpha1.ProxyLease{}}
+	out.ResourceVersion = fmt.Sprint(rev)
+	for i := range items {
+		obj, _, err := r.Delete(genericapirequest.WithNamespace(ctx, items[i].Namespace), items[i].Name, deleteValidation, options)
+		if apierrors.IsNotFound(err) {
+			continue // ended meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out.Items = append(out.Items, *obj.(*leasingv1alpha1.ProxyLease))
+	}
+	return out, nil
+}

@@ -1,0 +1,215 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/apiserver/pkg/storage/names"
+	utilcompatibility "k8s.io/apiserver/pkg/util/compatibility"
+	restclient "k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+	generatedopenapi "github.com/proxy-operator/proxy-operator/pkg/generated/openapi"
+)
+
+// Deps are what the server is built around.
+type Deps struct {
+	// Store is the lease store the HTTP discovery API also serves. Required.
+	Store LeaseStore
+	// Waiter serves spec.waitSeconds > 0 (pkg/flowcontrol). Optional: without
+	// it such requests are rejected with 422.
+	Waiter Waiter
+	// RESTConfig reaches kube-apiserver for delegated authentication and
+	// authorization (TokenReview, SubjectAccessReview, the
+	// extension-apiserver-authentication ConfigMap) when neither
+	// --apiserver-authentication-kubeconfig nor
+	// --apiserver-authorization-kubeconfig is set; pass the manager's config.
+	// Nil: the in-cluster config.
+	RESTConfig *restclient.Config
+	// Clock drives expiry and the table's EXPIRES/AGE; nil means the real
+	// clock. Use the lease store's clock.
+	Clock clock.WithTicker
+}
+
+// Server is the aggregated API server as a controller-runtime Runnable. Build
+// it with New and add it with mgr.Add; it is not leader-elected (every replica
+// serves its own leases).
+type Server struct {
+	generic     *genericapiserver.GenericAPIServer
+	store       LeaseStore
+	cache       *leaseCache
+	closeCache  func()
+	clock       clock.WithTicker
+	caBundle    []byte
+	startedOnce sync.Once
+}
+
+// New builds the server: serving certificate, delegated authn/authz (this
+// reads kube-system/extension-apiserver-authentication, so kube-apiserver must
+// be reachable), OpenAPI, and the proxyleases storage over deps.Store. It does
+// not listen until Start.
+func New(opts *Options, deps Deps) (_ *Server, retErr error) {
+	if deps.Store == nil {
+		return nil, errors.New("apiserver: Deps.Store is required")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("apiserver options: %w", err)
+	}
+	if !opts.Enabled() {
+		return nil, fmt.Errorf("apiserver is disabled (--%ssecure-port=0); do not build it", FlagPrefix)
+	}
+	clk := deps.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	namerScheme, err := newOpenAPINamerScheme()
+	if err != nil {
+		return nil, err
+	}
+	codecs := newCodecs(scheme)
+
+	if err := opts.selfSignedCert(); err != nil {
+		return nil, err
+	}
+	config := genericapiserver.NewConfig(codecs)
+	config.EffectiveVersion = utilcompatibility.DefaultBuildEffectiveVersion()
+	config.EnableProfiling = false
+	config.EnableIndex = false
+	if err := opts.SecureServing.ApplyTo(&config.SecureServing, &config.LoopbackClientConfig); err != nil {
+		return nil, fmt.Errorf("secure serving: %w", err)
+	}
+	defer func() {
+		// ApplyTo has bound the port; a server that is not returned must not
+		// keep it.
+		if retErr != nil && config.SecureServing != nil && config.SecureServing.Listener != nil {
+			_ = config.SecureServing.Listener.Close()
+		}
+	}()
+	if err := applyDelegation(opts, deps.RESTConfig, config); err != nil {
+		return nil, err
+	}
+	config.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, openapi.NewDefinitionNamer(namerScheme))
+	config.OpenAPIConfig.Info.Title = "ProxyLease"
+	config.OpenAPIConfig.Info.Version = leasingv1alpha1.SchemeGroupVersion.Version
+	config.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, openapi.NewDefinitionNamer(namerScheme))
+	config.OpenAPIV3Config.Info.Title = "ProxyLease"
+	config.OpenAPIV3Config.Info.Version = leasingv1alpha1.SchemeGroupVersion.Version
+
+	generic, err := config.Complete(nil).New("proxy-lease-apiserver", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, fmt.Errorf("building the generic API server: %w", err)
+	}
+
+	cache, closeCache := newLeaseCache(deps.Store, clk, opts.WatchHistory)
+	var maxWait int32
+	if deps.Waiter != nil {
+		maxWait = int32(opts.MaxWait.Seconds())
+	}
+	leases := &leaseREST{
+		store:          deps.Store,
+		waiter:         deps.Waiter,
+		cache:          cache,
+		clock:          clk,
+		names:          names.SimpleNameGenerator,
+		maxWaitSeconds: maxWait,
+		table:          tableConvertor{clock: clk},
+	}
+	group := genericapiserver.NewDefaultAPIGroupInfo(leasingv1alpha1.GroupName, scheme, metav1.ParameterCodec, codecs)
+	group.VersionedResourcesStorageMap[leasingv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
+		leasingv1alpha1.ResourceProxyLeases:                                           leases,
+		leasingv1alpha1.ResourceProxyLeases + "/" + leasingv1alpha1.SubresourceReport: &reportREST{store: deps.Store, cache: cache},
+	}
+	if err := generic.InstallAPIGroup(&group); err != nil {
+		closeCache()
+		return nil, fmt.Errorf("installing %s: %w", leasingv1alpha1.GroupName, err)
+	}
+
+	s := &Server{generic: generic, store: deps.Store, cache: cache, closeCache: closeCache, clock: clk}
+	if gen := opts.SecureServing.ServerCert.GeneratedCert; gen != nil {
+		s.caBundle = caOfChain(gen)
+	}
+	return s, nil
+}
+
+// applyDelegation configures delegated authentication and authorization,
+// through a kubeconfig written from restConfig unless a flag names one.
+func applyDelegation(opts *Options, restConfig *restclient.Config, config *genericapiserver.Config) error {
+	authn, authz := *opts.Authentication, *opts.Authorization
+	if restConfig != nil && authn.RemoteKubeConfigFile == "" && authz.RemoteKubeConfigFile == "" {
+		path, cleanup, err := writeKubeconfig(restConfig)
+		if err != nil {
+			return err
+		}
+		// Read once, below: the clients are built from it and keep no reference.
+		defer cleanup()
+		authn.RemoteKubeConfigFile = path
+		authz.RemoteKubeConfigFile = path
+	}
+	if err := authn.ApplyTo(&config.Authentication, config.SecureServing, config.OpenAPIConfig); err != nil {
+		return fmt.Errorf("delegated authentication: %w", err)
+	}
+	if err := authz.ApplyTo(&config.Authorization); err != nil {
+		return fmt.Errorf("delegated authorization: %w", err)
+	}
+	return nil
+}
+
+// caOfChain returns the issuer of a generated self-signed serving
+// certificate (the last certificate of its chain), for an APIService's
+// caBundle.
+func caOfChain(gen dynamiccertificates.CertKeyContentProvider) []byte {
+	certPEM, _ := gen.CurrentCertKeyContent()
+	blocks := splitPEM(certPEM)
+	if len(blocks) == 0 {
+		return nil
+	}
+	return blocks[len(blocks)-1]
+}
+
+// CABundle is the PEM CA that signed the self-signed serving certificate
+// (nil when a certificate was given with --apiserver-tls-cert-file): put it in
+// the APIService's spec.caBundle.
+func (s *Server) CABundle() []byte { return s.caBundle }
+
+// Start serves until ctx ends, then shuts down. It logs through the logger in
+// ctx and uses ctx as its only stop signal (no signal handler of its own).
+func (s *Server) Start(ctx context.Context) error {
+	started := false
+	s.startedOnce.Do(func() { started = true })
+	if !started {
+		return errors.New("apiserver: Start called twice")
+	}
+	logger := log.FromContext(ctx).WithName("apiserver")
+	defer s.closeCache()
+	expiryCtx, stopExpiry := context.WithCancel(ctx)
+	defer stopExpiry()
+	go s.cache.runExpiry(expiryCtx, s.store, s.clock)
+	go func() {
+		// Close the watches at once so the HTTP server's shutdown does not wait
+		// for them.
+		<-ctx.Done()
+		s.closeCache()
+	}()
+	logger.Info("serving the ProxyLease API", "group", leasingv1alpha1.GroupName)
+	if err := s.generic.PrepareRun().RunWithContext(ctx); err != nil {
+		return fmt.Errorf("aggregated API server: %w", err)
+	}
+	return nil
+}
+
+// NeedLeaderElection is false: lease state is per process, so every replica
+// serves.
+func (s *Server) NeedLeaderElection() bool { return false }

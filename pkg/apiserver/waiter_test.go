@@ -1,0 +1,146 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/utils/ptr"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+type waitCall struct {
+	Req      lease.AcquireRequest
+	Priority int
+	Deadline time.Time
+}
+
+// fakeWaiter grants from the store at once, records calls and can fail the
+// next call.
+type fakeWaiter struct {
+	store   *lease.Store
+	calls   []waitCall
+	nextErr error
+}
+
+var _ Waiter = (*fakeWaiter)(nil)
+
+func (w *fakeWaiter) Wait(_ context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
+	w.calls = append(w.calls, waitCall{Req: req, Priority: priority, Deadline: deadline})
+	if err := w.nextErr; err != nil {
+		w.nextErr = nil
+		return nil, err
+	}
+	return w.store.Acquire(req)
+}
+
+type retryAfterError struct{ d time.Duration }
+
+func (e retryAfterError) Error() string             { return "queue full" }
+func (e retryAfterError) RetryAfter() time.Duration { return e.d }
+
+func TestWaitingCreateGoesThroughTheWaiter(t *testing.T) {
+	f := newFixture(t, lease.Options{MaxLeasesPerProxy: 10}, proxy("ns", "px", nil))
+	w := &fakeWaiter{store: f.store}
+	f.rest.waiter, f.rest.maxWaitSeconds = w, 30
+	ctx := ctxFor("ns", "carol")
+	waiting := func(name string) *leasingv1alpha1.ProxyLease {
+		return newLease(name, func(pl *leasingv1alpha1.ProxyLease) {
+			pl.Spec.WaitSeconds = 5
+			pl.Spec.Priority = 3
+			pl.Spec.Target = "example.com"
+		})
+	}
+	got := f.mustCreate(ctx, waiting("w1"))
+	if got.Status.Proxy == nil || got.Status.Proxy.Name != "px" {
+		t.Fatalf("status %+v", got.Status)
+	}
+	want := []waitCall{{
+		Req:      lease.AcquireRequest{Namespace: "ns", Name: "w1", Target: "example.com", TTL: 5 * time.Minute, Holder: "carol", Flow: "carol"},
+		Priority: 3, Deadline: epoch.Add(5 * time.Second),
+	}}
+	if diff := cmp.Diff(want, w.calls); diff != "" {
+		t.Errorf("waiter calls (-want +got):\n%s", diff)
+	}
+	// Negative control: without waitSeconds the store is asked directly.
+	f.mustCreate(ctx, newLease("direct"))
+	if len(w.calls) != 1 {
+		t.Errorf("a create without waitSeconds went to the waiter")
+	}
+	// Over the server's maximum wait: 422.
+	_, err := f.create(ctx, newLease("long", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.WaitSeconds = 31 }))
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.waitSeconds") {
+		t.Errorf("waitSeconds over the maximum: %v", err)
+	}
+
+	tests := []struct {
+		err   error
+		check func(error) bool
+		text  string
+	}{
+		{retryAfterError{2500 * time.Millisecond}, apierrors.IsTooManyRequests, "wait queue"},
+		{lease.ErrNoMatch, apierrors.IsConflict, "within waitSeconds (5)"},
+		{&lease.NoMatchError{Considered: 2, AtCapacity: 2}, apierrors.IsConflict, "at capacity 2"},
+		{fmt.Errorf("waiting: %w", context.Canceled), apierrors.IsTimeout, "gave up"},
+		{errors.New("shutting down"), apierrors.IsServiceUnavailable, "shutting down"},
+	}
+	for i, tt := range tests {
+		w.nextErr = tt.err
+		_, err := f.create(ctx, waiting(fmt.Sprintf("e%d", i)))
+		if !tt.check(err) || !strings.Contains(err.Error(), tt.text) {
+			t.Errorf("waiter error %v answered %v", tt.err, err)
+		}
+		if _, gerr := f.rest.Get(ctx, fmt.Sprintf("e%d", i), nil); !apierrors.IsNotFound(gerr) {
+			t.Errorf("failed wait left a lease: %v", gerr)
+		}
+	}
+	w.nextErr = retryAfterError{2500 * time.Millisecond}
+	_, err = f.create(ctx, waiting("retry"))
+	if d, ok := apierrors.SuggestsClientDelay(err); !ok || d != 3 {
+		t.Errorf("429 suggests a delay of %d (%v), want 3s", d, ok)
+	}
+}
+
+func TestServerSideApplyCreatesThenRenews(t *testing.T) {
+	f := newFixture(t, lease.Options{}, proxy("ns", "px", nil))
+	ctx := ctxFor("ns", "u")
+	apply := func(ttl int32) (runtime.Object, bool, error) {
+		return f.rest.Update(ctx, "applied", rest.DefaultUpdatedObjectInfo(nil, func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			pl := old.(*leasingv1alpha1.ProxyLease).DeepCopy()
+			pl.Name, pl.Namespace = "applied", "ns"
+			pl.Spec.TTLSeconds = ptr.To(ttl)
+			return pl, nil
+		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, true, &metav1.UpdateOptions{})
+	}
+	obj, created, err := apply(60)
+	if err != nil || !created {
+		t.Fatalf("first apply: created=%v err=%v", created, err)
+	}
+	first := obj.(*leasingv1alpha1.ProxyLease)
+	if first.Status.Proxy == nil {
+		t.Fatal("applied lease has no proxy")
+	}
+	f.clock.Step(10 * time.Second)
+	obj, created, err = apply(120)
+	if err != nil || created {
+		t.Fatalf("second apply: created=%v err=%v", created, err)
+	}
+	if want := epoch.Add(130 * time.Second); !obj.(*leasingv1alpha1.ProxyLease).Status.ExpireTime.Time.Equal(want) {
+		t.Errorf("expireTime %v, want %v", obj.(*leasingv1alpha1.ProxyLease).Status.ExpireTime, want)
+	}
+	// Negative control: a plain PUT of a missing lease does not create one.
+	_, _, err = f.rest.Update(ctx, "missing", rest.DefaultUpdatedObjectInfo(newLease("missing")), nil, nil, false, nil)
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("PUT of a missing lease: %v, want NotFound", err)
+	}
+}

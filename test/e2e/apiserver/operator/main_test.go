@@ -1,0 +1,351 @@
+package operatore2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	artifacts "github.com/proxy-operator/proxy-operator/artifacts/apiserver"
+	"github.com/proxy-operator/proxy-operator/artifacts/crds"
+	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
+	"github.com/proxy-operator/proxy-operator/pkg/generated/clientset/versioned"
+	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/nodeagent"
+)
+
+// nodeName is the node agent's node; the operator pins its pods to it.
+const nodeName = "proxylease-e2e-node"
+
+// The agent's loopback range, disjoint from the other test packages'.
+var (
+	poolFirst = netip.MustParseAddr("127.0.8.2")
+	poolLast  = netip.MustParseAddr("127.0.8.250")
+)
+
+type env struct {
+	cp         *controlplane.ControlPlane
+	admin      *rest.Config
+	client     client.Client
+	leasing    versioned.Interface
+	target     *httptest.Server
+	targetHits atomic.Int64
+	discovery  string // the operator's HTTP discovery API
+	kubectlBin string
+	cacheDir   string
+	logDir     string
+	stops      []func() error
+}
+
+var shared *env
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	e, err := start(context.Background())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "operator e2e: starting: %v\n", err)
+		if e != nil {
+			_ = e.stop()
+			e.dumpLogs()
+		}
+		return 1
+	}
+	shared = e
+	code := m.Run()
+	if err := e.stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "operator e2e: stopping: %v\n", err)
+		code = 1
+	}
+	if code != 0 {
+		e.dumpLogs()
+	}
+	_ = os.RemoveAll(e.logDir)
+	return code
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func start(ctx context.Context) (_ *env, err error) {
+	e := &env{}
+	if e.logDir, err = os.MkdirTemp("", "proxylease-operator-e2e-"); err != nil {
+		return nil, err
+	}
+	if _, err := nodeagent.LookSquid(""); err != nil {
+		return e, fmt.Errorf("%w (this e2e runs real squid)", err)
+	}
+	if e.cp, err = controlplane.Start(ctx, controlplane.Options{CRDFS: crds.FS}); err != nil {
+		return e, err
+	}
+	e.stops = append(e.stops, e.cp.Stop)
+	e.admin = e.cp.RESTConfig()
+	scheme, err := app.NewScheme()
+	if err != nil {
+		return e, err
+	}
+	if e.client, err = client.New(e.admin, client.Options{Scheme: scheme}); err != nil {
+		return e, err
+	}
+	if e.leasing, err = versioned.NewForConfig(e.admin); err != nil {
+		return e, err
+	}
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return e, err
+	}
+	binDir := os.Getenv(controlplane.BinDirEnv)
+	if binDir == "" {
+		binDir = filepath.Join(root, "bin")
+	}
+	e.kubectlBin = filepath.Join(binDir, "kubectl")
+	e.cacheDir = filepath.Join(e.logDir, "kubectl-cache")
+
+	e.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.targetHits.Add(1)
+		fmt.Fprintf(w, "target; via=%s", r.Header.Get("Via"))
+	}))
+	e.stops = append(e.stops, func() error { e.target.Close(); return nil })
+
+	agentLog, err := fileLogger(filepath.Join(e.logDir, "nodeagent.log"))
+	if err != nil {
+		return e, err
+	}
+	agent, err := nodeagent.New(e.admin, nodeagent.Options{NodeName: nodeName, Log: agentLog, PoolFirst: poolFirst, PoolLast: poolLast})
+	if err != nil {
+		return e, err
+	}
+	stopAgent, err := runUntilStopped(ctx, agent.Run, agent.Ready())
+	e.stops = append(e.stops, stopAgent)
+	if err != nil {
+		return e, fmt.Errorf("node agent: %w", err)
+	}
+
+	// The serving certificate the APIService verifies: for the Service's DNS
+	// name, which kube-apiserver uses as TLS server name.
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("proxy-lease-api.proxy-operator-system.svc",
+		[]net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+	if err != nil {
+		return e, err
+	}
+	certFile, keyFile := filepath.Join(e.logDir, "serving.crt"), filepath.Join(e.logDir, "serving.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		return e, err
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		return e, err
+	}
+	apiPort, err := freePort()
+	if err != nil {
+		return e, err
+	}
+	discoveryPort, err := freePort()
+	if err != nil {
+		return e, err
+	}
+	e.discovery = fmt.Sprintf("http://127.0.0.1:%d", discoveryPort)
+
+	opts := app.NewOptions()
+	opts.MetricsAddr = "0"
+	opts.HealthProbeAddr = "0"
+	opts.Kubernetes.NodeName = nodeName
+	opts.Intervals.ProvisioningPoll = 250 * time.Millisecond
+	opts.Intervals.DeletionPoll = 250 * time.Millisecond
+	opts.Intervals.RequeueNow = 50 * time.Millisecond
+	opts.Health.Tick = 100 * time.Millisecond
+	opts.Leasing.DiscoveryAddr = fmt.Sprintf("127.0.0.1:%d", discoveryPort)
+	opts.APIServer.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
+	opts.APIServer.SecureServing.BindPort = apiPort
+	opts.APIServer.SecureServing.ServerCert.CertKey.CertFile = certFile
+	opts.APIServer.SecureServing.ServerCert.CertKey.KeyFile = keyFile
+	if err := opts.Validate(); err != nil {
+		return e, fmt.Errorf("operator options: %w", err)
+	}
+	opLog, err := fileLogger(filepath.Join(e.logDir, "operator.log"))
+	if err != nil {
+		return e, err
+	}
+	ctrl.SetLogger(opLog)
+	stopOperator, err := runUntilStopped(log.IntoContext(ctx, opLog), func(ctx context.Context) error {
+		return app.Run(ctx, e.admin, opts)
+	}, nil)
+	e.stops = append(e.stops, stopOperator)
+	if err != nil {
+		return e, fmt.Errorf("operator: %w", err)
+	}
+
+	dev, err := fs.ReadFile(artifacts.Dev, "dev/apiservice.yaml")
+	if err != nil {
+		return e, err
+	}
+	blocks := bytes.SplitAfter(certPEM, []byte("-----END CERTIFICATE-----\n"))
+	ca := blocks[len(blocks)-2] // the chain ends with the signing CA
+	manifest := strings.Replace(string(dev), "insecureSkipTLSVerify: true", "caBundle: "+base64.StdEncoding.EncodeToString(ca), 1)
+	manifest = strings.Replace(manifest, "port: 7443", "port: "+strconv.Itoa(apiPort), 1)
+	if _, err := controlplane.ApplyYAML(ctx, e.admin, []byte(manifest)); err != nil {
+		return e, fmt.Errorf("registering the APIService: %w", err)
+	}
+	if err := waitAvailable(ctx, e.admin, 120*time.Second); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+func (e *env) stop() error {
+	var errs []error
+	for i := len(e.stops) - 1; i >= 0; i-- {
+		if err := e.stops[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	e.stops = nil
+	return errors.Join(errs...)
+}
+
+func (e *env) dumpLogs() {
+	for _, name := range []string{"operator.log", "nodeagent.log"} {
+		b, err := os.ReadFile(filepath.Join(e.logDir, name))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > 60 {
+			lines = lines[len(lines)-60:]
+		}
+		fmt.Fprintf(os.Stderr, "--- last lines of %s ---\n%s\n", name, strings.Join(lines, "\n"))
+	}
+}
+
+func fileLogger(path string) (logr.Logger, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return logr.Logger{}, err
+	}
+	return zap.New(zap.WriteTo(f), zap.UseDevMode(false), zap.Level(zapcore.InfoLevel)), nil
+}
+
+// runUntilStopped runs f on its own context; the returned func cancels it
+// and waits for f. With ready non-nil it first waits for ready.
+func runUntilStopped(ctx context.Context, f func(context.Context) error, ready <-chan struct{}) (func() error, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	stopped := false
+	var stopErr error
+	stop := func() error {
+		if stopped {
+			return stopErr
+		}
+		stopped = true
+		cancel()
+		select {
+		case stopErr = <-done:
+		case <-time.After(60 * time.Second):
+			stopErr = errors.New("did not stop within 60s")
+		}
+		return stopErr
+	}
+	if ready != nil {
+		select {
+		case <-ready:
+		case err := <-done:
+			stopped, stopErr = true, err
+			cancel()
+			return stop, fmt.Errorf("stopped before it was ready: %v", err)
+		case <-time.After(60 * time.Second):
+			return stop, errors.New("not ready within 60s")
+		}
+	}
+	return stop, nil
+}
+
+func waitAvailable(ctx context.Context, cfg *rest.Config, timeout time.Duration) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	gvr := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+	var last string
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		u, err := dyn.Resource(gvr).Get(ctx, "v1alpha1.leasing.crawl.example.com", metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Available" {
+				last = fmt.Sprintf("%v: %v", m["reason"], m["message"])
+				if m["status"] == "True" {
+					return nil
+				}
+			}
+		}
+	}
+	return fmt.Errorf("APIService not Available after %s (last: %s)", timeout, last)
+}
+
+func kubectlIn(t testing.TB, stdin string, args ...string) (string, string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, shared.kubectlBin, append([]string{"--kubeconfig", shared.cp.KubeconfigPath, "--cache-dir", shared.cacheDir}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+func mustKubectl(t testing.TB, stdin string, args ...string) string {
+	t.Helper()
+	out, errOut, err := kubectlIn(t, stdin, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+	}
+	return out
+}
+
+func namespace(t testing.TB, name string) string {
+	t.Helper()
+	if err := shared.client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
