@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,22 +28,19 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/artifacts/crds"
-	"github.com/proxy-operator/proxy-operator/artifacts/rbac"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/fake"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
 // fakeProviderName is the spec.provider the fake provider is registered under.
 const fakeProviderName = "fake"
 
-// operatorUser is the identity the manager runs as: bound to the generated
+// framework.OperatorUser is the identity the manager runs as: bound to the generated
 // ClusterRole only, so a missing RBAC marker fails these tests.
-const operatorUser = "proxy-operator"
 
 // suite is the control plane shared by every test of the package; each test
 // gets its own namespace and its own manager restricted to it, so tests run
@@ -56,6 +51,7 @@ type suite struct {
 	scheme      *runtime.Scheme
 	cp          *controlplane.ControlPlane
 	clusterRole string
+	ops         *framework.OperatorSuite
 }
 
 // shared is the test-process fixture, set once by TestMain before any test.
@@ -80,12 +76,6 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 func runSuite(m *testing.M) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{CRDFS: crds.FS})
-	if err != nil {
-		return 0, fmt.Errorf("starting control plane: %w", err)
-	}
-	defer func() { _ = cp.Stop() }()
-
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		return 0, err
@@ -93,43 +83,13 @@ func runSuite(m *testing.M) (int, error) {
 	if err := crawlv1alpha1.AddToScheme(s); err != nil {
 		return 0, err
 	}
-	admin := cp.RESTConfig()
-	c, err := client.New(admin, client.Options{Scheme: s})
+	ops, err := framework.StartOperatorSuite(ctx, s)
 	if err != nil {
 		return 0, err
 	}
-	roleName, err := installClusterRole(ctx, c)
-	if err != nil {
-		return 0, err
-	}
-	operator, err := cp.ClientConfigFor(operatorUser)
-	if err != nil {
-		return 0, err
-	}
-	shared = suite{admin: admin, operator: operator, scheme: s, cp: cp, clusterRole: roleName}
+	defer func() { _ = ops.Stop() }()
+	shared = suite{admin: ops.Admin, operator: ops.Operator, scheme: s, cp: ops.CP, clusterRole: ops.ClusterRole, ops: ops}
 	return m.Run(), nil
-}
-
-// installClusterRole creates the ClusterRole from artifacts/rbac/role.yaml.
-func installClusterRole(ctx context.Context, c client.Client) (string, error) {
-	data, err := rbac.FS.ReadFile("role.yaml")
-	if err != nil {
-		return "", err
-	}
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var cr rbacv1.ClusterRole
-		if err := yaml.Unmarshal([]byte(doc), &cr); err != nil {
-			return "", fmt.Errorf("decoding role.yaml: %w", err)
-		}
-		if cr.Kind != "ClusterRole" {
-			continue
-		}
-		if err := c.Create(ctx, &cr); err != nil {
-			return "", fmt.Errorf("creating ClusterRole: %w", err)
-		}
-		return cr.Name, nil
-	}
-	return "", fmt.Errorf("role.yaml has no ClusterRole")
 }
 
 // env is one test's world: a namespace, a manager running the reconciler as
@@ -142,7 +102,7 @@ type env struct {
 	health    *fakeHealth
 	healthCh  chan event.TypedGenericEvent[*crawlv1alpha1.Proxy]
 	intervals controller.Intervals
-	logs      *syncBuffer
+	logs      *framework.SyncBuffer
 }
 
 type envOptions struct {
@@ -165,22 +125,7 @@ func testIntervals() controller.Intervals {
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
-	c, err := client.NewWithWatch(shared.admin, client.Options{Scheme: shared.scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ctrl-"}}
-	if err := c.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "proxy-operator"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: shared.clusterRole},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: operatorUser}},
-	}
-	if err := c.Create(ctx, rb); err != nil {
-		t.Fatal(err)
-	}
+	c, ns := shared.ops.Namespace(t, "ctrl-")
 
 	iv := testIntervals()
 	for _, f := range []struct{ dst, src *time.Duration }{
@@ -197,13 +142,13 @@ func newEnv(t testing.TB, o envOptions) *env {
 
 	e := &env{
 		t:         t,
-		ns:        ns.Name,
+		ns:        ns,
 		c:         c,
 		fake:      fake.New(o.fakeOptions...),
 		health:    &fakeHealth{snaps: map[types.NamespacedName]controller.HealthSnapshot{}},
 		healthCh:  make(chan event.TypedGenericEvent[*crawlv1alpha1.Proxy], 16),
 		intervals: iv,
-		logs:      &syncBuffer{},
+		logs:      &framework.SyncBuffer{},
 	}
 
 	mgr, err := ctrl.NewManager(shared.operator, ctrl.Options{
@@ -211,7 +156,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache: cache.Options{
-			DefaultNamespaces: map[string]cache.Config{ns.Name: {}},
+			DefaultNamespaces: map[string]cache.Config{ns: {}},
 			ByObject:          controller.CacheByObject(),
 		},
 		// Every test runs a controller named "proxy" in this process.
@@ -251,23 +196,6 @@ func newEnv(t testing.TB, o envOptions) *env {
 		}
 	})
 	return e
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // fakeHealth is a HealthSource whose verdicts the test sets.

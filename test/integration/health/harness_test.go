@@ -1,7 +1,6 @@
 package health_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/pem"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -33,21 +31,17 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/artifacts/crds"
-	"github.com/proxy-operator/proxy-operator/artifacts/rbac"
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/health"
-	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
-// operatorUser is the identity the manager runs as: bound to the generated
+// framework.OperatorUser is the identity the manager runs as: bound to the generated
 // ClusterRole only, so a missing RBAC marker of the engine fails these tests.
-const operatorUser = "proxy-operator"
 
 // Probe settings of every test Proxy: a dead proxy must turn Unhealthy within
 // failureThreshold × interval + 2s = 6s.
@@ -64,6 +58,7 @@ type suite struct {
 	scheme      *runtime.Scheme
 	clusterRole string
 	squidPath   string
+	ops         *framework.OperatorSuite
 }
 
 var shared suite
@@ -89,51 +84,17 @@ func runSuite(m *testing.M) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{CRDFS: crds.FS})
-	if err != nil {
-		return 0, fmt.Errorf("starting control plane: %w", err)
-	}
-	defer func() { _ = cp.Stop() }()
 	s, err := app.NewScheme()
 	if err != nil {
 		return 0, err
 	}
-	admin := cp.RESTConfig()
-	c, err := client.New(admin, client.Options{Scheme: s})
+	ops, err := framework.StartOperatorSuite(ctx, s)
 	if err != nil {
 		return 0, err
 	}
-	role, err := installClusterRole(ctx, c)
-	if err != nil {
-		return 0, err
-	}
-	operator, err := cp.ClientConfigFor(operatorUser)
-	if err != nil {
-		return 0, err
-	}
-	shared = suite{admin: admin, operator: operator, scheme: s, clusterRole: role, squidPath: squidPath}
+	defer func() { _ = ops.Stop() }()
+	shared = suite{admin: ops.Admin, operator: ops.Operator, scheme: s, clusterRole: ops.ClusterRole, squidPath: squidPath, ops: ops}
 	return m.Run(), nil
-}
-
-func installClusterRole(ctx context.Context, c client.Client) (string, error) {
-	data, err := rbac.FS.ReadFile("role.yaml")
-	if err != nil {
-		return "", err
-	}
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var cr rbacv1.ClusterRole
-		if err := yaml.Unmarshal([]byte(doc), &cr); err != nil {
-			return "", fmt.Errorf("decoding role.yaml: %w", err)
-		}
-		if cr.Kind != "ClusterRole" {
-			continue
-		}
-		if err := c.Create(ctx, &cr); err != nil {
-			return "", fmt.Errorf("creating ClusterRole: %w", err)
-		}
-		return cr.Name, nil
-	}
-	return "", fmt.Errorf("role.yaml has no ClusterRole")
 }
 
 // env is one test's world: a namespace the operator may act in, an admin
@@ -142,7 +103,7 @@ type env struct {
 	t    *testing.T
 	ns   string
 	c    client.WithWatch
-	logs *syncBuffer
+	logs *framework.SyncBuffer
 
 	mu       sync.Mutex
 	stopOp   func()
@@ -152,24 +113,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
-	c, err := client.NewWithWatch(shared.admin, client.Options{Scheme: shared.scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "health-"}}
-	if err := c.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "proxy-operator"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: shared.clusterRole},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: operatorUser}},
-	}
-	if err := c.Create(ctx, rb); err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ns: ns.Name, c: c, logs: &syncBuffer{}}
+	c, ns := shared.ops.Namespace(t, "health-")
+	e := &env{t: t, ns: ns, c: c, logs: &framework.SyncBuffer{}}
 	t.Cleanup(func() {
 		e.stopOperator()
 		if t.Failed() {
@@ -543,21 +488,4 @@ func (o *origins) caBundle() *crawlv1alpha1.HealthCheckTLS {
 // healthCondition returns the Healthy condition or nil.
 func healthCondition(p *crawlv1alpha1.Proxy) *metav1.Condition {
 	return meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionHealthy)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

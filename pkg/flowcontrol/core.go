@@ -1,0 +1,797 @@
+package flowcontrol
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// policy orders the flows of a band. Only policyFair is reachable from the
+// exported API; the others are negative controls for the simulation tests.
+type policy uint8
+
+const (
+	// policyFair: fewest held first, round-robin among equals.
+	policyFair policy = iota
+	// policyFIFO: the oldest head across flows first.
+	policyFIFO
+	// policyStrict: a fixed order of flows (by name): the first flow with a
+	// waiter always wins.
+	policyStrict
+	// policyBandBlind: policyFair across all bands as if they were one.
+	policyBandBlind
+)
+
+// testHooks are pause points for race tests; all nil in production.
+type testHooks[R, G any] struct {
+	// afterGrantVerdict runs in a dispatch round after TryDispatch granted
+	// t's request and before the CAS that gives t the grant (mutex held).
+	afterGrantVerdict func(t *Ticket[R, G])
+	// beforeCancelCAS runs in Cancel before its CAS (mutex not held).
+	beforeCancelCAS func(t *Ticket[R, G])
+	// beforeTimerAdvance runs in the timer goroutine before it takes the mutex.
+	beforeTimerAdvance func()
+}
+
+// Core is the pure part of the controller: queues, fairness, deadlines and
+// accounting under one mutex, with time read from an injected clock. It
+// waits for nothing but that mutex (OnCapacity and HeldChanged not even for
+// it) and starts no goroutine; it reports, through NextWakeup, when it next
+// needs Advance to be called. Controller adds the timer and the
+// blocking EnqueueAndWait on top. Safe for concurrent use.
+type Core[R, G any] struct {
+	d       Dispatcher[R, G]
+	clock   clock.PassiveClock
+	opts    Options
+	metrics Metrics
+	policy  policy
+	less    func(a, b *flowQueue[R, G]) bool
+	hooks   testHooks[R, G]
+	// onWake is called under the mutex when the wakeup instant changes (zero:
+	// none). Controller uses it to re-arm its single timer.
+	onWake func(now, at time.Time)
+	// onQueue is called under the mutex when a request is queued.
+	onQueue func()
+
+	mu        sync.Mutex
+	bands     map[int]*band[R, G]
+	order     []*band[R, G] // bands with waiters, highest priority first
+	deadlines deadlineHeap[R, G]
+	fresh     []*flowQueue[R, G]
+	scratch   []*flowQueue[R, G]
+	skipped   []*flowQueue[R, G]
+	tmp       flowHeap[R, G]
+	// exhausted: the dispatcher said nothing is free, and no capacity event
+	// happened since; new requests then queue without asking it.
+	exhausted  bool
+	nextChange time.Time
+	wakeAt     time.Time
+	shutdown   bool
+	seq, turn  uint64
+	stats      Stats
+	// releases are grants to give back once the mutex is released.
+	releases []G
+	// capacity is a pending capacity signal (see OnCapacity and unlock).
+	capacity atomic.Bool
+
+	// track: Held changes are reported through HeldChanged, so cached Held
+	// values are trusted. dirty lists the flows reported since the last
+	// sync, under its own leaf mutex (HeldChanged may run while mu is held).
+	track      bool
+	dmu        sync.Mutex
+	dirty      []string
+	dirtySpare []string
+	dirtyAll   bool
+}
+
+// maxDirty bounds the reported-changes list; beyond it every band is
+// refreshed in full at its next round.
+const maxDirty = 4096
+
+// HeldChanged reports that Held(flow) changed other than by this core's own
+// grant (a release, an expiry, an acquisition that bypassed the queue). It
+// only matters with Options.HeldChangeNotifications; it never blocks on the
+// core's mutex, so it may be called from inside Dispatcher calls.
+func (c *Core[R, G]) HeldChanged(flow string) {
+	if !c.track {
+		return
+	}
+	c.dmu.Lock()
+	if len(c.dirty) < maxDirty {
+		c.dirty = append(c.dirty, flow)
+	} else {
+		c.dirtyAll = true
+	}
+	c.dmu.Unlock()
+}
+
+// NewCore returns a core over d. It reads time from clk only.
+func NewCore[R, G any](d Dispatcher[R, G], clk clock.PassiveClock, opts Options) *Core[R, G] {
+	if opts.RetryAfter <= 0 {
+		opts.RetryAfter = DefaultRetryAfter
+	}
+	m := opts.Metrics
+	if m == nil {
+		m = NopMetrics{}
+	}
+	c := &Core[R, G]{
+		d:       d,
+		clock:   clk,
+		opts:    opts,
+		metrics: m,
+		bands:   map[int]*band[R, G]{},
+		track:   opts.HeldChangeNotifications,
+	}
+	c.setPolicy(policyFair)
+	c.tmp.idx = temporaryIdx[R, G]
+	return c
+}
+
+// setPolicy must be called before the first request.
+func (c *Core[R, G]) setPolicy(p policy) {
+	c.policy = p
+	switch p {
+	case policyFIFO:
+		c.less = func(a, b *flowQueue[R, G]) bool { return a.head.seq < b.head.seq }
+	case policyStrict:
+		c.less = func(a, b *flowQueue[R, G]) bool { return a.name < b.name }
+	default:
+		c.less = func(a, b *flowQueue[R, G]) bool {
+			if a.held != b.held {
+				return a.held < b.held
+			}
+			return a.turn < b.turn
+		}
+	}
+	c.tmp.less = c.less
+}
+
+// Enqueue submits req. It returns one of:
+//   - OutcomeDispatched and the grant: granted at once (no ticket);
+//   - a rejected outcome and a *RejectedError: never queued;
+//   - OutcomePending and a ticket: queued; the ticket's Done channel closes
+//     when it is decided, and the caller must call Cancel if it stops waiting.
+//
+// A request is offered to the dispatcher at once unless it would overtake
+// requests that may use the same capacity: when its flow already waits in
+// its band (FIFO within a flow), or when the dispatcher said nothing is free
+// and no capacity appeared since. Every other waiting request was already
+// offered the current free capacity and could not use it, so trying the new
+// one first keeps both priority and fairness.
+func (c *Core[R, G]) Enqueue(req Request[R]) (Outcome, G, *Ticket[R, G], error) {
+	var zero G
+	c.mu.Lock()
+	c.stats.Enqueued++
+	if req.Flow == "" {
+		err := c.rejectLocked(OutcomeRejectedOther, "", fmt.Errorf("%w: empty flow", ErrInvalidRequest))
+		c.unlock()
+		return OutcomeRejectedOther, zero, nil, err
+	}
+	if c.shutdown {
+		err := c.rejectLocked(OutcomeRejectedOther, "", ErrShutdown)
+		c.unlock()
+		return OutcomeRejectedOther, zero, nil, err
+	}
+	var now time.Time
+	var fq *flowQueue[R, G]
+	try := true
+	if c.stats.Waiting > 0 {
+		now = c.clock.Now()
+		if c.dueLocked(now) {
+			// The timer is late (or about to fire): settle what is due first
+			// so the newcomer cannot take capacity a waiter is owed.
+			c.advanceLocked(now)
+		}
+		if b := c.bands[req.Priority]; b != nil {
+			fq = b.flows[req.Flow]
+		}
+		try = fq == nil && !c.exhausted
+	}
+	if try {
+		g, v, err := c.d.TryDispatch(req.Flow, req.Payload)
+		if err != nil {
+			err = c.rejectLocked(OutcomeRejectedOther, "", fmt.Errorf("dispatching: %w", err))
+			c.unlock()
+			return OutcomeRejectedOther, zero, nil, err
+		}
+		c.exhausted = v == Exhausted
+		if v == Granted {
+			c.stats.Dispatched++
+			c.metrics.FlowControlWait(0, labelDispatched)
+			c.metrics.FlowControlOutcome(labelDispatched)
+			if c.stats.Waiting > 0 {
+				// The new grant may expire before what NextChange said earlier.
+				c.afterChangeLocked(now)
+			}
+			c.unlock()
+			return OutcomeDispatched, g, nil, nil
+		}
+	}
+	if now.IsZero() {
+		now = c.clock.Now()
+	}
+	if err := c.checkLimitsLocked(req.Priority, fq); err != nil {
+		c.unlock()
+		return OutcomeRejectedCapacity, zero, nil, err
+	}
+	if !req.Deadline.IsZero() && !now.Before(req.Deadline) {
+		err := c.rejectLocked(OutcomeRejectedOther, "", ErrDeadline)
+		c.unlock()
+		return OutcomeRejectedOther, zero, nil, err
+	}
+	t := c.queueLocked(req, now, fq)
+	c.afterChangeLocked(now)
+	c.unlock()
+	return OutcomePending, zero, t, nil
+}
+
+func (c *Core[R, G]) checkLimitsLocked(priority int, fq *flowQueue[R, G]) error {
+	if m := c.opts.MaxQueuedPerFlow; m > 0 && fq != nil && fq.n >= m {
+		return c.rejectLocked(OutcomeRejectedCapacity, LimitFlow, ErrQueueFull)
+	}
+	if m := c.opts.MaxQueuedPerBand; m > 0 {
+		if b := c.bands[priority]; b != nil && b.n >= m {
+			return c.rejectLocked(OutcomeRejectedCapacity, LimitBand, ErrQueueFull)
+		}
+	}
+	if m := c.opts.MaxQueued; m > 0 && c.stats.Waiting >= m {
+		return c.rejectLocked(OutcomeRejectedCapacity, LimitGlobal, ErrQueueFull)
+	}
+	return nil
+}
+
+func (c *Core[R, G]) queueLocked(req Request[R], now time.Time, fq *flowQueue[R, G]) *Ticket[R, G] {
+	b := c.bands[req.Priority]
+	if b == nil {
+		b = &band[R, G]{priority: req.Priority, flows: map[string]*flowQueue[R, G]{}}
+		b.heap = flowHeap[R, G]{less: c.less, idx: persistentIdx[R, G]}
+		c.bands[req.Priority] = b
+		i, _ := slices.BinarySearchFunc(c.order, req.Priority, func(x *band[R, G], p int) int { return p - x.priority })
+		c.order = slices.Insert(c.order, i, b)
+	}
+	if fq == nil {
+		c.turn++
+		// A flow that becomes active joins the back of the round-robin.
+		fq = &flowQueue[R, G]{name: req.Flow, band: b, turn: c.turn, heapIdx: -1, tmpIdx: -1}
+		if c.usesHeld() {
+			fq.held = c.d.Held(req.Flow)
+		}
+		b.add(fq)
+	}
+	c.seq++
+	t := &Ticket[R, G]{done: make(chan struct{}), req: req, enqueuedAt: now, seq: c.seq, heapIdx: -1, linked: true}
+	fq.push(t)
+	if fq.n == 1 {
+		b.heap.push(fq)
+	}
+	if !req.Deadline.IsZero() {
+		c.deadlines.push(t)
+	}
+	b.n++
+	c.stats.Waiting++
+	c.metrics.FlowControlQueueLength(b.priority, b.n)
+	if c.onQueue != nil {
+		c.onQueue()
+	}
+	return t
+}
+
+// Cancel withdraws a queued request because its caller stops waiting; reason
+// is OutcomeEvictedCancelled or OutcomeEvictedDeadline (anything else counts
+// as cancelled). It returns the outcome to report to the caller: reason if
+// the withdrawal won, including when the ticket had just been granted — the
+// grant is then given back through Dispatcher.Release, never leaked — or the
+// eviction that came first (deadline, shutdown, dispatcher error). Calling it
+// again is harmless.
+func (c *Core[R, G]) Cancel(t *Ticket[R, G], reason Outcome) Outcome {
+	if reason != OutcomeEvictedDeadline {
+		reason = OutcomeEvictedCancelled
+	}
+	if h := c.hooks.beforeCancelCAS; h != nil {
+		h(t)
+	}
+	if t.cas(reason) {
+		close(t.done)
+		c.mu.Lock()
+		if t.linked {
+			// A dispatch round may already have dropped it lazily.
+			now := c.clock.Now()
+			c.detachLocked(t)
+			c.accountLocked(reason, now.Sub(t.enqueuedAt))
+			c.freshRoundLocked(now)
+			c.afterChangeLocked(now)
+		}
+		c.unlock()
+		return reason
+	}
+	if t.state.CompareAndSwap(int32(OutcomeDispatched), int32(abandonedOffset+reason)) {
+		// Granted just before the caller left: give it back.
+		c.d.Release(t.grant)
+		c.mu.Lock()
+		c.stats.Abandoned++
+		c.metrics.FlowControlAbandoned()
+		c.unlock()
+		return reason
+	}
+	return t.Outcome()
+}
+
+// OnCapacity is the capacity event: something may have become free (a
+// release, an expiry, a proxy added or turning healthy, a cooldown lifted).
+// The next holder of the mutex runs a full round: it evicts what is due and
+// dispatches as many waiting requests as the dispatcher grants.
+//
+// It never blocks on the mutex, so it is safe to call from anywhere — in
+// particular from the lease store's capacity hook, which may run inside a
+// Dispatcher call this core is making with its mutex held. If the mutex is
+// free the round runs here, before OnCapacity returns; otherwise the
+// goroutine holding it runs the round before letting go (see unlock). Cheap
+// when nothing waits; safe to call spuriously.
+func (c *Core[R, G]) OnCapacity() {
+	c.capacity.Store(true)
+	if c.mu.TryLock() {
+		c.unlock()
+	}
+}
+
+// capacityLocked runs the round an OnCapacity asked for.
+func (c *Core[R, G]) capacityLocked() {
+	c.exhausted = false
+	if c.shutdown || c.stats.Waiting == 0 {
+		return
+	}
+	c.fullRoundLocked(c.clock.Now())
+}
+
+// Advance handles what is due at the clock's now: it evicts requests whose
+// deadline passed and, when the dispatcher's NextChange is reached, runs a
+// full dispatch round. Controller's timer calls it at NextWakeup.
+func (c *Core[R, G]) Advance() {
+	c.mu.Lock()
+	if !c.shutdown {
+		c.advanceLocked(c.clock.Now())
+	}
+	c.unlock()
+}
+
+// NextWakeup is when Advance must next be called: the earliest of the
+// waiting deadlines and the dispatcher's NextChange (only while requests
+// wait). Zero: nothing is scheduled.
+func (c *Core[R, G]) NextWakeup() time.Time {
+	c.mu.Lock()
+	w := c.wakeAt
+	c.unlock()
+	return w
+}
+
+// Shutdown evicts every waiting request with OutcomeEvictedShutdown and
+// rejects every later one. It returns how many it evicted.
+func (c *Core[R, G]) Shutdown() int {
+	c.mu.Lock()
+	c.shutdown = true
+	now := c.clock.Now()
+	n := 0
+	for len(c.order) > 0 {
+		b := c.order[0]
+		for len(b.active) > 0 {
+			f := b.active[0]
+			for f.head != nil {
+				t := f.head
+				if t.cas(OutcomeEvictedShutdown) {
+					close(t.done)
+				}
+				c.detachLocked(t)
+				c.accountLocked(t.Outcome(), now.Sub(t.enqueuedAt))
+				n++
+			}
+		}
+	}
+	c.clearFreshLocked()
+	c.nextChange = time.Time{}
+	c.rearmLocked(now)
+	c.unlock()
+	return n
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Core[R, G]) Stats() Stats {
+	c.mu.Lock()
+	st := c.stats
+	c.unlock()
+	return st
+}
+
+// reject counts and returns a rejection decided outside Enqueue.
+func (c *Core[R, G]) reject(o Outcome, cause error) error {
+	c.mu.Lock()
+	c.stats.Enqueued++
+	err := c.rejectLocked(o, "", cause)
+	c.unlock()
+	return err
+}
+
+func (c *Core[R, G]) rejectLocked(o Outcome, limit Limit, cause error) error {
+	c.stats.Rejected++
+	label := o.String()
+	c.metrics.FlowControlWait(0, label)
+	c.metrics.FlowControlOutcome(label)
+	e := &RejectedError{Outcome: o, Limit: limit, Cause: cause}
+	if o == OutcomeRejectedCapacity {
+		e.retryAfter = c.opts.RetryAfter
+	}
+	return e
+}
+
+// maxCombinedRounds bounds the capacity rounds one unlock runs for signals
+// that keep arriving; a signal left over stays pending for the next holder
+// of the mutex (or OnCapacity call). The lease store only signals observed
+// changes, so in practice one or two rounds suffice.
+const maxCombinedRounds = 64
+
+// unlock releases the mutex. Before and after letting go it serves capacity
+// signals that arrived while the mutex was held (OnCapacity could not take
+// it), and after letting go it gives back the grants whose waiters left
+// (Release may signal capacity again). Every path that takes the mutex
+// releases it here, so no signal is lost: a signaller that fails TryLock set
+// the flag before the holder's final check.
+func (c *Core[R, G]) unlock() {
+	for i := 1; ; i++ {
+		if c.capacity.Load() && c.capacity.Swap(false) {
+			c.capacityLocked()
+		}
+		if len(c.releases) == 0 {
+			c.mu.Unlock()
+		} else {
+			rel := c.releases
+			c.releases = nil
+			c.mu.Unlock()
+			for _, g := range rel {
+				c.d.Release(g)
+			}
+		}
+		if i == maxCombinedRounds || !c.capacity.Load() || !c.mu.TryLock() {
+			return
+		}
+	}
+}
+
+func (c *Core[R, G]) dueLocked(now time.Time) bool {
+	return !c.wakeAt.IsZero() && !now.Before(c.wakeAt)
+}
+
+func (c *Core[R, G]) advanceLocked(now time.Time) {
+	if !c.nextChange.IsZero() && !now.Before(c.nextChange) {
+		c.fullRoundLocked(now)
+		return
+	}
+	c.evictDueLocked(now)
+	c.freshRoundLocked(now)
+	c.afterChangeLocked(now)
+}
+
+// fullRoundLocked offers the current capacity to every waiting flow, band by
+// band, highest first, until the dispatcher is exhausted or every flow's
+// head was granted or found unmatched.
+func (c *Core[R, G]) fullRoundLocked(now time.Time) {
+	c.stats.Rounds++
+	c.exhausted = false
+	c.evictDueLocked(now)
+	c.syncHeldLocked()
+	if c.policy == policyBandBlind {
+		flows := c.scratch[:0]
+		for _, b := range c.order {
+			c.refreshBandLocked(b)
+			flows = append(flows, b.active...)
+		}
+		c.serveTemporaryLocked(now, flows)
+		c.scratch = flows[:0]
+	} else {
+		for i := 0; i < len(c.order) && !c.exhausted; {
+			b := c.order[i]
+			c.refreshBandLocked(b)
+			c.serveLocked(now, &b.heap, true)
+			// Serving b may have emptied and removed it, and only it.
+			if i < len(c.order) && c.order[i] == b {
+				i++
+			}
+		}
+	}
+	c.clearFreshLocked()
+	c.afterChangeLocked(now)
+}
+
+// refreshBandLocked re-reads Held for every flow of b when the cached
+// values cannot be trusted: always, unless the dispatcher's owner reports
+// Held changes (Options.HeldChangeNotifications) and none was lost.
+func (c *Core[R, G]) refreshBandLocked(b *band[R, G]) {
+	if !c.usesHeld() || (c.track && !b.stale) {
+		return
+	}
+	for _, f := range b.active {
+		f.held = c.d.Held(f.name)
+	}
+	b.heap.init()
+	b.stale = false
+}
+
+func (c *Core[R, G]) usesHeld() bool { return c.policy == policyFair || c.policy == policyBandBlind }
+
+// syncHeldLocked applies the reported Held changes to the waiting flows.
+func (c *Core[R, G]) syncHeldLocked() {
+	if !c.track {
+		return
+	}
+	c.dmu.Lock()
+	dirty, all := c.dirty, c.dirtyAll
+	c.dirty, c.dirtySpare = c.dirtySpare[:0], dirty
+	c.dirtyAll = false
+	c.dmu.Unlock()
+	if all {
+		for _, b := range c.order {
+			b.stale = true
+		}
+	}
+	for _, name := range dirty {
+		for _, b := range c.order {
+			if f := b.flows[name]; f != nil && !b.stale {
+				f.held = c.d.Held(name)
+				b.heap.fix(f)
+			}
+		}
+	}
+	clear(dirty)
+}
+
+// freshRoundLocked offers the current capacity to the flows whose head was
+// exposed by a removal since the last round. Every other waiting head was
+// already offered this capacity and could not use it, so this is what a
+// full round would do, at the cost of the fresh flows only.
+func (c *Core[R, G]) freshRoundLocked(now time.Time) {
+	if len(c.fresh) == 0 {
+		return
+	}
+	if c.exhausted {
+		c.clearFreshLocked()
+		return
+	}
+	flows := c.scratch[:0]
+	for _, f := range c.fresh {
+		if f.fresh && f.n > 0 {
+			flows = append(flows, f)
+		}
+	}
+	c.clearFreshLocked()
+	c.syncHeldLocked()
+	if c.usesHeld() {
+		for _, f := range flows {
+			if !c.track || f.band.stale {
+				f.held = c.d.Held(f.name)
+				f.band.heap.fix(f)
+			}
+		}
+	}
+	if c.policy == policyBandBlind {
+		c.serveTemporaryLocked(now, flows)
+	} else {
+		slices.SortStableFunc(flows, func(a, b *flowQueue[R, G]) int { return b.band.priority - a.band.priority })
+		for i := 0; i < len(flows) && !c.exhausted; {
+			j := i + 1
+			for j < len(flows) && flows[j].band == flows[i].band {
+				j++
+			}
+			c.serveTemporaryLocked(now, flows[i:j])
+			i = j
+		}
+	}
+	clear(flows)
+	c.scratch = flows[:0]
+	c.clearFreshLocked()
+}
+
+func (c *Core[R, G]) clearFreshLocked() {
+	for _, f := range c.fresh {
+		f.fresh = false
+	}
+	clear(c.fresh)
+	c.fresh = c.fresh[:0]
+}
+
+// serveTemporaryLocked serves an ad hoc set of flows through the temporary heap.
+func (c *Core[R, G]) serveTemporaryLocked(now time.Time, flows []*flowQueue[R, G]) {
+	h := &c.tmp
+	h.items = append(h.items[:0], flows...)
+	h.init()
+	c.serveLocked(now, h, false)
+	for _, f := range h.items {
+		f.tmpIdx = -1
+	}
+	clear(h.items)
+	h.items = h.items[:0]
+}
+
+// serveLocked runs the policy over the flows in h until each is granted
+// out, unmatched or emptied, or the dispatcher is exhausted. persistent: h
+// is a band's own heap, whose unmatched flows are set aside for the round
+// and put back at its end; otherwise h is the temporary heap, and the
+// flows' places in their bands' heaps are kept up to date on the side.
+func (c *Core[R, G]) serveLocked(now time.Time, h *flowHeap[R, G], persistent bool) {
+	skipped := c.skipped[:0]
+	for len(h.items) > 0 && !c.exhausted {
+		f := h.items[0]
+		t := f.head
+		if t.state.Load() != int32(OutcomePending) {
+			// Cancelled without the mutex; drop it on its caller's behalf.
+			c.detachLocked(t)
+			c.accountLocked(t.Outcome(), now.Sub(t.enqueuedAt))
+			c.reposition(h, f, persistent)
+			continue
+		}
+		g, v, err := c.d.TryDispatch(f.name, t.req.Payload)
+		if err != nil {
+			t.err = fmt.Errorf("dispatching: %w", err)
+			if t.cas(OutcomeEvictedOther) {
+				close(t.done)
+			}
+			c.detachLocked(t)
+			c.accountLocked(t.Outcome(), now.Sub(t.enqueuedAt))
+			c.reposition(h, f, persistent)
+			continue
+		}
+		switch v {
+		case NoMatch:
+			// This head cannot use what is free; skip the flow this round
+			// rather than let it block the others.
+			h.remove(f)
+			if persistent {
+				skipped = append(skipped, f)
+			}
+			continue
+		case Exhausted:
+			c.exhausted = true
+			continue
+		}
+		c.grantLocked(t, g, now)
+		f.held++
+		c.turn++
+		f.turn = c.turn
+		c.reposition(h, f, persistent)
+	}
+	for _, f := range skipped {
+		if f.n > 0 {
+			f.band.heap.push(f)
+		}
+	}
+	clear(skipped)
+	c.skipped = skipped[:0]
+}
+
+// reposition restores the heaps after f's head or key changed (detaching
+// the head already removed an emptied flow from its band's heap).
+func (c *Core[R, G]) reposition(h *flowHeap[R, G], f *flowQueue[R, G], persistent bool) {
+	if persistent {
+		h.fix(f)
+		return
+	}
+	if f.n == 0 {
+		h.remove(f)
+		return
+	}
+	h.fix(f)
+	f.band.heap.fix(f)
+}
+
+// grantLocked hands g to t, or, if t's caller left a moment ago, queues g to
+// be given back once the mutex is released.
+func (c *Core[R, G]) grantLocked(t *Ticket[R, G], g G, now time.Time) {
+	t.grant = g
+	if h := c.hooks.afterGrantVerdict; h != nil {
+		h(t)
+	}
+	waited := now.Sub(t.enqueuedAt)
+	if t.cas(OutcomeDispatched) {
+		c.detachLocked(t)
+		c.accountLocked(OutcomeDispatched, waited)
+		close(t.done)
+		return
+	}
+	var zero G
+	t.grant = zero
+	c.releases = append(c.releases, g)
+	c.stats.Abandoned++
+	c.metrics.FlowControlAbandoned()
+	c.detachLocked(t)
+	c.accountLocked(t.Outcome(), waited)
+}
+
+func (c *Core[R, G]) evictDueLocked(now time.Time) {
+	for len(c.deadlines) > 0 {
+		t := c.deadlines[0]
+		if now.Before(t.req.Deadline) {
+			return
+		}
+		if t.cas(OutcomeEvictedDeadline) {
+			close(t.done)
+		}
+		c.detachLocked(t)
+		c.accountLocked(t.Outcome(), now.Sub(t.enqueuedAt))
+	}
+}
+
+// detachLocked removes t from every structure. A head removal leaves the
+// flow's next request untried: it is marked fresh.
+func (c *Core[R, G]) detachLocked(t *Ticket[R, G]) {
+	if !t.linked {
+		return
+	}
+	t.linked = false
+	f := t.flow
+	b := f.band
+	wasHead := f.remove(t)
+	c.deadlines.remove(t)
+	c.stats.Waiting--
+	b.n--
+	c.metrics.FlowControlQueueLength(b.priority, b.n)
+	switch {
+	case f.n == 0:
+		b.heap.remove(f)
+		b.drop(f)
+		f.fresh = false
+	case wasHead:
+		// The head is part of the FIFO policy's key.
+		b.heap.fix(f)
+		if !f.fresh && !c.exhausted {
+			f.fresh = true
+			c.fresh = append(c.fresh, f)
+		}
+	}
+	if b.n == 0 {
+		delete(c.bands, b.priority)
+		if i := slices.Index(c.order, b); i >= 0 {
+			c.order = slices.Delete(c.order, i, i+1)
+		}
+	}
+}
+
+func (c *Core[R, G]) accountLocked(o Outcome, waited time.Duration) {
+	switch {
+	case o == OutcomeDispatched:
+		c.stats.Dispatched++
+	case o.IsEvicted():
+		c.stats.Evicted++
+	}
+	label := o.String()
+	c.metrics.FlowControlWait(waited, label)
+	c.metrics.FlowControlOutcome(label)
+}
+
+// afterChangeLocked refreshes NextChange (only relevant while requests wait)
+// and re-arms the wakeup.
+func (c *Core[R, G]) afterChangeLocked(now time.Time) {
+	c.nextChange = time.Time{}
+	if c.stats.Waiting > 0 {
+		if nc := c.d.NextChange(); nc.After(now) {
+			c.nextChange = nc
+		}
+	}
+	c.rearmLocked(now)
+}
+
+func (c *Core[R, G]) rearmLocked(now time.Time) {
+	w := c.nextChange
+	if len(c.deadlines) > 0 {
+		if d := c.deadlines[0].req.Deadline; w.IsZero() || d.Before(w) {
+			w = d
+		}
+	}
+	if w.Equal(c.wakeAt) {
+		return
+	}
+	c.wakeAt = w
+	if c.onWake != nil {
+		c.onWake(now, w)
+	}
+}

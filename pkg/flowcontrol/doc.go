@@ -1,0 +1,111 @@
+// Package flowcontrol owns lease requests that wait for capacity: a request
+// that finds no eligible proxy is queued instead of answered 409, and is
+// granted the moment capacity appears, with strict priority between bands,
+// max-min fairness between flows of a band and FIFO within a flow.
+//
+// # Shape
+//
+// Core is pure: one mutex (plus a leaf lock for the list of reported Held
+// changes), no goroutines, time from an injected clock.PassiveClock. Its operations are Enqueue, Cancel, OnCapacity (a
+// capacity event), Advance (what is due at now) and NextWakeup (when Advance
+// is next needed). Controller adds one clock.AfterFunc timer pointed at
+// NextWakeup — there is no polling tick — and the blocking
+// EnqueueAndWait(ctx, Request) (Outcome, G, error).
+//
+// Ordering. Priority: higher Request.Priority first, strictly. Within a band
+// the flow holding the fewest grants (Dispatcher.Held) goes first, ties in
+// round-robin order (a flow joins the back when it starts waiting and moves
+// to the back each time it is served); within a flow, first come first
+// served. A flow whose head request matches nothing free is skipped for that
+// round, so it never blocks other flows (its own later requests wait behind
+// it: FIFO within a flow is kept).
+//
+// Fast path. A request is offered to the dispatcher at once when that cannot
+// overtake anyone owed the capacity: nothing waits, or every waiting head was
+// already offered the current free capacity and could not use it (and its own
+// flow does not wait in its band). Nothing is allocated on this path besides
+// what the dispatcher allocates.
+//
+// Events. Every capacity event (OnCapacity, or the timer reaching
+// NextChange) runs a full round: each band, highest first, offers its heads
+// to the dispatcher in policy order (a per-band heap keyed by held count and
+// round-robin turn) until the dispatcher is exhausted or every head was
+// served or found unmatched. Held counts change outside the controller, so a
+// round re-reads Held for every waiting flow of the bands it visits — unless
+// the dispatcher's owner reports changes (Options.HeldChangeNotifications,
+// HeldChanged), in which case only the reported flows are re-read and a
+// round costs O(grants · log flows). Removals (cancel, deadline) offer only
+// the heads they expose. Deadlines sit on a heap; the earliest deadline and
+// Dispatcher.NextChange drive the single timer.
+//
+// Tickets. A queued request is a Ticket whose state moves once, by
+// compare-and-swap, from pending to dispatched, cancelled or evicted. A caller
+// whose context ends races the grant without the mutex; if the grant won,
+// Cancel gives it back through Dispatcher.Release, so a grant is never leaked
+// and released at most once by this package.
+//
+// Outcomes and errors. Dispatched; rejected (never queued: capacity, other)
+// as *RejectedError wrapping ErrRejected (capacity rejections carry
+// RetryAfter for HTTP 429); evicted (was queued: deadline, cancelled,
+// shutdown, other) as *EvictedError wrapping ErrEvicted. Helpers: IsRejected,
+// IsEvicted, IsQueueFull, IsShutdown, IsDeadline, IsCancelled, RetryAfter,
+// OutcomeOf.
+//
+// Metrics go to the Metrics interface; flowcontrolmetrics implements it with
+// Prometheus (queue length per band, wait-time histogram, outcomes counter).
+//
+// # What an adapter over the lease store must do
+//
+// The lease store (pkg/lease) offers TryAcquire, HeldBy, Release, NextChange
+// and an OnCapacity hook; this package imports nothing of it. The adapter
+// that wires the two (written with the API layer) must:
+//
+//  1. TryDispatch(flow, payload): call store.TryAcquire with the payload's
+//     namespace, selector, target, TTL and holder, and with
+//     AcquireRequest.Flow = flow, so the new lease counts towards
+//     HeldBy(flow) at once. lease.IsNoMatch(err) → (zero, NoMatch, nil); a
+//     lease → (lease, Granted, nil); any other error (TTL too long, name
+//     taken) → that error: the request is rejected or evicted as Other.
+//     Return Exhausted only when certain that no request at all could be
+//     granted now (no proxy with a free slot); NoMatch is always correct.
+//  2. Held(flow): store.HeldBy(flow) — live leases whose Flow is flow,
+//     including leases acquired without waiting.
+//  3. Release(grant): store.Release(grant's lease ID). Called without this
+//     package's mutex, at most once per grant, only for grants whose waiter
+//     had left.
+//  4. NextChange(): store.NextChange() — the next lease expiry or cooldown
+//     end, zero if none; instants at or before now are ignored. The
+//     controller re-reads it after every change while requests wait.
+//  5. Wire store.OnCapacity(controller.OnCapacity) directly. OnCapacity
+//     never blocks on a lock (it sets a flag and runs the round only if it
+//     gets the mutex with TryLock; otherwise the holder runs it before
+//     letting go), so it is safe where the store runs hooks: after its own
+//     lock is released, on the goroutine of whichever store call observed the
+//     change — including a TryDispatch, Held or NextChange this package is
+//     making with its mutex held. The hook must fire on every change that can
+//     make capacity appear (release, expiry or cooldown end observed, proxy
+//     added, turned healthy or re-labelled, limit raised), and should fire,
+//     or the controller's timer may be late, when NextChange moves earlier
+//     than it was (a direct acquisition with a short TTL). It must not fire on
+//     every call regardless of change (each signal costs a full round).
+//  6. Lock order is controller → store: TryDispatch, Held and NextChange run
+//     under the controller's mutex and must not call the controller except
+//     through OnCapacity and HeldChanged (neither waits for the mutex).
+//  7. For scale (thousands of waiting flows), set
+//     Options.HeldChangeNotifications and forward the store's lease events:
+//     store.Subscribe(func(ev lease.Event) { if ev.Reason == lease.Acquired
+//     || ev.Type == lease.Deleted { controller.HeldChanged(ev.Lease.Flow) } }).
+//     HeldChanged only appends to a list under a leaf lock, so it is safe in
+//     a Subscribe callback. And return Exhausted when the store has no free
+//     slot at all (a cheap check on its availability index would do): a
+//     round then stops at the first refusal instead of offering every head.
+//
+// Acquisitions that bypass the controller (requests with no wait) can take
+// capacity a waiter is owed between a release and the round it triggers;
+// routing every acquisition through EnqueueAndWait avoids that.
+//
+// # Imports
+//
+// This package must not import pkg/lease, pkg/discovery, pkg/apiserver,
+// pkg/metrics or any metrics library (flowcontrolmetrics does that).
+package flowcontrol

@@ -1,0 +1,8 @@
+// Package framework holds the fixtures that several integration test packages
+// share: a control plane whose operator identity is bound to nothing but the
+// generated ClusterRole, per-test namespaces the operator may act in, and a
+// goroutine-safe log buffer.
+//
+// It is test tooling: it may import anything of the module, and nothing but
+// tests under test/ may import it.
+package framework
