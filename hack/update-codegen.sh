@@ -29,5 +29,5 @@ GODEBUG=gotypesalias=0 go run "$controller_gen" \
 go run "$controller_gen" \
 	rbac:roleName=proxy-operator \
 	paths=./pkg/controller/... \
-	paths=./cmd/proxy-operator/... \
+	paths=./artifacts/rbac/... \
 	output:rbac:artifacts:config=artifacts/rbac

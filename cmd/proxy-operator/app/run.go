@@ -28,13 +28,9 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
 )
 
-// Leader election needs a Lease in the operator's own namespace only, so it
-// gets a Role there rather than cluster-wide Lease rights; controller-runtime
-// records its leader-election Events with the core v1 Events API, in that
-// namespace too.
-//
-// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=proxy-operator-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=events,verbs=create;patch
+// The leader-election RBAC of this binary is declared in artifacts/rbac
+// (markers.go): controller-gen cannot load this package, whose imports
+// include generated code it excludes by build tag.
 
 // EventReporter is the reporting controller of the operator's Events.
 const EventReporter = "proxy-operator"
