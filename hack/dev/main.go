@@ -3,72 +3,31 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/proxy-operator/proxy-operator/artifacts/examples"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/devenv"
 )
 
-// Layout of .dev/, the contract with tests and scripts.
+// Layout of .dev/ beyond the devenv contract.
 const (
-	devDirName     = ".dev"
-	kubeconfigFile = "kubeconfig"
-	readyFile      = "ready"
-	lockFile       = "dev.lock"
-	controlDirName = "controlplane"
+	devDirName = ".dev"
+	lockFile   = "dev.lock"
 )
 
 // teardownTimeout bounds stopping all components; each child process gets a
 // SIGKILL after its own grace period well before this.
-const teardownTimeout = 60 * time.Second
-
-// env is what components share: paths, and what earlier components made
-// available to later ones.
-type env struct {
-	root   string // repository root
-	devDir string // <root>/.dev
-	// cp is set by the control plane component.
-	cp *controlplane.ControlPlane
-}
-
-func (e *env) path(parts ...string) string {
-	return filepath.Join(append([]string{e.devDir}, parts...)...)
-}
-
-// component is one piece of the dev environment.
-type component interface {
-	// name is shown in progress messages.
-	name() string
-	// start brings the component up and returns once it is usable; it may
-	// rely on everything earlier components put into env. If it fails it
-	// must leave nothing running.
-	start(ctx context.Context, e *env) error
-	// stop tears the component down. Called once, in reverse start order,
-	// only for components whose start succeeded.
-	stop(ctx context.Context) error
-}
-
-// watched components can fail while running; dev then shuts down.
-type watched interface {
-	// done is closed when the component stopped working on its own.
-	done() <-chan struct{}
-}
-
-func components() []component {
-	return []component{
-		&controlPlaneComponent{},
-		&examplesComponent{},
-		// Later: the operator (cmd/proxy-operator in-process or as a child),
-		// the node agent, the fake GCE endpoint.
-	}
-}
+const teardownTimeout = 90 * time.Second
 
 func main() {
 	if err := run(); err != nil {
@@ -78,8 +37,26 @@ func main() {
 }
 
 func run() error {
+	ports := devenv.DefaultPorts()
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.IntVar(&ports.Discovery, "discovery-port", ports.Discovery, "port of the HTTP discovery API on 127.0.0.1 (0: a free port)")
+	fs.IntVar(&ports.APIServer, "apiserver-port", ports.APIServer, "port of the aggregated ProxyLease API server on 127.0.0.1 (0: a free port)")
+	fs.IntVar(&ports.Metrics, "metrics-port", ports.Metrics, "port of the operator's /metrics on 127.0.0.1 (0: a free port)")
+	fs.IntVar(&ports.Probes, "probe-port", ports.Probes, "port of the operator's /healthz and /readyz on 127.0.0.1 (0: a free port)")
+	fs.IntVar(&ports.Origin, "origin-port", ports.Origin, "port of the local origin HTTP server on 127.0.0.1 (0: a free port)")
+	freePorts := fs.Bool("free-ports", false, "pick a free port for every server (overrides the port flags)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *freePorts {
+		ports = devenv.Ports{}
+	}
+
 	// If whatever started us (make, go run) dies, get SIGTERM and tear down
-	// rather than keep etcd and kube-apiserver running as orphans.
+	// rather than keep etcd, kube-apiserver and squids running as orphans.
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0); errno != 0 {
 		return fmt.Errorf("setting parent-death signal: %w", errno)
 	}
@@ -87,94 +64,91 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	e := &env{root: root, devDir: filepath.Join(root, devDirName)}
-	if err := os.MkdirAll(e.devDir, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", e.devDir, err)
+	devDir := filepath.Join(root, devDirName)
+	if err := os.MkdirAll(devDir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", devDir, err)
 	}
-	unlock, err := lock(e.path(lockFile))
+	unlock, err := lock(filepath.Join(devDir, lockFile))
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	// A previous run killed with SIGKILL may have left a stale ready file.
-	_ = os.Remove(e.path(readyFile))
+
+	// One logger for the operator, controller-runtime and klog (client-go,
+	// the aggregated API server): the terminal stays for progress.
+	logger, err := devenv.FileLogger(filepath.Join(devDir, devenv.LogsDir, "operator.log"))
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
 
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	var started []component
-	teardown := func() error {
-		// After the first signal a second one kills dev at once; the kernel
-		// then kills the children (Pdeathsig).
-		stopSignals()
-		_ = os.Remove(e.path(readyFile))
-		fmt.Println("dev: tearing down")
-		tctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
-		defer cancel()
-		var errs []error
-		for i := len(started) - 1; i >= 0; i-- {
-			c := started[i]
-			if err := c.stop(tctx); err != nil {
-				errs = append(errs, fmt.Errorf("stopping %s: %w", c.name(), err))
-			}
-		}
-		if err := errors.Join(errs...); err != nil {
-			return err
-		}
-		fmt.Println("dev: stopped")
-		return nil
-	}
-
 	begin := time.Now()
-	for _, c := range components() {
-		fmt.Printf("dev: starting %s\n", c.name())
-		if err := c.start(ctx, e); err != nil {
-			if ctx.Err() != nil { // Ctrl-C while starting: not a failure
-				fmt.Printf("dev: interrupted while starting %s\n", c.name())
-				return teardown()
-			}
-			return errors.Join(fmt.Errorf("starting %s: %w", c.name(), err), teardown())
+	env, err := devenv.Start(ctx, devenv.Options{Dir: devDir, Ports: ports, Progress: os.Stdout, Log: logger})
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// Ctrl-C while starting: torn down, not a failure.
+			fmt.Println("dev: interrupted; stopped")
+			return nil
 		}
-		started = append(started, c)
+		return err
 	}
-	if err := os.WriteFile(e.path(readyFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
-		return errors.Join(fmt.Errorf("writing ready file: %w", err), teardown())
-	}
-	printBanner(e, time.Since(begin))
+	printBanner(root, env, time.Since(begin))
 
-	failed := make(chan string, len(started))
-	for _, c := range started {
-		if w, ok := c.(watched); ok {
-			go func() {
-				select {
-				case <-w.done():
-					failed <- c.name()
-				case <-ctx.Done():
-				}
-			}()
-		}
-	}
 	select {
 	case <-ctx.Done():
-		return teardown()
-	case name := <-failed:
-		return errors.Join(fmt.Errorf("%s stopped unexpectedly", name), teardown())
+	case name := <-env.Failed():
+		err = fmt.Errorf("%s stopped unexpectedly (logs in %s)", name, rel(root, filepath.Join(devDir, devenv.LogsDir)))
 	}
+	// After the first signal a second one kills dev at once; the kernel
+	// then kills the children (Pdeathsig).
+	stopSignals()
+	fmt.Println("dev: tearing down")
+	tctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
+	defer cancel()
+	stopBegin := time.Now()
+	if serr := env.Stop(tctx); serr != nil {
+		return errors.Join(err, serr)
+	}
+	if left := devenv.ProcessesUsing(env.ProcessDirs()...); len(left) > 0 {
+		return errors.Join(err, fmt.Errorf("processes left behind: %s", strings.Join(left, ", ")))
+	}
+	fmt.Printf("dev: stopped in %s; no processes left\n", time.Since(stopBegin).Round(100*time.Millisecond))
+	return err
 }
 
-func printBanner(e *env, took time.Duration) {
-	rel := func(p string) string {
-		if r, err := filepath.Rel(e.root, p); err == nil {
-			return r
-		}
-		return p
+func rel(root, p string) string {
+	if r, err := filepath.Rel(root, p); err == nil {
+		return r
 	}
+	return p
+}
+
+func printBanner(root string, e *devenv.Env, took time.Duration) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nproxy-operator dev environment is up (%s).\n\n", took.Round(100*time.Millisecond))
-	fmt.Fprintf(&b, "  export KUBECONFIG=$PWD/%s\n", rel(e.path(kubeconfigFile)))
-	b.WriteString("  bin/kubectl get proxies\n\n")
-	fmt.Fprintf(&b, "API server: %s\n", e.cp.Host)
-	fmt.Fprintf(&b, "Logs:       %s, %s\n", rel(e.cp.APIServerLogPath), rel(e.cp.EtcdLogPath))
+	fmt.Fprintf(&b, "\nproxy-operator dev environment is up (%s); the sample fleet is Ready.\n\n", took.Round(100*time.Millisecond))
+	fmt.Fprintf(&b, "Kubernetes (%s):\n", e.ControlPlane.Host)
+	fmt.Fprintf(&b, "  export KUBECONFIG=$PWD/%s\n", rel(root, e.KubeconfigPath))
+	b.WriteString("  bin/kubectl get proxies -o wide\n")
+	b.WriteString("  echo '{\"apiVersion\":\"leasing.crawl.example.com/v1alpha1\",\"kind\":\"ProxyLease\",\"metadata\":{\"generateName\":\"crawler-\"},\"spec\":{\"selector\":{\"tier\":\"premium\"},\"target\":\"origin\",\"ttlSeconds\":300}}' | bin/kubectl create -f -\n")
+	b.WriteString("  bin/kubectl get proxyleases\n\n")
+	tokenPath := rel(root, filepath.Join(e.Dir, devenv.DiscoveryTokenFile))
+	urlPath := rel(root, filepath.Join(e.Dir, devenv.DiscoveryURLFile))
+	fmt.Fprintf(&b, "HTTP discovery API (%s, docs/api.md):\n", e.DiscoveryURL)
+	fmt.Fprintf(&b, "  TOKEN=$(cat %s) URL=$(cat %s)\n", tokenPath, urlPath)
+	b.WriteString("  curl -s -H \"Authorization: Bearer $TOKEN\" $URL/v1/proxies\n")
+	b.WriteString("  curl -s -H \"Authorization: Bearer $TOKEN\" -d '{\"selector\":{\"tier\":\"standard\"},\"target\":\"origin\",\"ttlSeconds\":300}' $URL/v1/leases\n")
+	fmt.Fprintf(&b, "  curl -x <proxy from the lease> %s/    # the local origin, through squid\n", e.OriginURL)
+	b.WriteString("  curl -s -X DELETE -H \"Authorization: Bearer $TOKEN\" $URL/v1/leases/<leaseID>\n\n")
+	fmt.Fprintf(&b, "Metrics:    %s\n", e.MetricsURL)
+	fmt.Fprintf(&b, "Probes:     %s/healthz, %s/readyz\n", e.HealthProbeURL, e.HealthProbeURL)
+	fmt.Fprintf(&b, "ProxyLease: https://127.0.0.1:%d (through kube-apiserver: APIService %s)\n", e.APIServerPort, devenv.APIServiceName)
+	fmt.Fprintf(&b, "Origin:     %s (target of the fleet's health checks)\n", e.OriginURL)
+	fmt.Fprintf(&b, "Logs:       %s, %s, %s\n", rel(root, e.LogPath("operator.log")), rel(root, e.LogPath("nodeagent.log")),
+		rel(root, e.ControlPlane.APIServerLogPath))
 	b.WriteString("Press Ctrl-C to stop and tear everything down.\n")
 	fmt.Print(b.String())
 }
@@ -197,62 +171,3 @@ func lock(path string) (func(), error) {
 		_ = f.Close()
 	}, nil
 }
-
-// controlPlaneComponent runs etcd + kube-apiserver with the CRDs installed
-// and publishes .dev/kubeconfig.
-type controlPlaneComponent struct {
-	cp         *controlplane.ControlPlane
-	kubeconfig string
-}
-
-func (c *controlPlaneComponent) name() string { return "control plane (etcd, kube-apiserver)" }
-
-func (c *controlPlaneComponent) start(ctx context.Context, e *env) error {
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: e.path(controlDirName)})
-	if err != nil {
-		return err
-	}
-	data, err := os.ReadFile(cp.KubeconfigPath)
-	if err == nil {
-		// Write then rename: a reader never sees half a kubeconfig.
-		tmp := e.path(kubeconfigFile + ".tmp")
-		if err = os.WriteFile(tmp, data, 0o600); err == nil {
-			err = os.Rename(tmp, e.path(kubeconfigFile))
-		}
-	}
-	if err != nil {
-		return errors.Join(fmt.Errorf("publishing kubeconfig: %w", err), cp.Stop())
-	}
-	c.cp, c.kubeconfig, e.cp = cp, e.path(kubeconfigFile), cp
-	return nil
-}
-
-func (c *controlPlaneComponent) stop(context.Context) error {
-	_ = os.Remove(c.kubeconfig)
-	return c.cp.Stop()
-}
-
-func (c *controlPlaneComponent) done() <-chan struct{} { return c.cp.Done() }
-
-// examplesComponent applies the sample fleet (artifacts/examples/fleet,
-// embedded as examples.Fleet).
-type examplesComponent struct{}
-
-func (examplesComponent) name() string { return "sample fleet (artifacts/examples/fleet)" }
-
-func (examplesComponent) start(ctx context.Context, e *env) error {
-	applied, err := controlplane.ApplyFS(ctx, e.cp.RESTConfig(), examples.Fleet)
-	for _, ref := range applied {
-		fmt.Printf("dev:   applied %s\n", ref)
-	}
-	if err != nil {
-		return err
-	}
-	if len(applied) == 0 {
-		return errors.New("artifacts/examples/fleet holds no manifests")
-	}
-	return nil
-}
-
-// The objects go away with the control plane.
-func (examplesComponent) stop(context.Context) error { return nil }

@@ -226,6 +226,10 @@ func operatorOptions() *app.Options {
 	opts := app.NewOptions()
 	opts.MetricsAddr = "0"
 	opts.HealthProbeAddr = "0"
+	// The lease APIs have their own e2e packages; off here so nothing binds
+	// a fixed port (:8090, :7443) that another process may hold.
+	opts.Leasing.DiscoveryAddr = "0"
+	opts.APIServer.SecureServing.BindPort = 0
 	opts.Kubernetes.NodeName = nodeName
 	opts.Intervals.ProvisioningPoll = 250 * time.Millisecond
 	opts.Intervals.DeletionPoll = 250 * time.Millisecond

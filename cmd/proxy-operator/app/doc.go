@@ -6,6 +6,7 @@
 // adapter over the store, the HTTP discovery API and the aggregated
 // ProxyLease API server — and wires them together. It is the only
 // package that imports pkg/metrics and the concrete providers together;
-// nothing imports it but cmd/proxy-operator's main (and integration tests,
-// for NewScheme and HealthSource).
+// nothing imports it but cmd/proxy-operator's main and test tooling (the
+// dev environment, test/devenv, runs Run in process; integration and e2e
+// tests use Run, NewScheme and HealthSource).
 package app

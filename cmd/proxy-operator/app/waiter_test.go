@@ -119,7 +119,7 @@ func TestLeaseWaiterGrantsOnRelease(t *testing.T) {
 func TestLeaseWaiterErrors(t *testing.T) {
 	type verdict struct {
 		NoMatch, RetryAfter, Canceled, TTLTooLong, ShuttingDown bool
-		AtCapacity                                               int
+		AtCapacity                                              int
 	}
 	classify := func(err error) verdict {
 		var v verdict

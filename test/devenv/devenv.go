@@ -1,0 +1,327 @@
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/nodeagent"
+)
+
+// The contract under Options.Dir.
+const (
+	// KubeconfigFile is an admin kubeconfig, credentials embedded.
+	KubeconfigFile = "kubeconfig"
+	// DiscoveryTokenFile holds the HTTP discovery API's bearer token (random
+	// per run); the operator reads it through --discovery-token-file.
+	DiscoveryTokenFile = "discovery-token"
+	// DiscoveryURLFile holds the discovery API's base URL, e.g.
+	// http://127.0.0.1:8090.
+	DiscoveryURLFile = "discovery-url"
+	// ReadyFile exists only while everything is up and the sample fleet is
+	// Ready (written last, removed first).
+	ReadyFile = "ready"
+	// ControlPlaneDir holds certificates, etcd data and the control plane's logs.
+	ControlPlaneDir = "controlplane"
+	// APIServerCertDir holds the aggregated API server's CA and serving pair.
+	APIServerCertDir = "apiserver"
+	// LogsDir holds operator.log and nodeagent.log.
+	LogsDir = "logs"
+)
+
+// Ports of the dev environment, all on 127.0.0.1. Zero picks a free port.
+type Ports struct {
+	Discovery int
+	APIServer int
+	Metrics   int
+	Probes    int
+	Origin    int
+}
+
+// DefaultPorts are the documented ports of `make dev`: the operator's own
+// defaults (discovery 8090, aggregated API 7443, metrics 8080, probes 8081)
+// and 8088 for the origin.
+func DefaultPorts() Ports {
+	return Ports{Discovery: 8090, APIServer: 7443, Metrics: 8080, Probes: 8081, Origin: 8088}
+}
+
+// Options configure Start.
+type Options struct {
+	// Dir receives the contract files and logs (required). Start creates it.
+	Dir string
+	// Ports of the servers; zero fields pick free ports.
+	Ports Ports
+	// Progress receives one line per step ("dev: starting …"); nil discards.
+	Progress io.Writer
+	// Log is the operator's logger. Zero: a file logger on
+	// <Dir>/logs/operator.log. Set it to the logger the process also gives
+	// controller-runtime and klog (see FileLogger) so that the aggregated API
+	// server's klog output lands in the same place.
+	Log logr.Logger
+	// NodeName is the node agent's Node (default nodeagent.DefaultNodeName).
+	NodeName string
+	// PoolFirst..PoolLast are the loopback addresses of the squids (default:
+	// the node agent's pool). Environments running at once need disjoint pools.
+	PoolFirst, PoolLast netip.Addr
+	// FleetTimeout bounds the wait for the sample fleet to be Ready
+	// (default 3m).
+	FleetTimeout time.Duration
+}
+
+// Env is a running dev environment. Fields are set as components start.
+type Env struct {
+	// Dir is Options.Dir.
+	Dir string
+	// ControlPlane is etcd + kube-apiserver.
+	ControlPlane *controlplane.ControlPlane
+	// KubeconfigPath is <Dir>/kubeconfig.
+	KubeconfigPath string
+	// Agent is the node agent.
+	Agent *nodeagent.Agent
+	// OriginURL is the local origin, e.g. http://127.0.0.1:8088.
+	OriginURL string
+	// DiscoveryURL and DiscoveryToken reach the HTTP discovery API.
+	DiscoveryURL   string
+	DiscoveryToken string
+	// MetricsURL is the operator's /metrics; HealthProbeURL its probe server
+	// (/healthz, /readyz).
+	MetricsURL     string
+	HealthProbeURL string
+	// APIServerPort is the aggregated ProxyLease API server's port.
+	APIServerPort int
+	// Fleet are the sample Proxies, Ready when Start returns.
+	Fleet []types.NamespacedName
+
+	opts      Options
+	origin    *originComponent
+	apiCAPath string
+
+	started  []component
+	failed   chan string
+	stopping chan struct{}
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// component is one piece of the environment.
+type component interface {
+	// name is shown in progress messages.
+	name() string
+	// start brings the component up and returns once it is usable; it may
+	// rely on everything earlier components put into Env. ctx bounds the
+	// start only: what keeps running must not stop when ctx ends. If start
+	// fails it leaves nothing running.
+	start(ctx context.Context, e *Env) error
+	// stop tears the component down; called once, in reverse start order,
+	// only for components whose start succeeded.
+	stop(ctx context.Context) error
+}
+
+// watched components can fail while running.
+type watched interface {
+	// done is closed when the component stopped on its own (or was stopped).
+	done() <-chan struct{}
+}
+
+func components() []component {
+	return []component{
+		&controlPlaneComponent{},
+		&nodeAgentComponent{},
+		&originComponent{},
+		&operatorComponent{},
+		&aggregationComponent{},
+		&fleetComponent{},
+	}
+}
+
+// Start brings the environment up, component by component, and writes
+// <Dir>/ready once the sample fleet is Ready. On failure, or when ctx ends
+// first, it tears down what it started and returns the error (errors.Is
+// ctx.Err() in the second case).
+func Start(ctx context.Context, opts Options) (*Env, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("devenv: Options.Dir is required")
+	}
+	if opts.FleetTimeout <= 0 {
+		opts.FleetTimeout = 3 * time.Minute
+	}
+	if opts.NodeName == "" {
+		opts.NodeName = nodeagent.DefaultNodeName
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("devenv: %w", err)
+	}
+	opts.Dir = dir
+	if err := os.MkdirAll(filepath.Join(dir, LogsDir), 0o755); err != nil {
+		return nil, fmt.Errorf("devenv: creating %s: %w", dir, err)
+	}
+	// A previous run killed with SIGKILL may have left stale contract files.
+	for _, f := range []string{ReadyFile, DiscoveryTokenFile, DiscoveryURLFile, KubeconfigFile} {
+		_ = os.Remove(filepath.Join(dir, f))
+	}
+	if opts.Log.GetSink() == nil {
+		opts.Log, err = FileLogger(filepath.Join(dir, LogsDir, "operator.log"))
+		if err != nil {
+			return nil, err
+		}
+	}
+	e := &Env{Dir: dir, opts: opts, stopping: make(chan struct{})}
+	for _, c := range components() {
+		e.progressf("starting %s", c.name())
+		began := time.Now()
+		if err := c.start(ctx, e); err != nil {
+			if ctx.Err() != nil {
+				e.progressf("interrupted while starting %s", c.name())
+				return nil, errors.Join(ctx.Err(), e.Stop(context.Background()))
+			}
+			return nil, errors.Join(fmt.Errorf("starting %s: %w", c.name(), err), e.Stop(context.Background()))
+		}
+		e.started = append(e.started, c)
+		e.progressf("  %s up in %s", c.name(), time.Since(began).Round(100*time.Millisecond))
+	}
+	if err := writeFileAtomic(e.path(ReadyFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		return nil, errors.Join(fmt.Errorf("writing the ready file: %w", err), e.Stop(context.Background()))
+	}
+	e.watch()
+	return e, nil
+}
+
+// Failed delivers the name of a component that stopped on its own while the
+// environment was up (etcd or kube-apiserver died, the operator returned).
+func (e *Env) Failed() <-chan string { return e.failed }
+
+func (e *Env) watch() {
+	e.failed = make(chan string, len(e.started))
+	for _, c := range e.started {
+		w, ok := c.(watched)
+		if !ok {
+			continue
+		}
+		go func() {
+			select {
+			case <-w.done():
+				select {
+				case <-e.stopping:
+				default:
+					e.failed <- c.name()
+				}
+			case <-e.stopping:
+			}
+		}()
+	}
+}
+
+// Stop removes the ready file, then stops every started component in
+// reverse order. It is idempotent; the error joins every component's.
+func (e *Env) Stop(ctx context.Context) error {
+	e.stopOnce.Do(func() {
+		close(e.stopping)
+		_ = os.Remove(e.path(ReadyFile))
+		var errs []error
+		for i := len(e.started) - 1; i >= 0; i-- {
+			c := e.started[i]
+			e.progressf("stopping %s", c.name())
+			if err := c.stop(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("stopping %s: %w", c.name(), err))
+			}
+		}
+		e.started = nil
+		e.stopErr = errors.Join(errs...)
+	})
+	return e.stopErr
+}
+
+// OriginHits is how many requests reached the origin server.
+func (e *Env) OriginHits() int64 {
+	if e.origin == nil {
+		return 0
+	}
+	return e.origin.hits.Load()
+}
+
+// LogPath is the path of one of the logs in <Dir>/logs (operator.log,
+// nodeagent.log).
+func (e *Env) LogPath(name string) string { return e.path(LogsDir, name) }
+
+// ProcessDirs are the directories every child process of the environment
+// names on its command line (etcd, kube-apiserver, each squid): a process
+// still naming one after Stop was left behind (see ProcessesUsing).
+func (e *Env) ProcessDirs() []string {
+	dirs := []string{e.Dir}
+	if e.Agent != nil {
+		dirs = append(dirs, e.Agent.BaseDir())
+	}
+	return dirs
+}
+
+func (e *Env) path(parts ...string) string {
+	return filepath.Join(append([]string{e.Dir}, parts...)...)
+}
+
+func (e *Env) progressf(format string, args ...any) {
+	if e.opts.Progress != nil {
+		fmt.Fprintf(e.opts.Progress, "dev: "+format+"\n", args...)
+	}
+}
+
+// FileLogger returns a human-readable (console encoding, info level) logger
+// writing to path, created or truncated.
+func FileLogger(path string) (logr.Logger, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return logr.Logger{}, fmt.Errorf("creating log directory: %w", err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return logr.Logger{}, fmt.Errorf("creating log file: %w", err)
+	}
+	return zap.New(zap.WriteTo(f), zap.UseDevMode(false), zap.ConsoleEncoder(), zap.Level(zapcore.InfoLevel),
+		func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder }), nil
+}
+
+// writeFileAtomic writes then renames, so a reader never sees half a file.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// listen opens 127.0.0.1:port (0: a free port).
+func listen(port int) (net.Listener, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("listening on 127.0.0.1:%d (choose another port, or 0 for a free one): %w", port, err)
+	}
+	return ln, nil
+}
+
+// reserve returns port, or a free port when port is 0, checking that it can
+// be bound now. The operator binds it a moment later; another process could
+// take a free port in between, which Start then reports.
+func reserve(port int) (int, error) {
+	ln, err := listen(port)
+	if err != nil {
+		return 0, err
+	}
+	p := ln.Addr().(*net.TCPAddr).Port
+	if err := ln.Close(); err != nil {
+		return 0, err
+	}
+	return p, nil
+}

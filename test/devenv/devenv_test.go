@@ -1,0 +1,129 @@
+package devenv
+
+import (
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
+)
+
+func TestFleetManifestsPointHealthChecksAtTheOrigin(t *testing.T) {
+	const origin = "http://127.0.0.1:1234/"
+	objs, err := FleetManifests(origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct{ Kind, Name, URL string }
+	var got []row
+	for _, o := range objs {
+		url, _, _ := unstructured.NestedString(o.Object, "spec", "healthCheck", "url")
+		got = append(got, row{o.GetKind(), o.GetName(), url})
+	}
+	// Every Proxy of the sample fleet, and nothing else, gets the origin.
+	want := []row{
+		{"Secret", "proxy-cloud-init", ""},
+		{"Proxy", "proxy-a", origin},
+		{"Proxy", "proxy-b", origin},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("fleet (-want +got):\n%s", d)
+	}
+	// The override keeps the rest of the health check (proxy-b sets some).
+	for _, o := range objs {
+		if o.GetName() != "proxy-b" {
+			continue
+		}
+		// JSON numbers decode as float64.
+		interval, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "healthCheck", "intervalSeconds")
+		if interval != float64(10) {
+			t.Errorf("proxy-b healthCheck.intervalSeconds = %v (%T) after the override, want the manifest's 10", interval, interval)
+		}
+	}
+}
+
+func TestServingCertsVerifyForTheAggregatorsServerName(t *testing.T) {
+	dir := t.TempDir()
+	certs, err := writeServingCerts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(certs.caPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatal("ca.crt holds no certificate")
+	}
+	certPEM, err := os.ReadFile(certs.certPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		t.Fatal("tls.crt holds no PEM block")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcName := apiserver.DefaultServiceName + "." + apiserver.DefaultServiceNamespace + ".svc"
+	for _, name := range []string{svcName, "localhost", "127.0.0.1"} {
+		if _, err := cert.Verify(x509.VerifyOptions{DNSName: name, Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Errorf("serving certificate does not verify for %s: %v", name, err)
+		}
+	}
+	// Negative control: a name the aggregator never uses is refused.
+	if _, err := cert.Verify(x509.VerifyOptions{DNSName: "example.com", Roots: pool}); err == nil {
+		t.Error("serving certificate verifies for example.com; the name check above proves nothing")
+	}
+	if fi, err := os.Stat(certs.keyPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("tls.key mode %v (err %v), want 0600", fi.Mode().Perm(), err)
+	}
+}
+
+func TestProcessesUsingFindsChildrenNamingTheDir(t *testing.T) {
+	dir := t.TempDir()
+	other := t.TempDir()
+	// sleep ignores its extra argument's meaning but shows it in its cmdline.
+	cmd := exec.Command("sh", "-c", "sleep 30", "sh", filepath.Join(dir, "conf"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	found := func(dirs ...string) bool {
+		for _, p := range ProcessesUsing(dirs...) {
+			if strings.HasPrefix(p, strconv.Itoa(pid)+":") {
+				return true
+			}
+		}
+		return false
+	}
+	if !found(other, dir) {
+		t.Errorf("ProcessesUsing(%s) misses pid %d whose arguments name it", dir, pid)
+	}
+	if found(other) {
+		t.Errorf("ProcessesUsing(%s) reports pid %d, which names another directory", other, pid)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for found(dir) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d still reported after it was killed and reaped", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,29 @@
+// Package devenv is the local development environment as a library: the
+// ordered list of components `make dev` (hack/dev) runs, and that the dev
+// e2e test (test/e2e/dev) starts the same way.
+//
+// Components, started in this order and stopped in reverse:
+//
+//  1. the control plane (test/controlplane: etcd, kube-apiserver, CRDs);
+//  2. the node agent (test/nodeagent), the kubelet of the operator's Squid
+//     pods, each squid on its own 127.0.0.N:3128;
+//  3. a local origin HTTP server on 127.0.0.1, the target of the sample
+//     fleet's health checks and of curl examples (the machine may have no
+//     internet);
+//  4. the operator in this process (cmd/proxy-operator/app.Run) with the
+//     HTTP discovery API (bearer token from <Dir>/discovery-token) and the
+//     aggregated ProxyLease API server (serving certificate from a CA
+//     generated per run);
+//  5. the APIService registration (artifacts/apiserver, its dev variant
+//     rewritten to carry that CA and the serving port), awaited Available;
+//  6. the sample fleet (artifacts/examples/fleet) with each Proxy's
+//     spec.healthCheck.url set to the origin before it is applied, awaited
+//     phase Ready.
+//
+// Then Start writes <Dir>/ready. The files under Dir are the contract of
+// README's "Using the dev environment": kubeconfig, discovery-token,
+// discovery-url, ready; logs go to <Dir>/logs.
+//
+// It may import anything of the module (it is test tooling, like
+// test/controlplane); nothing but hack/dev and tests may import it.
+package devenv

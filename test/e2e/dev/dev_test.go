@@ -1,0 +1,441 @@
+package deve2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/devenv"
+)
+
+// The squids of this package: disjoint from the other test packages' pools.
+var (
+	poolFirst = netip.MustParseAddr("127.0.9.2")
+	poolLast  = netip.MustParseAddr("127.0.9.60")
+)
+
+// harness is the running environment and the tools the steps use.
+type harness struct {
+	env      *devenv.Env
+	kubectl  string
+	cacheDir string
+}
+
+func TestDevEnvironment(t *testing.T) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binDir := os.Getenv(controlplane.BinDirEnv)
+	if binDir == "" {
+		binDir = filepath.Join(root, "bin")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatalf("curl is required: the test uses the proxies and the API as README shows, with curl: %v", err)
+	}
+	dir := t.TempDir()
+	logger, err := devenv.FileLogger(filepath.Join(dir, devenv.LogsDir, "operator.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As hack/dev does: one logger for the operator, controller-runtime and klog.
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	began := time.Now()
+	env, err := devenv.Start(ctx, devenv.Options{
+		Dir:       dir,
+		Ports:     devenv.Ports{}, // all free: the test may run beside `make dev`
+		Progress:  testWriter{t},
+		Log:       logger,
+		NodeName:  "proxy-operator-dev-e2e",
+		PoolFirst: poolFirst,
+		PoolLast:  poolLast,
+	})
+	if err != nil {
+		dumpLogs(t, dir)
+		t.Fatalf("starting the dev environment: %v", err)
+	}
+	t.Logf("dev environment up in %s", time.Since(began).Round(100*time.Millisecond))
+	stopped := false
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLogs(t, dir)
+		}
+		if !stopped {
+			_ = env.Stop(context.Background())
+		}
+	})
+	h := &harness{env: env, kubectl: filepath.Join(binDir, "kubectl"), cacheDir: filepath.Join(dir, "kubectl-cache")}
+
+	t.Run("contract files", h.contractFiles)
+	t.Run("kubectl get proxies shows the fleet Ready", h.proxiesReady)
+	t.Run("HTTP API without the token is 401", h.unauthorized)
+	t.Run("HTTP list, lease, curl -x, report, release", h.httpLeaseCycle)
+	t.Run("waiting HTTP lease granted on release", h.waitingLease)
+	t.Run("ProxyLease through kube-apiserver", h.proxyLease)
+
+	t.Run("teardown leaves no processes", func(t *testing.T) {
+		dirs := env.ProcessDirs()
+		// Negative control: the checker sees the running children (etcd,
+		// kube-apiserver, one squid per sample Proxy).
+		before := devenv.ProcessesUsing(dirs...)
+		if want := 2 + len(env.Fleet); len(before) < want {
+			t.Errorf("before Stop, ProcessesUsing found %v, want at least %d processes: the leak check would miss leftovers", before, want)
+		}
+		stopBegan := time.Now()
+		stopped = true
+		if err := env.Stop(context.Background()); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		t.Logf("stopped in %s", time.Since(stopBegan).Round(100*time.Millisecond))
+		if left := devenv.ProcessesUsing(dirs...); len(left) > 0 {
+			t.Errorf("processes left behind: %v", left)
+		}
+		for _, f := range []string{devenv.ReadyFile, devenv.DiscoveryTokenFile, devenv.DiscoveryURLFile, devenv.KubeconfigFile} {
+			if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+				t.Errorf("%s still present after Stop (stat: %v)", f, err)
+			}
+		}
+	})
+}
+
+func (h *harness) contractFiles(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(h.env.Dir, name))
+		if err != nil {
+			t.Fatalf("contract file: %v", err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	got := map[string]string{
+		devenv.ReadyFile:          read(devenv.ReadyFile),
+		devenv.DiscoveryURLFile:   read(devenv.DiscoveryURLFile),
+		devenv.DiscoveryTokenFile: read(devenv.DiscoveryTokenFile),
+	}
+	want := map[string]string{
+		devenv.ReadyFile:          strconv.Itoa(os.Getpid()),
+		devenv.DiscoveryURLFile:   h.env.DiscoveryURL,
+		devenv.DiscoveryTokenFile: h.env.DiscoveryToken,
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("contract files (-want +got):\n%s", d)
+	}
+	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(h.env.DiscoveryToken) {
+		t.Errorf("discovery token %q is not 32 random bytes in hex", h.env.DiscoveryToken)
+	}
+	if fi, err := os.Stat(filepath.Join(h.env.Dir, devenv.DiscoveryTokenFile)); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		t.Errorf("discovery-token has mode %v, want no access for group and others", fi.Mode().Perm())
+	}
+}
+
+func (h *harness) proxiesReady(t *testing.T) {
+	out := h.mustKubectl(t, "get", "proxies", "-A", "--no-headers",
+		"-o", "custom-columns=NS:.metadata.namespace,NAME:.metadata.name,PHASE:.status.phase,HEALTHY:.status.conditions[?(@.type=='Healthy')].status")
+	got := strings.Fields(out)
+	var want []string
+	for _, p := range h.env.Fleet {
+		want = append(want, p.Namespace, p.Name, "Ready", "True")
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("kubectl get proxies (-want +got):\n%s\n%s", d, out)
+	}
+	// The printer columns users see.
+	table := h.mustKubectl(t, "get", "proxies")
+	for _, p := range h.env.Fleet {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(p.Name) + `\s+Ready\s+127\.`).MatchString(table) {
+			t.Errorf("kubectl get proxies has no Ready row with a loopback IP for %s:\n%s", p.Name, table)
+		}
+	}
+}
+
+func (h *harness) unauthorized(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		token string
+		args  []string
+		want  int
+	}{
+		{"list without token", "", []string{h.env.DiscoveryURL + "/v1/proxies"}, 401},
+		{"lease without token", "", []string{"-d", `{"target":"origin"}`, h.env.DiscoveryURL + "/v1/leases"}, 401},
+		{"list with a wrong token", "not-the-token", []string{h.env.DiscoveryURL + "/v1/proxies"}, 401},
+		{"healthz needs no token", "", []string{h.env.DiscoveryURL + "/healthz"}, 200},
+		// Negative control: the same list with the token is allowed.
+		{"list with the token", h.env.DiscoveryToken, []string{h.env.DiscoveryURL + "/v1/proxies"}, 200},
+	} {
+		code, body := curl(t, tc.token, tc.args...)
+		if code != tc.want {
+			t.Errorf("%s: HTTP %d, want %d (%s)", tc.name, code, tc.want, body)
+		}
+		if tc.want == 401 && !strings.Contains(body, `"error":"unauthorized"`) {
+			t.Errorf("%s: body %s, want the JSON error unauthorized", tc.name, body)
+		}
+	}
+}
+
+type wireProxy struct {
+	Name       string            `json:"name"`
+	Namespace  string            `json:"namespace"`
+	URL        string            `json:"url"`
+	Attributes map[string]string `json:"attributes"`
+	Healthy    bool              `json:"healthy"`
+}
+
+type wireLease struct {
+	LeaseID string    `json:"leaseID"`
+	Proxy   wireProxy `json:"proxy"`
+}
+
+func (h *harness) httpLeaseCycle(t *testing.T) {
+	url, token := h.env.DiscoveryURL, h.env.DiscoveryToken
+	code, body := curl(t, token, url+"/v1/proxies?healthy=true")
+	var list struct {
+		Proxies []wireProxy `json:"proxies"`
+		Count   int         `json:"count"`
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &list) != nil {
+		t.Fatalf("list: HTTP %d %s", code, body)
+	}
+	if list.Count != len(h.env.Fleet) {
+		t.Errorf("list: %d healthy proxies, want the %d of the fleet: %s", list.Count, len(h.env.Fleet), body)
+	}
+
+	code, body = curl(t, token, "-d", `{"selector":{"tier":"standard"},"target":"origin","ttlSeconds":60}`, url+"/v1/leases")
+	var l wireLease
+	if code != 201 || json.Unmarshal([]byte(body), &l) != nil || l.LeaseID == "" {
+		t.Fatalf("lease: HTTP %d %s", code, body)
+	}
+	if l.Proxy.Attributes["tier"] != "standard" {
+		t.Errorf("leased %s with attributes %v, want tier=standard", l.Proxy.Name, l.Proxy.Attributes)
+	}
+	released := false
+	defer func() {
+		if !released {
+			curl(t, token, "-X", "DELETE", url+"/v1/leases/"+l.LeaseID)
+		}
+	}()
+
+	// Use the proxy: the request reaches the origin through squid.
+	hits := h.env.OriginHits()
+	out, err := exec.Command("curl", "-sS", "--max-time", "10", "-x", l.Proxy.URL, h.env.OriginURL+"/dev-e2e").CombinedOutput()
+	if err != nil {
+		t.Fatalf("curl -x %s: %v\n%s", l.Proxy.URL, err, out)
+	}
+	if !strings.Contains(string(out), "GET /dev-e2e") || !strings.Contains(string(out), "squid") {
+		t.Errorf("curl -x %s answered %q, want the origin's answer with squid's Via header", l.Proxy.URL, out)
+	}
+	if h.env.OriginHits() <= hits {
+		t.Error("the origin saw no request from curl -x")
+	}
+
+	// One store: the HTTP lease is a ProxyLease too.
+	pl := h.mustKubectl(t, "get", "proxyleases", "-A", "--no-headers")
+	if !strings.Contains(pl, l.LeaseID) || !strings.Contains(pl, l.Proxy.Name) {
+		t.Errorf("kubectl get proxyleases does not show HTTP lease %s on %s:\n%s", l.LeaseID, l.Proxy.Name, pl)
+	}
+	if m := metric(t, h.env.MetricsURL, "proxy_operator_leases_active"); m != "1" {
+		t.Errorf("proxy_operator_leases_active = %q while one lease is live, want 1", m)
+	}
+
+	if code, body := curl(t, token, "-d", `{"result":"ok","target":"origin"}`, url+"/v1/leases/"+l.LeaseID+"/report"); code != 204 {
+		t.Errorf("report ok: HTTP %d %s, want 204", code, body)
+	}
+	if code, body := curl(t, token, "-d", `{"result":"meh"}`, url+"/v1/leases/"+l.LeaseID+"/report"); code != 400 || !strings.Contains(body, "invalid_result") {
+		t.Errorf("report meh: HTTP %d %s, want 400 invalid_result", code, body)
+	}
+	if code, body := curl(t, token, "-X", "DELETE", url+"/v1/leases/"+l.LeaseID); code != 204 {
+		t.Errorf("release: HTTP %d %s, want 204", code, body)
+	}
+	released = true
+	if pl := h.mustKubectl(t, "get", "proxyleases", "-A", "-o", "name"); strings.Contains(pl, l.LeaseID) {
+		t.Errorf("released lease still listed:\n%s", pl)
+	}
+	if m := metric(t, h.env.MetricsURL, "proxy_operator_leases_active"); m != "0" {
+		t.Errorf("proxy_operator_leases_active = %q after the release, want 0", m)
+	}
+}
+
+// A lease request that waits is granted as soon as the holder releases.
+func (h *harness) waitingLease(t *testing.T) {
+	url, token := h.env.DiscoveryURL, h.env.DiscoveryToken
+	req := `{"selector":{"tier":"premium"},"target":"origin","ttlSeconds":60}`
+	code, body := curl(t, token, "-d", req, url+"/v1/leases")
+	var first wireLease
+	if code != 201 || json.Unmarshal([]byte(body), &first) != nil {
+		t.Fatalf("first lease: HTTP %d %s", code, body)
+	}
+	// Negative control: without a wait the exclusive proxy is a 409 now.
+	if code, body := curl(t, token, "-d", req, url+"/v1/leases"); code != 409 || !strings.Contains(body, `"atCapacity":1`) {
+		t.Errorf("second lease without wait: HTTP %d %s, want 409 no_match with atCapacity 1", code, body)
+	}
+
+	type result struct {
+		code     int
+		body     string
+		returned time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, body := curlNoFatal(token, "-d", `{"selector":{"tier":"premium"},"target":"origin","ttlSeconds":60,"waitSeconds":30}`, url+"/v1/leases")
+		done <- result{code, body, time.Now()}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for metric(t, h.env.MetricsURL, `proxy_operator_flowcontrol_queue_length{band="0"}`) != "1" {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting request never showed in proxy_operator_flowcontrol_queue_length")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	releasedAt := time.Now()
+	if code, _ := curl(t, token, "-X", "DELETE", url+"/v1/leases/"+first.LeaseID); code != 204 {
+		t.Fatalf("release: HTTP %d", code)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(35 * time.Second):
+		t.Fatal("the waiting request did not return")
+	}
+	var second wireLease
+	if r.code != 201 || json.Unmarshal([]byte(r.body), &second) != nil {
+		t.Fatalf("waiting lease: HTTP %d %s, want 201", r.code, r.body)
+	}
+	if second.Proxy.Name != first.Proxy.Name {
+		t.Errorf("waiter got %s, want the released %s", second.Proxy.Name, first.Proxy.Name)
+	}
+	t.Logf("waiter granted %s after the release (curl round trip included)", r.returned.Sub(releasedAt).Round(time.Millisecond))
+	if d := r.returned.Sub(releasedAt); d > 2*time.Second {
+		t.Errorf("waiter returned %s after the release, want promptly", d)
+	}
+	curl(t, token, "-X", "DELETE", url+"/v1/leases/"+second.LeaseID)
+}
+
+func (h *harness) proxyLease(t *testing.T) {
+	manifest := `{"apiVersion":"leasing.crawl.example.com/v1alpha1","kind":"ProxyLease",` +
+		`"metadata":{"generateName":"dev-e2e-"},"spec":{"selector":{"tier":"premium"},"target":"origin","ttlSeconds":60}}`
+	name := strings.TrimSpace(h.mustKubectlIn(t, manifest, "create", "-f", "-", "-o", "jsonpath={.metadata.name}"))
+	if !strings.HasPrefix(name, "dev-e2e-") {
+		t.Fatalf("created ProxyLease %q, want a generated dev-e2e- name", name)
+	}
+	status := strings.Fields(h.mustKubectl(t, "get", "proxylease", name, "-o", "jsonpath={.status.proxy.name} {.status.proxy.url}"))
+	if len(status) != 2 {
+		t.Fatalf("ProxyLease %s status names no proxy: %q", name, status)
+	}
+	proxyName, proxyURL := status[0], status[1]
+	out, err := exec.Command("curl", "-sS", "--max-time", "10", "-x", proxyURL, h.env.OriginURL+"/via-proxylease").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "GET /via-proxylease") {
+		t.Errorf("curl -x %s (from ProxyLease %s): %v %q", proxyURL, name, err, out)
+	}
+	table := h.mustKubectl(t, "get", "proxyleases")
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s+` + regexp.QuoteMeta(proxyName) + `\s+origin\s+` + regexp.QuoteMeta(controlplane.AdminUser)).MatchString(table) {
+		t.Errorf("kubectl get proxyleases lacks the row NAME PROXY TARGET HOLDER for %s:\n%s", name, table)
+	}
+	h.mustKubectl(t, "delete", "proxylease", name)
+	if pl := h.mustKubectl(t, "get", "proxyleases", "-o", "name"); strings.Contains(pl, name) {
+		t.Errorf("deleted ProxyLease still listed:\n%s", pl)
+	}
+}
+
+func (h *harness) mustKubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	return h.mustKubectlIn(t, "", args...)
+}
+
+func (h *harness) mustKubectlIn(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, h.kubectl, append([]string{"--kubeconfig", h.env.KubeconfigPath, "--cache-dir", h.cacheDir}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// curl runs curl with a bearer token ("" = none) and returns the status
+// code and body.
+func curl(t *testing.T, token string, args ...string) (int, string) {
+	t.Helper()
+	code, body := curlNoFatal(token, args...)
+	if code == 0 {
+		t.Fatalf("curl %s: %s", strings.Join(args, " "), body)
+	}
+	return code, body
+}
+
+// curlNoFatal is curl for goroutines: code 0 and the error text on failure.
+func curlNoFatal(token string, args ...string) (int, string) {
+	full := []string{"-sS", "--max-time", "60", "-w", "\n%{http_code}"}
+	if token != "" {
+		full = append(full, "-H", "Authorization: Bearer "+token)
+	}
+	out, err := exec.Command("curl", append(full, args...)...).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Sprintf("%v: %s", err, out)
+	}
+	s := strings.TrimRight(string(out), "\n")
+	i := strings.LastIndexByte(s, '\n')
+	code, _ := strconv.Atoi(s[i+1:])
+	if i < 0 {
+		return code, ""
+	}
+	return code, s[:i]
+}
+
+// metric returns the value of one sample of /metrics ("" if absent).
+func metric(t *testing.T, metricsURL, series string) string {
+	t.Helper()
+	code, body := curl(t, "", metricsURL)
+	if code != 200 {
+		t.Fatalf("GET %s: HTTP %d", metricsURL, code)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func dumpLogs(t *testing.T, dir string) {
+	for _, name := range []string{"operator.log", "nodeagent.log"} {
+		b, err := os.ReadFile(filepath.Join(dir, devenv.LogsDir, name))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > 60 {
+			lines = lines[len(lines)-60:]
+		}
+		t.Logf("--- last lines of %s ---\n%s", name, strings.Join(lines, "\n"))
+	}
+}

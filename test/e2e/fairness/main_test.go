@@ -1,0 +1,522 @@
+package fairnesse2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	artifacts "github.com/proxy-operator/proxy-operator/artifacts/apiserver"
+	"github.com/proxy-operator/proxy-operator/artifacts/crds"
+	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/pkg/generated/clientset/versioned"
+	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/nodeagent"
+)
+
+const (
+	// testNamespace holds the one Proxy; ProxyLeases can only lease Proxies
+	// of their own namespace, so every test leases here.
+	testNamespace = "fairness"
+	proxyName     = "squid-fair"
+	// queueMaxPerFlow is small so a full queue is easy to reach (test 4);
+	// the fairness tests never have more than one waiting request per flow.
+	queueMaxPerFlow = 2
+	// queueRetryAfter differs from the default (1s) so the answers show the
+	// option is honoured.
+	queueRetryAfter = 3 * time.Second
+)
+
+// The squid's loopback range: disjoint from the other e2e packages' (127.0.6.x
+// test/e2e, 127.0.8.x test/e2e/apiserver/operator, 127.0.9.2-60 test/e2e/dev).
+var (
+	squidFirst = netip.MustParseAddr("127.0.9.200")
+	squidLast  = netip.MustParseAddr("127.0.9.250")
+)
+
+// shared is the environment of every test; set by TestMain.
+var shared *env
+
+type env struct {
+	cp    *controlplane.ControlPlane
+	admin *rest.Config
+	// client is an admin controller-runtime client; leasing an admin clientset.
+	client  client.Client
+	leasing versioned.Interface
+	target  *httptest.Server
+	squid   *nodeagent.Squid
+
+	// discovery is the operator's HTTP discovery API; token its bearer token.
+	discovery, token string
+	// metrics is the operator's /metrics URL, readyz its readiness URL.
+	metrics, readyz string
+
+	logDir string
+	stops  []func() error
+}
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	e, err := start(context.Background())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fairness e2e: starting: %v\n", err)
+		if e != nil {
+			_ = e.stop()
+			e.dumpLogs()
+			_ = os.RemoveAll(e.logDir)
+		}
+		return 1
+	}
+	shared = e
+	code := m.Run()
+	if err := e.stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "fairness e2e: stopping: %v\n", err)
+		code = 1
+	}
+	// No processes left behind: the squid was this process's child.
+	if left := squidChildren(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "fairness e2e: squid processes left behind: %v\n", left)
+		code = 1
+	}
+	if code != 0 {
+		e.dumpLogs()
+	}
+	if os.Getenv("E2E_KEEP_LOGS") == "" {
+		_ = os.RemoveAll(e.logDir)
+	} else {
+		fmt.Fprintf(os.Stderr, "fairness e2e: logs kept in %s\n", e.logDir)
+	}
+	return code
+}
+
+// freePort returns a loopback port free at the time of the call. The
+// operator's listeners take addresses, not listeners, so a port is chosen
+// here and handed over; the window in which another process could take it
+// is a few milliseconds.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func start(ctx context.Context) (_ *env, err error) {
+	e := &env{}
+	if e.logDir, err = os.MkdirTemp("", "proxy-operator-fairness-e2e-"); err != nil {
+		return nil, err
+	}
+	squidPath, err := nodeagent.LookSquid("")
+	if err != nil {
+		return e, fmt.Errorf("%w (this e2e runs real squid)", err)
+	}
+	if e.cp, err = controlplane.Start(ctx, controlplane.Options{CRDFS: crds.FS}); err != nil {
+		return e, err
+	}
+	e.stops = append(e.stops, e.cp.Stop)
+	e.admin = e.cp.RESTConfig()
+	scheme, err := app.NewScheme()
+	if err != nil {
+		return e, err
+	}
+	if e.client, err = client.New(e.admin, client.Options{Scheme: scheme}); err != nil {
+		return e, err
+	}
+	if e.leasing, err = versioned.NewForConfig(e.admin); err != nil {
+		return e, err
+	}
+
+	// The site the health check fetches through squid.
+	e.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "fairness target; via=%s", r.Header.Get("Via"))
+	}))
+	e.stops = append(e.stops, func() error { e.target.Close(); return nil })
+
+	if err := e.startSquid(ctx, squidPath); err != nil {
+		return e, err
+	}
+
+	opts, err := e.operatorOptions()
+	if err != nil {
+		return e, err
+	}
+	if err := opts.Validate(); err != nil {
+		return e, fmt.Errorf("operator options: %w", err)
+	}
+	opLog, err := fileLogger(filepath.Join(e.logDir, "operator.log"))
+	if err != nil {
+		return e, err
+	}
+	ctrl.SetLogger(opLog)
+	stopOperator, err := runUntilStopped(log.IntoContext(ctx, opLog), func(ctx context.Context) error {
+		return app.Run(ctx, e.admin, opts)
+	})
+	e.stops = append(e.stops, stopOperator)
+	if err != nil {
+		return e, fmt.Errorf("operator: %w", err)
+	}
+	if err := e.registerAPIService(ctx, opts.APIServer.SecureServing.BindPort); err != nil {
+		return e, err
+	}
+	if err := waitFor(ctx, 60*time.Second, "the operator to be ready", func() (bool, string) {
+		code, body, err := httpGet(e.readyz, "")
+		return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
+	}); err != nil {
+		return e, err
+	}
+	if err := e.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}); err != nil {
+		return e, fmt.Errorf("creating namespace %s: %w", testNamespace, err)
+	}
+	if err := e.createProxy(ctx); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+// startSquid runs one squid on the first free address of the package's range.
+func (e *env) startSquid(ctx context.Context, squidPath string) error {
+	var addr netip.Addr
+	for a := squidFirst; a.Compare(squidLast) <= 0; a = a.Next() {
+		if nodeagent.PortFree(net.JoinHostPort(a.String(), strconv.Itoa(nodeagent.DefaultSquidPort))) {
+			addr = a
+			break
+		}
+	}
+	if !addr.IsValid() {
+		return fmt.Errorf("no free squid address in %s-%s", squidFirst, squidLast)
+	}
+	dir := filepath.Join(e.logDir, "squid")
+	// squid runs as its own user: it must write in dir and traverse its parent.
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		return err
+	}
+	for _, d := range []string{e.logDir, dir} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			return err
+		}
+	}
+	cfg := nodeagent.SquidConfig{Addr: addr, Dir: dir, VisibleHostname: "fairness-e2e"}
+	sq, err := nodeagent.StartSquid(squidPath, cfg, nil)
+	if err != nil {
+		return err
+	}
+	e.squid = sq
+	e.stops = append(e.stops, func() error { return sq.Stop(5 * time.Second) })
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := nodeagent.WaitListening(wctx, cfg.ListenAddr(), sq.Done()); err != nil {
+		return fmt.Errorf("squid on %s: %w", cfg.ListenAddr(), err)
+	}
+	return nil
+}
+
+// operatorOptions are the production defaults with every listener on a free
+// loopback port, one exclusive lease per proxy, a bearer token from a file, a
+// small per-flow queue and a distinctive Retry-After.
+func (e *env) operatorOptions() (*app.Options, error) {
+	ports := make([]int, 4)
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	metricsPort, probePort, discoveryPort, apiPort := ports[0], ports[1], ports[2], ports[3]
+	e.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	e.readyz = fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
+	e.discovery = fmt.Sprintf("http://127.0.0.1:%d", discoveryPort)
+
+	raw := make([]byte, 16)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, err
+	}
+	e.token = hex.EncodeToString(raw)
+	tokenFile := filepath.Join(e.logDir, "discovery-token")
+	if err := os.WriteFile(tokenFile, []byte(e.token+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+
+	// The serving certificate the APIService verifies: for the Service's
+	// DNS name, which kube-apiserver uses as the TLS server name.
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("proxy-lease-api.proxy-operator-system.svc",
+		[]net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+	if err != nil {
+		return nil, err
+	}
+	certFile, keyFile := filepath.Join(e.logDir, "serving.crt"), filepath.Join(e.logDir, "serving.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		return nil, err
+	}
+
+	opts := app.NewOptions()
+	opts.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", metricsPort)
+	opts.HealthProbeAddr = fmt.Sprintf("127.0.0.1:%d", probePort)
+	opts.Intervals.RequeueNow = 50 * time.Millisecond
+	opts.Health.Tick = 100 * time.Millisecond
+	opts.Leasing.DiscoveryAddr = fmt.Sprintf("127.0.0.1:%d", discoveryPort)
+	opts.Leasing.DiscoveryTokenFile = tokenFile
+	opts.Leasing.MaxLeasesPerProxy = 1
+	opts.Leasing.QueueMaxPerFlow = queueMaxPerFlow
+	opts.Leasing.QueueRetryAfter = queueRetryAfter
+	opts.APIServer.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
+	opts.APIServer.SecureServing.BindPort = apiPort
+	opts.APIServer.SecureServing.ServerCert.CertKey.CertFile = certFile
+	opts.APIServer.SecureServing.ServerCert.CertKey.KeyFile = keyFile
+	return opts, nil
+}
+
+// registerAPIService applies the dev APIService on this run's port, verified
+// with the serving certificate's CA, and waits until it is Available.
+func (e *env) registerAPIService(ctx context.Context, port int) error {
+	dev, err := fs.ReadFile(artifacts.Dev, "dev/apiservice.yaml")
+	if err != nil {
+		return err
+	}
+	certPEM, err := os.ReadFile(filepath.Join(e.logDir, "serving.crt"))
+	if err != nil {
+		return err
+	}
+	blocks := bytes.SplitAfter(certPEM, []byte("-----END CERTIFICATE-----\n"))
+	if len(blocks) < 2 {
+		return errors.New("the serving certificate has no CA block")
+	}
+	ca := blocks[len(blocks)-2] // the chain ends with the signing CA
+	manifest := strings.Replace(string(dev), "insecureSkipTLSVerify: true", "caBundle: "+base64.StdEncoding.EncodeToString(ca), 1)
+	manifest = strings.Replace(manifest, "port: 7443", "port: "+strconv.Itoa(port), 1)
+	if strings.Contains(manifest, "insecureSkipTLSVerify") || !strings.Contains(manifest, "port: "+strconv.Itoa(port)) {
+		return errors.New("dev/apiservice.yaml no longer has the fields this test rewrites")
+	}
+	if _, err := controlplane.ApplyYAML(ctx, e.admin, []byte(manifest)); err != nil {
+		return fmt.Errorf("registering the APIService: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(e.admin)
+	if err != nil {
+		return err
+	}
+	gvr := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+	return waitFor(ctx, 120*time.Second, "the APIService to be Available", func() (bool, string) {
+		u, err := dyn.Resource(gvr).Get(ctx, "v1alpha1.leasing.crawl.example.com", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "Available" {
+				return m["status"] == "True", fmt.Sprintf("%v: %v", m["reason"], m["message"])
+			}
+		}
+		return false, "no Available condition"
+	})
+}
+
+// createProxy creates the one External Proxy in front of the squid and waits
+// until the lease store offers it (healthy in the discovery API's list).
+func (e *env) createProxy(ctx context.Context) error {
+	addr := e.squid.Config().Addr
+	p := &crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Name: proxyName, Namespace: testNamespace},
+		Spec: crawlv1alpha1.ProxySpec{
+			Mode:       crawlv1alpha1.ModeExternal,
+			Endpoint:   &crawlv1alpha1.Endpoint{Host: addr.String(), Port: nodeagent.DefaultSquidPort},
+			Attributes: map[string]string{"pool": "fairness"},
+			HealthCheck: crawlv1alpha1.HealthCheck{
+				URL: e.target.URL + "/healthz",
+				// Slow probes: the tests need a proxy that stays healthy, not
+				// quick detection, and each probe is work on a busy machine.
+				IntervalSeconds: 5, TimeoutSeconds: 3, FailureThreshold: 5,
+			},
+		},
+	}
+	if err := e.client.Create(ctx, p); err != nil {
+		return fmt.Errorf("creating Proxy %s: %w", proxyName, err)
+	}
+	return waitFor(ctx, 90*time.Second, "the Proxy to be leasable", func() (bool, string) {
+		code, body, err := httpGet(e.discovery+"/v1/proxies?healthy=true&namespace="+testNamespace, e.token)
+		if err != nil || code != http.StatusOK {
+			return false, fmt.Sprintf("%d %s %v", code, body, err)
+		}
+		var list wire.ProxyList
+		if err := json.Unmarshal(body, &list); err != nil {
+			return false, err.Error()
+		}
+		return list.Count == 1 && list.Proxies[0].Name == proxyName, string(body)
+	})
+}
+
+// stop tears down in reverse order: operator, squid, target, control plane.
+func (e *env) stop() error {
+	var errs []error
+	for i := len(e.stops) - 1; i >= 0; i-- {
+		if err := e.stops[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	e.stops = nil
+	return errors.Join(errs...)
+}
+
+func (e *env) dumpLogs() {
+	for _, name := range []string{"operator.log", "squid/cache.log"} {
+		b, err := os.ReadFile(filepath.Join(e.logDir, name))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > 80 {
+			lines = lines[len(lines)-80:]
+		}
+		fmt.Fprintf(os.Stderr, "--- last lines of %s ---\n%s\n", name, strings.Join(lines, "\n"))
+	}
+}
+
+// fileLogger logs JSON lines at info level to path (the discovery API logs
+// every request at debug level).
+func fileLogger(path string) (logr.Logger, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return logr.Logger{}, err
+	}
+	return zap.New(zap.WriteTo(f), zap.UseDevMode(false), zap.Level(zapcore.InfoLevel),
+		func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder }), nil
+}
+
+// runUntilStopped runs f on its own context and returns a stop function that
+// cancels it and waits for f to return.
+func runUntilStopped(ctx context.Context, f func(context.Context) error) (func() error, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	var once sync.Once
+	var stopErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				stopErr = err
+			case <-time.After(60 * time.Second):
+				stopErr = errors.New("did not stop within 60s")
+			}
+		})
+		return stopErr
+	}
+	// An immediate failure (bad options, port taken) is reported now.
+	select {
+	case err := <-done:
+		cancel()
+		return func() error { return nil }, fmt.Errorf("stopped at once: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	return stop, nil
+}
+
+// waitFor polls cond every 100ms until it holds or timeout passes; the error
+// carries cond's last description.
+func waitFor(ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) error {
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		ok, desc := cond()
+		if ok {
+			return nil
+		}
+		last = desc
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s: not done after %s (last: %s)", what, timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// httpGet GETs url (with a bearer token when not empty).
+func httpGet(url, token string) (int, []byte, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, body, err
+}
+
+// squidChildren lists the squid processes whose parent is this process, as
+// "pid:state".
+func squidChildren() []string {
+	entries, _ := os.ReadDir("/proc")
+	me := os.Getpid()
+	var out []string
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || close < open {
+			continue
+		}
+		fields := strings.Fields(s[close+1:])
+		if len(fields) < 2 || s[open+1:close] != "squid" {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(fields[1]); ppid == me {
+			out = append(out, fmt.Sprintf("%d:%s", pid, fields[0]))
+		}
+	}
+	return out
+}
