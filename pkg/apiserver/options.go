@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"time"
 
@@ -103,12 +104,24 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.SecureServing.AddFlags(generic)
 	o.Authentication.AddFlags(generic)
 	o.Authorization.AddFlags(generic)
+	// The generic usages name each other unprefixed (--cert-dir,
+	// --secure-port), flags the operator does not have: prefix the names.
+	renamed := map[string]bool{}
+	generic.VisitAll(func(f *pflag.Flag) { renamed[f.Name] = true })
 	generic.VisitAll(func(f *pflag.Flag) {
 		f.Name = FlagPrefix + f.Name
 		f.Shorthand = ""
-		f.Usage = "Aggregated ProxyLease API server: " + f.Usage
+		f.Usage = "Aggregated ProxyLease API server: " + prefixFlagNames(f.Usage, renamed)
 		fs.AddFlag(f)
 	})
+	// The generic text says a generated certificate is saved to the cert
+	// directory; NewOptions leaves that empty, so by default it stays in memory.
+	if f := fs.Lookup(FlagPrefix + "tls-cert-file"); f != nil {
+		f.Usage = "Aggregated ProxyLease API server: File containing the x509 serving certificate (CA certificate, if any, concatenated after it), " +
+			"with its key in --" + FlagPrefix + "tls-private-key-file. With neither set, the pair " + o.SecureServing.ServerCert.PairName +
+			".crt/.key is read from --" + FlagPrefix + "cert-dir (generated there, self-signed, if missing); with no --" + FlagPrefix +
+			"cert-dir either, a self-signed certificate for the Service's DNS names and localhost is generated and kept in memory."
+	}
 	fs.StringVar(&o.ServiceName, FlagPrefix+"service-name", o.ServiceName,
 		"Aggregated ProxyLease API server: name of the Service the APIService points at (used for the self-signed serving certificate).")
 	fs.StringVar(&o.ServiceNamespace, FlagPrefix+"service-namespace", o.ServiceNamespace,
@@ -117,6 +130,19 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Aggregated ProxyLease API server: the longest spec.waitSeconds a ProxyLease may ask for.")
 	fs.IntVar(&o.WatchHistory, FlagPrefix+"watch-history", o.WatchHistory,
 		"Aggregated ProxyLease API server: lease events kept so that watches can resume from a resourceVersion.")
+}
+
+// prefixFlagNames rewrites every --name in usage whose name is in names to
+// --<FlagPrefix>name. It runs once per flag at start-up, so the expression is
+// compiled here rather than kept in a package variable.
+func prefixFlagNames(usage string, names map[string]bool) string {
+	flagRef := regexp.MustCompile(`--[a-z0-9][a-z0-9-]*[a-z0-9]`)
+	return flagRef.ReplaceAllStringFunc(usage, func(ref string) string {
+		if name := strings.TrimPrefix(ref, "--"); names[name] {
+			return "--" + FlagPrefix + name
+		}
+		return ref
+	})
 }
 
 // Validate checks the options.

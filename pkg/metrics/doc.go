@@ -2,7 +2,8 @@
 // registration on a Registerer the caller passes (no init(), no global
 // registry), scrape-time collectors that read the manager cache, and fed
 // vectors whose methods satisfy the small recorder interfaces other packages
-// declare (provider.RequestRecorder) structurally.
+// declare (provider.RequestRecorder, health.ProbeMetrics,
+// discovery.LeaseMetrics) structurally.
 //
 // Only the composition root (cmd/proxy-operator) imports this package; the
 // packages it observes must not. It imports the API types for listing

@@ -21,6 +21,9 @@ const (
 	// when it prunes its state (Forget).
 	HealthcheckDurationName = "healthcheck_duration_seconds"
 	HealthcheckFailuresName = "healthcheck_failures_total"
+	// LeaseRequestsName is fed by the HTTP discovery API: one count per
+	// POST /v1/leases answer, by outcome (LeaseRequest).
+	LeaseRequestsName = "lease_requests_total"
 )
 
 // DefaultScrapeTimeout bounds the cache List of one scrape.
@@ -31,6 +34,12 @@ type Options struct {
 	// ScrapeTimeout bounds listing Proxies during a scrape
 	// (default DefaultScrapeTimeout).
 	ScrapeTimeout time.Duration
+	// LeaseOutcomes are the outcomes of lease_requests_total exported at 0
+	// from the start, so that a rate over an outcome that has not happened
+	// yet reads 0 instead of nothing. The caller passes the discovery API's
+	// outcomes: this package must not import pkg/discovery. An outcome not
+	// listed still gets its series at its first count.
+	LeaseOutcomes []string
 }
 
 // Metrics holds the operator's metrics. Its methods are safe for concurrent
@@ -39,13 +48,15 @@ type Metrics struct {
 	providerRequests *prometheus.CounterVec
 	probeDuration    *prometheus.HistogramVec
 	probeFailures    *prometheus.CounterVec
+	leaseRequests    *prometheus.CounterVec
 }
 
 // New creates the metrics and registers them on reg: the scrape-time
 // proxy_operator_proxies{phase} collector, which lists Proxies from reader
 // (the manager's cache) at every scrape, and the
-// provider_requests_total{provider,op,result} counter. A nil reader leaves
-// the Proxy collector out.
+// provider_requests_total{provider,op,result}, the health probe vectors and
+// lease_requests_total{outcome} (its opts.LeaseOutcomes at 0). A nil reader
+// leaves the Proxy collector out.
 func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("metrics: nil Registerer")
@@ -67,8 +78,15 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 			Name: HealthcheckFailuresName,
 			Help: "Failed health probes through each proxy (namespace/name).",
 		}, []string{"proxy"}),
+		leaseRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: LeaseRequestsName,
+			Help: "POST /v1/leases requests of the HTTP discovery API by outcome.",
+		}, []string{"outcome"}),
 	}
-	cs := []prometheus.Collector{m.providerRequests, m.probeDuration, m.probeFailures}
+	for _, o := range opts.LeaseOutcomes {
+		m.leaseRequests.WithLabelValues(o)
+	}
+	cs := []prometheus.Collector{m.providerRequests, m.probeDuration, m.probeFailures, m.leaseRequests}
 	if reader != nil {
 		cs = append(cs, newProxyCollector(reader, opts.ScrapeTimeout))
 	}
@@ -84,6 +102,12 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 // provider.RequestRecorder.
 func (m *Metrics) ProviderRequest(provider, op, result string) {
 	m.providerRequests.WithLabelValues(provider, op, result).Inc()
+}
+
+// LeaseRequest counts one POST /v1/leases answer of the HTTP discovery API;
+// it satisfies discovery.LeaseMetrics.
+func (m *Metrics) LeaseRequest(outcome string) {
+	m.leaseRequests.WithLabelValues(outcome).Inc()
 }
 
 // ObserveProbe records one health probe of proxy; it satisfies

@@ -3,14 +3,15 @@ package app
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/spf13/pflag"
 
+	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
@@ -51,6 +52,37 @@ func TestAPIServerFlagsDoNotClash(t *testing.T) {
 	}
 	if _, err := parse(t, "--secure-port=7555"); err == nil {
 		t.Error("unprefixed --secure-port accepted; the generic API server's flags must carry the apiserver- prefix")
+	}
+}
+
+// Help texts name flags as this binary spells them: the generic API
+// server's usages refer to its unprefixed flags (--cert-dir, --secure-port),
+// which the operator does not have.
+func TestFlagUsagesNameRegisteredFlags(t *testing.T) {
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	NewOptions().AddFlags(fs)
+	ref := regexp.MustCompile(`--([a-z0-9][a-z0-9-]*[a-z0-9])`)
+	var checked int
+	fs.VisitAll(func(f *pflag.Flag) {
+		for _, m := range ref.FindAllStringSubmatch(f.Usage, -1) {
+			checked++
+			if fs.Lookup(m[1]) == nil {
+				t.Errorf("--%s help names --%s, which is not a flag of the operator", f.Name, m[1])
+			}
+		}
+	})
+	// Negative control: the check sees the references it must judge.
+	if checked == 0 {
+		t.Fatal("no flag help names another flag; the check matched nothing")
+	}
+	certFile := fs.Lookup(apiserver.FlagPrefix + "tls-cert-file")
+	if certFile == nil {
+		t.Fatal("no --apiserver-tls-cert-file")
+	}
+	for _, want := range []string{"--apiserver-cert-dir", "--apiserver-tls-private-key-file", "in memory"} {
+		if !strings.Contains(certFile.Usage, want) {
+			t.Errorf("--apiserver-tls-cert-file help %q does not mention %q", certFile.Usage, want)
+		}
 	}
 }
 
@@ -123,31 +155,5 @@ func TestDiscoveryToken(t *testing.T) {
 				t.Errorf("token = %q, want %q", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestLeaseRequestMetrics(t *testing.T) {
-	m := newLeaseRequestMetrics()
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(m.vec); err != nil {
-		t.Fatal(err)
-	}
-	m.LeaseRequest(discovery.OutcomeGranted)
-	m.LeaseRequest(discovery.OutcomeGranted)
-	m.LeaseRequest(discovery.OutcomeNoMatch)
-	m.LeaseRequest("novel")
-	want := `
-# HELP lease_requests_total POST /v1/leases requests of the HTTP discovery API by outcome.
-# TYPE lease_requests_total counter
-lease_requests_total{outcome="bad_request"} 0
-lease_requests_total{outcome="cancelled"} 0
-lease_requests_total{outcome="error"} 0
-lease_requests_total{outcome="granted"} 2
-lease_requests_total{outcome="no_match"} 1
-lease_requests_total{outcome="novel"} 1
-lease_requests_total{outcome="rejected"} 0
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), LeaseRequestsName); err != nil {
-		t.Error(err)
 	}
 }

@@ -23,8 +23,13 @@ import (
 // queueShutdownTimeout bounds waiting for evicted waiters to return at stop.
 const queueShutdownTimeout = 10 * time.Second
 
-// LeaseRequestsName is the discovery API's counter of POST /v1/leases outcomes.
-const LeaseRequestsName = "lease_requests_total"
+// leaseOutcomes are the outcomes of POST /v1/leases: Run passes them to
+// metrics.New (metrics.Options.LeaseOutcomes) so that every
+// lease_requests_total{outcome} series exists from the start.
+func leaseOutcomes() []string {
+	return []string{discovery.OutcomeGranted, discovery.OutcomeNoMatch, discovery.OutcomeBadRequest,
+		discovery.OutcomeRejected, discovery.OutcomeCancelled, discovery.OutcomeError}
+}
 
 // setupLeasing builds the lease store and everything that serves it, and
 // adds them to mgr, none of them leader-elected (lease state lives in this
@@ -34,13 +39,18 @@ const LeaseRequestsName = "lease_requests_total"
 //     sweep a Runnable;
 //   - the wait queue (pkg/flowcontrol) in front of the store for requests
 //     with waitSeconds > 0, woken by the store's capacity hook;
-//   - the HTTP discovery API (unless --discovery-bind-address=0);
+//   - the HTTP discovery API (unless --discovery-bind-address=0), counting
+//     its POST /v1/leases outcomes on leaseMetrics (Run passes its
+//     *metrics.Metrics, which registered lease_requests_total);
 //   - the aggregated ProxyLease API server (unless --apiserver-secure-port=0).
 //
 // Requests without a wait go to the store directly: they may take capacity a
 // waiter is owed in the instant between a release and the queue's round,
 // which costs fairness only for that instant.
-func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer) error {
+//
+// reg receives the collectors that need the store or the queue built here
+// (proxy_operator_leases_active and the flow-control metrics).
+func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics discovery.LeaseMetrics) error {
 	logger := log.FromContext(ctx)
 	token, err := o.Leasing.DiscoveryToken(os.Getenv)
 	if err != nil {
@@ -63,8 +73,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	}
 
 	queueMetrics := flowcontrolmetrics.New()
-	requests := newLeaseRequestMetrics()
-	for _, c := range []prometheus.Collector{lease.NewActiveLeasesCollector(store), queueMetrics, requests.vec} {
+	for _, c := range []prometheus.Collector{lease.NewActiveLeasesCollector(store), queueMetrics} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering lease metrics: %w", err)
 		}
@@ -91,7 +100,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 			Leaser:  store,
 			Lister:  store,
 			Waiter:  waiter,
-			Metrics: requests,
+			Metrics: leaseMetrics,
 			Clock:   clk,
 			MaxWait: o.Leasing.DiscoveryMaxWait,
 		})
@@ -144,37 +153,3 @@ func (r *leaseQueueRunnable) Start(ctx context.Context) error {
 
 // NeedLeaderElection is false: every replica serves its own leases.
 func (r *leaseQueueRunnable) NeedLeaderElection() bool { return false }
-
-// leaseRequestMetrics implements discovery.LeaseMetrics:
-// lease_requests_total{outcome}, every outcome present from the start.
-type leaseRequestMetrics struct {
-	vec *prometheus.CounterVec
-	by  map[string]prometheus.Counter
-}
-
-var _ discovery.LeaseMetrics = (*leaseRequestMetrics)(nil)
-
-func newLeaseRequestMetrics() *leaseRequestMetrics {
-	m := &leaseRequestMetrics{
-		vec: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: LeaseRequestsName,
-			Help: "POST /v1/leases requests of the HTTP discovery API by outcome.",
-		}, []string{"outcome"}),
-		by: map[string]prometheus.Counter{},
-	}
-	for _, o := range []string{discovery.OutcomeGranted, discovery.OutcomeNoMatch, discovery.OutcomeBadRequest,
-		discovery.OutcomeRejected, discovery.OutcomeCancelled, discovery.OutcomeError} {
-		m.by[o] = m.vec.WithLabelValues(o)
-	}
-	return m
-}
-
-// LeaseRequest counts one request; an outcome unknown at construction still
-// gets its own series.
-func (m *leaseRequestMetrics) LeaseRequest(outcome string) {
-	if c, ok := m.by[outcome]; ok {
-		c.Inc()
-		return
-	}
-	m.vec.WithLabelValues(outcome).Inc()
-}

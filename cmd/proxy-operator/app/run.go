@@ -78,7 +78,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 
-	m, err := metrics.New(ctrlmetrics.Registry, mgr.GetCache(), metrics.Options{})
+	m, err := metrics.New(ctrlmetrics.Registry, mgr.GetCache(), metrics.Options{LeaseOutcomes: leaseOutcomes()})
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("adding health engine: %w", err)
 	}
 
-	if err := setupLeasing(ctx, mgr, cfg, o, ctrlmetrics.Registry); err != nil {
+	if err := setupLeasing(ctx, mgr, cfg, o, ctrlmetrics.Registry, m); err != nil {
 		return err
 	}
 

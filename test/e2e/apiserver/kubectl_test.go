@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"io/fs"
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +28,28 @@ func example(t testing.TB, name string) string {
 	return string(data)
 }
 
+// exampleSelector is spec.selector of examples/proxylease.yaml. Tests give
+// their proxies these attributes so that the example, which matches the dev
+// sample fleet, leases them.
+func exampleSelector(t testing.TB) map[string]string {
+	t.Helper()
+	sel := parseLease(t, example(t, "proxylease.yaml")).Spec.Selector
+	if len(sel) == 0 {
+		t.Fatal("examples/proxylease.yaml selects no attributes")
+	}
+	return sel
+}
+
+// selectorArg is sel as the examples' -selector flag: k=v[,k=v], sorted.
+func selectorArg(sel map[string]string) string {
+	pairs := make([]string, 0, len(sel))
+	for k, v := range sel {
+		pairs = append(pairs, k+"="+v)
+	}
+	slices.Sort(pairs)
+	return strings.Join(pairs, ",")
+}
+
 func parseLease(t testing.TB, out string) *leasingv1alpha1.ProxyLease {
 	t.Helper()
 	var pl leasingv1alpha1.ProxyLease
@@ -37,7 +61,7 @@ func parseLease(t testing.TB, out string) *leasingv1alpha1.ProxyLease {
 
 func TestKubectlCreateGetWatchPatchDelete(t *testing.T) {
 	ns := namespace(t, "kubectl-life")
-	addProxy(t, ns, "px-eu", map[string]string{"region": "eu"})
+	addProxy(t, ns, "px-match", exampleSelector(t))
 
 	// -w from before the lease exists, printing the event types.
 	watchCtx, stopWatch := context.WithCancel(context.Background())
@@ -66,7 +90,7 @@ func TestKubectlCreateGetWatchPatchDelete(t *testing.T) {
 		t.Fatalf("kubectl create: %v\n%s", err, errOut)
 	}
 	pl := parseLease(t, out)
-	if !strings.HasPrefix(pl.Name, "crawler-") || pl.Status.Proxy == nil || pl.Status.Proxy.Name != "px-eu" ||
+	if !strings.HasPrefix(pl.Name, "crawler-") || pl.Status.Proxy == nil || pl.Status.Proxy.Name != "px-match" ||
 		pl.Status.Proxy.URL != "http://127.0.0.1:3128" || pl.Status.HolderIdentity != controlplane.AdminUser {
 		t.Fatalf("created lease: %s", out)
 	}
@@ -76,7 +100,7 @@ func TestKubectlCreateGetWatchPatchDelete(t *testing.T) {
 	if strings.Join(header, " ") != "NAME PROXY TARGET HOLDER EXPIRES AGE" {
 		t.Errorf("header %q", header)
 	}
-	if !strings.Contains(table, pl.Name) || !strings.Contains(table, "px-eu") || !strings.Contains(table, "example.com") {
+	if !strings.Contains(table, pl.Name) || !strings.Contains(table, "px-match") || !strings.Contains(table, "example.com") {
 		t.Errorf("table lacks the lease:\n%s", table)
 	}
 	if short := mustKubectl(t, "get", "pxl", "-n", ns, "-o", "name"); strings.TrimSpace(short) != "proxylease.leasing.crawl.example.com/"+pl.Name {
@@ -87,7 +111,7 @@ func TestKubectlCreateGetWatchPatchDelete(t *testing.T) {
 	}
 	for selector, want := range map[string]bool{
 		"spec.target=example.com": true, "spec.target=other.org": false,
-		"metadata.name=" + pl.Name: true, "status.proxy.name=px-eu": true, "status.holderIdentity=someone-else": false,
+		"metadata.name=" + pl.Name: true, "status.proxy.name=px-match": true, "status.holderIdentity=someone-else": false,
 	} {
 		got := mustKubectl(t, "get", "pxl", "-n", ns, "--field-selector", selector, "-o", "name")
 		if strings.Contains(got, pl.Name) != want {
@@ -102,7 +126,7 @@ func TestKubectlCreateGetWatchPatchDelete(t *testing.T) {
 		t.Errorf("-o wide:\n%s", wide)
 	}
 	asYAML := parseLease(t, mustKubectl(t, "get", "proxylease", pl.Name, "-n", ns, "-o", "yaml"))
-	if asYAML.Status.LeaseID != pl.Status.LeaseID || asYAML.Spec.Selector["region"] != "eu" {
+	if asYAML.Status.LeaseID != pl.Status.LeaseID || !maps.Equal(asYAML.Spec.Selector, exampleSelector(t)) {
 		t.Errorf("-o yaml: %+v", asYAML)
 	}
 
@@ -204,7 +228,7 @@ func TestKubectlValidationAndDryRun(t *testing.T) {
 
 func TestKubectlOverCapacityNamesWhy(t *testing.T) {
 	ns := namespace(t, "kubectl-capacity")
-	addProxy(t, ns, "only", map[string]string{"region": "eu"})
+	addProxy(t, ns, "only", exampleSelector(t))
 	mustKubectlIn(t, example(t, "proxylease.yaml"), "create", "-n", ns, "-f", "-")
 	_, errOut, err := kubectlIn(t, example(t, "proxylease.yaml"), "create", "-n", ns, "-f", "-")
 	if err == nil {

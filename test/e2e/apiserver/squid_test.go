@@ -84,7 +84,7 @@ func TestLeasedProxyForwardsThroughRealSquid(t *testing.T) {
 	listen := sq.Config().ListenAddr()
 
 	ns := namespace(t, "squid")
-	p := addProxy(t, ns, "squid-1", map[string]string{"region": "eu"})
+	p := addProxy(t, ns, "squid-1", exampleSelector(t))
 	p.URL, p.Host, p.Port = "http://"+listen, sq.Config().Addr.String(), nodeagent.DefaultSquidPort
 	shared.store.UpsertProxy(p)
 
@@ -130,7 +130,7 @@ func TestLeasedProxyForwardsThroughRealSquid(t *testing.T) {
 		t.Fatalf("building the example: %v\n%s", err, out)
 	}
 	before := hits.Load()
-	run := exec.Command(bin, "-kubeconfig", shared.cp.KubeconfigPath, "-namespace", ns, "-selector", "region=eu", "-url", origin.URL+"/by-the-example")
+	run := exec.Command(bin, "-kubeconfig", shared.cp.KubeconfigPath, "-namespace", ns, "-selector", selectorArg(exampleSelector(t)), "-url", origin.URL+"/by-the-example")
 	out, err := run.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the example failed: %v\n%s", err, out)

@@ -90,6 +90,44 @@ func checkGrants(grants []grant) []violation {
 	return out
 }
 
+// windowImbalance returns the largest minus the smallest number of grants
+// the crawlers in names got while all of them were still contending: in
+// grant order, up to the first crawler's last grant. With one exclusive
+// proxy, a fair queue gives contending flows equal turns whatever their
+// demand, so it is at most 1; a greedy flow with two workers served
+// first-come-first-served (or round-robin that lets it cut in) gets about
+// two grants per turn of the other, an imbalance growing with the window.
+//
+// It complements checkGrants, whose per-hand-over rule cannot see a crawler
+// that cuts in just as the other's next request arrives.
+func windowImbalance(grants []grant, names []string) (imbalance int, counts map[string]int) {
+	seq := inOrder(grants)
+	last := map[string]int{}
+	for i, g := range seq {
+		last[g.crawler] = i
+	}
+	end := len(seq) - 1
+	for _, n := range names {
+		// A crawler never served does not shorten the window: it
+		// contended throughout.
+		if i, ok := last[n]; ok {
+			end = min(end, i)
+		}
+	}
+	counts = map[string]int{}
+	for _, n := range names {
+		counts[n] = 0
+	}
+	for _, g := range seq[:end+1] {
+		counts[g.crawler]++
+	}
+	lo, hi := len(seq), 0
+	for _, n := range names {
+		lo, hi = min(lo, counts[n]), max(hi, counts[n])
+	}
+	return hi - lo, counts
+}
+
 // holders renders the grant order with one letter per crawler (A for the
 // first name, B for the second, …), e.g. "ABABAB".
 func holders(grants []grant, names []string) string {
@@ -180,5 +218,46 @@ func TestGrantCheckerCatchesUnfairSequences(t *testing.T) {
 	}
 	if got := holders([]grant{synthetic(b, 0, 52, 102), synthetic(a, 0, 1, 51)}, []string{a, b}); got != "AB" {
 		t.Errorf("holders = %q, want AB (ordered by grant time)", got)
+	}
+}
+
+// TestWindowImbalanceCatchesAGreedyFlow is the negative control of
+// windowImbalance: a greedy crawler served twice per turn is caught; strict
+// alternation and repeats after the other crawler finished are not.
+func TestWindowImbalanceCatchesAGreedyFlow(t *testing.T) {
+	a, b := "greedy", "polite"
+	// seq builds grants in the order of letters: A for a, B for b, each
+	// granted 10ms after the previous one.
+	seq := func(letters string) []grant {
+		var out []grant
+		for i, l := range letters {
+			c := a
+			if l == 'B' {
+				c = b
+			}
+			out = append(out, synthetic(c, 10*i-5, 10*i, 10*i+8))
+		}
+		return out
+	}
+	tests := []struct {
+		letters string
+		want    int
+	}{
+		// The window ends with the first finisher's last grant.
+		{"ABABABAB", 1},
+		{"ABABABABA", 0},
+		{"BABABABAAAA", 1},
+		// A double grant at start-up (both flows' first requests racing) is
+		// within the tolerance.
+		{"AABABABABA", 1},
+		{"AABAABAABAAB", 5},
+		{"AAAAB", 4},
+		{"AAAA", 4}, // b never served at all
+	}
+	for _, tt := range tests {
+		got, counts := windowImbalance(seq(tt.letters), []string{a, b})
+		if got != tt.want {
+			t.Errorf("windowImbalance(%s) = %d (%v), want %d", tt.letters, got, counts, tt.want)
+		}
 	}
 }

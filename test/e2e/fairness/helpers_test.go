@@ -33,11 +33,13 @@ const (
 
 // Series of the operator's /metrics the tests read.
 const (
-	queueLengthBand0      = `proxy_operator_flowcontrol_queue_length{band="0"}`
-	rejectedCapacity      = `proxy_operator_flowcontrol_requests_total{outcome="rejected_capacity"}`
-	httpRejected          = `lease_requests_total{outcome="rejected"}`
-	selectorKey, selector = "pool", "fairness"
+	queueLengthBand0 = `proxy_operator_flowcontrol_queue_length{band="0"}`
+	rejectedCapacity = `proxy_operator_flowcontrol_requests_total{outcome="rejected_capacity"}`
+	httpRejected     = `lease_requests_total{outcome="rejected"}`
 )
+
+// The test Proxy's attribute every lease selects on.
+const selectorKey, selector = "pool", "fairness"
 
 // newHTTPClient is one crawler's client: its own connection pool.
 func newHTTPClient() *http.Client {
@@ -129,10 +131,12 @@ func granted(a httpAnswer) (*wire.Lease, error) {
 // returns the function that releases it.
 type acquirer func(ctx context.Context, crawler string) (release func(context.Context) error, err error)
 
-// contend runs one goroutine per crawler, started together; each does rounds
-// × (acquire, hold, release). It returns every grant with its client-side
-// times, or fails the test on the first error.
-func contend(t *testing.T, names []string, acquire acquirer) []grant {
+// contend runs one goroutine per worker, all started together; workers
+// names each worker's crawler (a crawler with two workers appears twice and
+// has two requests outstanding at times). Each worker does rounds × (acquire,
+// hold, release). It returns every grant with its client-side times, or
+// fails the test on the first error.
+func contend(t *testing.T, workers []string, acquire acquirer) []grant {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -140,20 +144,20 @@ func contend(t *testing.T, names []string, acquire acquirer) []grant {
 	var grants []grant
 	g, gctx := errgroup.WithContext(ctx)
 	startGate := make(chan struct{})
-	for _, name := range names {
+	for w, name := range workers {
 		g.Go(func() error {
 			<-startGate
 			for i := range rounds {
 				sent := time.Now()
 				release, err := acquire(gctx, name)
 				if err != nil {
-					return fmt.Errorf("%s round %d: %w", name, i, err)
+					return fmt.Errorf("%s (worker %d) round %d: %w", name, w, i, err)
 				}
 				got := time.Now()
 				time.Sleep(hold)
 				releaseSent := time.Now()
 				if err := release(gctx); err != nil {
-					return fmt.Errorf("%s round %d: %w", name, i, err)
+					return fmt.Errorf("%s (worker %d) round %d: %w", name, w, i, err)
 				}
 				mu.Lock()
 				grants = append(grants, grant{crawler: name, sent: sent, granted: got, releaseSent: releaseSent, released: time.Now()})
@@ -169,12 +173,18 @@ func contend(t *testing.T, names []string, acquire acquirer) []grant {
 	return grants
 }
 
-// assertFair checks and logs a contention run: every crawler got all its
-// rounds, and checkGrants finds nothing.
-func assertFair(t *testing.T, names []string, grants []grant) {
+// assertFair checks and logs a contention run of workers (see contend):
+// every worker got all its rounds, checkGrants finds nothing, and
+// windowImbalance is at most 1.
+func assertFair(t *testing.T, workers []string, grants []grant) {
 	t.Helper()
+	names := slices.Compact(slices.Sorted(slices.Values(workers)))
 	seq := holders(grants, names)
-	t.Logf("holders in grant order (A=%s, B=%s): %s", names[0], names[1], seq)
+	var legend []string
+	for i, n := range names {
+		legend = append(legend, fmt.Sprintf("%c=%s×%d", 'A'+i, n, countOf(workers, n)))
+	}
+	t.Logf("holders in grant order (%s): %s", strings.Join(legend, ", "), seq)
 	var waits []time.Duration
 	for _, g := range grants {
 		waits = append(waits, g.granted.Sub(g.sent))
@@ -182,13 +192,26 @@ func assertFair(t *testing.T, names []string, grants []grant) {
 	p50, maxWait := quantiles(waits)
 	t.Logf("time from request to grant: p50 %s, max %s (a hold is %s)", p50, maxWait, hold)
 	for i, name := range names {
-		if n := strings.Count(seq, string(rune('A'+i))); n != rounds {
-			t.Errorf("%s got %d grants, want %d", name, n, rounds)
+		if n, want := strings.Count(seq, string(rune('A'+i))), rounds*countOf(workers, name); n != want {
+			t.Errorf("%s got %d grants, want %d", name, n, want)
 		}
 	}
 	for _, v := range checkGrants(grants) {
 		t.Errorf("%s at grant %d: %s", v.Kind, v.At, v.Detail)
 	}
+	if imb, counts := windowImbalance(grants, names); imb > 1 {
+		t.Errorf("while all crawlers contended they got %v grants: imbalance %d, want at most 1", counts, imb)
+	}
+}
+
+func countOf(xs []string, x string) int {
+	n := 0
+	for _, v := range xs {
+		if v == x {
+			n++
+		}
+	}
+	return n
 }
 
 // quantiles returns the median and the maximum of ds.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -22,12 +23,38 @@ import (
 // discovery.SingleToken), although discovery.Options.Tokens is a map of
 // token → identity. Two tokens cannot be configured through app.Options.
 func TestHTTPCrawlersAlternate(t *testing.T) {
-	names := []string{"crawler-a", "crawler-b"}
+	workers := []string{"crawler-a", "crawler-b"}
+	assertFair(t, workers, contend(t, workers, httpAcquirer(workers)))
+}
+
+// TestHTTPGreedyCrawlerGetsNoMoreTurns: a crawler with two workers (two
+// requests outstanding most of the time) against a crawler with one still
+// alternates: fairness is between flows, not requests. With one worker each,
+// first-come-first-served alternates as well; this case tells them apart.
+//
+// It fails today (holders BAABAABAAB…, the greedy flow gets two turns per
+// turn of the other): with one exclusive proxy the releasing flow's next
+// request always reaches the queue after the release was dispatched, and
+// pkg/flowcontrol puts a flow that becomes active at the back of the
+// round-robin, behind the flow just served, which still has a request
+// waiting. So it runs only with E2E_FAIRNESS_KNOWN_DEFECTS=1 until that is
+// fixed (then drop the gate).
+func TestHTTPGreedyCrawlerGetsNoMoreTurns(t *testing.T) {
+	if os.Getenv("E2E_FAIRNESS_KNOWN_DEFECTS") == "" {
+		t.Skip("known defect of pkg/flowcontrol round-robin with one slot; set E2E_FAIRNESS_KNOWN_DEFECTS=1 to run")
+	}
+	workers := []string{"greedy", "greedy", "polite"}
+	assertFair(t, workers, contend(t, workers, httpAcquirer(workers)))
+}
+
+// httpAcquirer acquires over the HTTP API in the crawler's flow, with one
+// connection pool per crawler.
+func httpAcquirer(workers []string) acquirer {
 	clients := map[string]*http.Client{}
-	for _, n := range names {
+	for _, n := range workers {
 		clients[n] = newHTTPClient()
 	}
-	grants := contend(t, names, func(ctx context.Context, crawler string) (func(context.Context) error, error) {
+	return func(ctx context.Context, crawler string) (func(context.Context) error, error) {
 		hc := clients[crawler]
 		a, err := postLease(ctx, hc, leaseRequest(crawler, waitSeconds))
 		if err != nil {
@@ -38,8 +65,7 @@ func TestHTTPCrawlersAlternate(t *testing.T) {
 			return nil, err
 		}
 		return func(ctx context.Context) error { return deleteLease(ctx, hc, l.LeaseID) }, nil
-	})
-	assertFair(t, names, grants)
+	}
 }
 
 // TestWaiterGrantedWithinMillisecondsOfRelease: a request blocked in POST

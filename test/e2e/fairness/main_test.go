@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -103,6 +104,11 @@ func runMain(m *testing.M) int {
 	}
 	shared = e
 	code := m.Run()
+	// The leak check below must be able to see a squid: ours, while it runs.
+	if running := squidChildren(); len(running) != 1 || !strings.HasPrefix(running[0], strconv.Itoa(e.squid.PID())+":") {
+		fmt.Fprintf(os.Stderr, "fairness e2e: squid children %v, want exactly ours (pid %d)\n", running, e.squid.PID())
+		code = 1
+	}
 	if err := e.stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "fairness e2e: stopping: %v\n", err)
 		code = 1
@@ -182,7 +188,10 @@ func start(ctx context.Context) (_ *env, err error) {
 	if err != nil {
 		return e, err
 	}
+	// One log for the operator, controller-runtime and the aggregated
+	// server's klog, shown when a test fails instead of on every run.
 	ctrl.SetLogger(opLog)
+	klog.SetLogger(opLog)
 	stopOperator, err := runUntilStopped(log.IntoContext(ctx, opLog), func(ctx context.Context) error {
 		return app.Run(ctx, e.admin, opts)
 	})

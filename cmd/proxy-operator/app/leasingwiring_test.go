@@ -1,0 +1,280 @@
+package app
+
+import (
+	"fmt"
+	"net"
+	"path"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+
+	apiserverartifacts "github.com/proxy-operator/proxy-operator/artifacts/apiserver"
+	"github.com/proxy-operator/proxy-operator/artifacts/operator"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery"
+)
+
+// The lease servers keep their state in the process, so every outcome the
+// discovery API reports must be exported from the start.
+func TestLeaseOutcomes(t *testing.T) {
+	want := []string{discovery.OutcomeGranted, discovery.OutcomeNoMatch, discovery.OutcomeBadRequest,
+		discovery.OutcomeRejected, discovery.OutcomeCancelled, discovery.OutcomeError}
+	if d := cmp.Diff(want, leaseOutcomes()); d != "" {
+		t.Errorf("leaseOutcomes (-want +got):\n%s", d)
+	}
+}
+
+// manifests are the objects of operator.yaml and apiservice.yaml this test
+// looks at.
+type manifests struct {
+	deployment *appsv1.Deployment
+	services   map[string]*corev1.Service // by name
+}
+
+func decodeManifests(t *testing.T, files ...string) manifests {
+	t.Helper()
+	m := manifests{services: map[string]*corev1.Service{}}
+	for _, f := range files {
+		for _, doc := range strings.Split(f, "\n---\n") {
+			var meta struct{ Kind string }
+			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+				t.Fatalf("decoding a manifest: %v", err)
+			}
+			switch meta.Kind {
+			case "Deployment":
+				m.deployment = &appsv1.Deployment{}
+				if err := yaml.UnmarshalStrict([]byte(doc), m.deployment); err != nil {
+					t.Fatalf("decoding the Deployment: %v", err)
+				}
+			case "Service":
+				var s corev1.Service
+				if err := yaml.UnmarshalStrict([]byte(doc), &s); err != nil {
+					t.Fatalf("decoding a Service: %v", err)
+				}
+				m.services[s.Name] = &s
+			}
+		}
+	}
+	return m
+}
+
+func readManifest(t *testing.T, fsys interface{ ReadFile(string) ([]byte, error) }, name string) string {
+	t.Helper()
+	data, err := fsys.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// portOf returns the port of a host:port bind address.
+func portOf(addr string) int32 {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		return -1
+	}
+	return int32(n)
+}
+
+// leasingProblems lists what keeps the shipped manifests from running the
+// lease servers as deployed: ports, Services, the Secret-mounted token and
+// serving certificate, probes, leader election and a single replica.
+func leasingProblems(t *testing.T, m manifests) []string {
+	t.Helper()
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	d := m.deployment
+	if d == nil {
+		return []string{"no Deployment"}
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
+		bad("replicas must be 1 (lease state is per process)")
+	}
+	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		bad("strategy must be Recreate (a surge pod runs a second lease store)")
+	}
+	if len(d.Spec.Template.Spec.Containers) != 1 {
+		return append(problems, "want exactly one container")
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	o, err := parse(t, c.Args...)
+	if err != nil {
+		return append(problems, fmt.Sprintf("args %v: %v", c.Args, err))
+	}
+	if !o.LeaderElection {
+		bad("--leader-elect is off")
+	}
+
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	wantPorts := map[string]int32{"discovery": portOf(o.Leasing.DiscoveryAddr), "apiserver": int32(o.APIServer.SecureServing.BindPort),
+		"probes": portOf(o.HealthProbeAddr)}
+	for name, want := range wantPorts {
+		if got, ok := ports[name]; !ok || got != want {
+			bad("container port %q = %d, want %d (from the args)", name, got, want)
+		}
+	}
+	if wantPorts["discovery"] != 8090 || wantPorts["apiserver"] != 7443 {
+		bad("discovery and aggregated API ports are %d and %d, want 8090 and 7443", wantPorts["discovery"], wantPorts["apiserver"])
+	}
+	resolve := func(p intstr.IntOrString) int32 {
+		if p.Type == intstr.String {
+			return ports[p.StrVal]
+		}
+		return p.IntVal
+	}
+	for probe, wantPath := range map[*corev1.Probe]string{c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz"} {
+		if probe == nil || probe.HTTPGet == nil {
+			bad("missing liveness or readiness probe (want %s)", wantPath)
+			continue
+		}
+		if probe.HTTPGet.Path != wantPath || resolve(probe.HTTPGet.Port) != wantPorts["probes"] {
+			bad("probe %s on port %d, want %s on the health port %d", probe.HTTPGet.Path, resolve(probe.HTTPGet.Port), wantPath, wantPorts["probes"])
+		}
+	}
+
+	// Every file the args name comes from a Secret volume holding that key.
+	secrets := map[string]*corev1.SecretVolumeSource{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret
+		}
+	}
+	fromSecret := func(flag, file string) {
+		if file == "" {
+			bad("%s is not set", flag)
+			return
+		}
+		for _, vm := range c.VolumeMounts {
+			rel, ok := strings.CutPrefix(file, strings.TrimSuffix(vm.MountPath, "/")+"/")
+			if !ok {
+				continue
+			}
+			s := secrets[vm.Name]
+			if s == nil {
+				bad("%s %s is mounted from volume %q, which is not a Secret", flag, file, vm.Name)
+				return
+			}
+			if !vm.ReadOnly {
+				bad("%s: mount %s is not readOnly", flag, vm.MountPath)
+			}
+			if len(s.Items) == 0 {
+				if path.Base(rel) != rel {
+					bad("%s %s: no Secret key %q", flag, file, rel)
+				}
+				return
+			}
+			for _, it := range s.Items {
+				if it.Path == rel {
+					return
+				}
+			}
+			bad("%s %s: Secret %s projects no item at %q", flag, file, s.SecretName, rel)
+			return
+		}
+		bad("%s %s is under no volume mount", flag, file)
+	}
+	fromSecret("--discovery-token-file", o.Leasing.DiscoveryTokenFile)
+	fromSecret("--apiserver-tls-cert-file", o.APIServer.SecureServing.ServerCert.CertKey.CertFile)
+	fromSecret("--apiserver-tls-private-key-file", o.APIServer.SecureServing.ServerCert.CertKey.KeyFile)
+
+	// Both Services reach the pod: their selectors are among its labels and
+	// their target ports are the container's.
+	labels := d.Spec.Template.Labels
+	discoverySvc := false
+	for name, s := range m.services {
+		if len(s.Spec.Selector) == 0 {
+			bad("Service %s selects nothing", name)
+		}
+		for k, v := range s.Spec.Selector {
+			if labels[k] != v {
+				bad("Service %s selects %s=%s, which the pod does not carry", name, k, v)
+			}
+		}
+		for _, p := range s.Spec.Ports {
+			target := resolve(p.TargetPort)
+			switch {
+			case name == o.APIServer.ServiceName:
+				if target != wantPorts["apiserver"] {
+					bad("Service %s targets %d, want the aggregated API port %d", name, target, wantPorts["apiserver"])
+				}
+			case target == wantPorts["discovery"]:
+				discoverySvc = p.Port == 8090
+			default:
+				bad("Service %s port %s targets %d, no lease server", name, p.Name, target)
+			}
+		}
+	}
+	if _, ok := m.services[o.APIServer.ServiceName]; !ok {
+		bad("no Service %s for the APIService", o.APIServer.ServiceName)
+	}
+	if !discoverySvc {
+		bad("no Service exposes the discovery API on 8090")
+	}
+	return problems
+}
+
+// The shipped Deployment runs the lease servers as a cluster needs them.
+// Each mutation breaks one requirement and must be caught (negative
+// controls).
+func TestOperatorManifestLeasing(t *testing.T) {
+	operatorYAML := readManifest(t, operator.FS, "operator.yaml")
+	apiserviceYAML := readManifest(t, apiserverartifacts.FS, "apiservice.yaml")
+	tests := []struct {
+		name     string
+		old, new string // replaced once in operator.yaml ("" = as shipped)
+		want     string // a problem mentioning this; "" = none
+	}{
+		{name: "as shipped"},
+		{name: "two replicas", old: "replicas: 1", new: "replicas: 2", want: "replicas must be 1"},
+		{name: "rolling update", old: "type: Recreate", new: "type: RollingUpdate", want: "strategy must be Recreate"},
+		{name: "no leader election", old: "            - --leader-elect\n", new: "", want: "--leader-elect is off"},
+		{name: "unnamed discovery port", old: "name: discovery\n              containerPort: 8090", new: "name: lease-http\n              containerPort: 8090",
+			want: `container port "discovery"`},
+		{name: "token not from a file", old: "            - --discovery-token-file=/etc/proxy-operator/discovery/token\n", new: "",
+			want: "--discovery-token-file is not set"},
+		{name: "token from a wrong key", old: "path: token", new: "path: bearer", want: "projects no item"},
+		{name: "cert outside the Secret", old: "--apiserver-tls-cert-file=/etc/proxy-operator/apiserver-tls/tls.crt",
+			new: "--apiserver-tls-cert-file=/elsewhere/tls.crt", want: "--apiserver-tls-cert-file /elsewhere/tls.crt is under no volume mount"},
+		{name: "key not set", old: "            - --apiserver-tls-private-key-file=/etc/proxy-operator/apiserver-tls/tls.key\n", new: "",
+			want: "--apiserver-tls-private-key-file is not set"},
+		{name: "pod label the APIService's Service selects dropped", old: "        app.kubernetes.io/name: proxy-operator\n    spec:",
+			new: "        app: proxy-operator\n    spec:", want: "which the pod does not carry"},
+		{name: "readiness on the wrong port", old: "path: /readyz\n              port: probes", new: "path: /readyz\n              port: discovery",
+			want: "want /readyz on the health port"},
+		{name: "no discovery Service", old: "      port: 8090\n      targetPort: discovery", new: "      port: 80\n      targetPort: discovery",
+			want: "no Service exposes the discovery API"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			y := operatorYAML
+			if tt.old != "" {
+				if !strings.Contains(y, tt.old) {
+					t.Fatalf("operator.yaml no longer contains %q; update the mutation", tt.old)
+				}
+				y = strings.Replace(y, tt.old, tt.new, 1)
+			}
+			problems := leasingProblems(t, decodeManifests(t, y, apiserviceYAML))
+			if tt.want == "" {
+				if len(problems) != 0 {
+					t.Errorf("problems:\n%s", strings.Join(problems, "\n"))
+				}
+				return
+			}
+			if !strings.Contains(strings.Join(problems, "\n"), tt.want) {
+				t.Errorf("problems %q do not mention %q", problems, tt.want)
+			}
+		})
+	}
+}
