@@ -30,6 +30,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/artifacts/crds"
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
@@ -159,7 +160,7 @@ func start() (_ *environment, retErr error) {
 	if err != nil {
 		return env, err
 	}
-	env.stopAgent, err = runUntilStopped(ctx, env.agent.Run, env.agent.Ready())
+	env.stopAgent, err = framework.RunUntilStopped(ctx, env.agent.Run, env.agent.Ready())
 	if err != nil {
 		return env, fmt.Errorf("node agent: %w", err)
 	}
@@ -175,7 +176,7 @@ func start() (_ *environment, retErr error) {
 		return env, fmt.Errorf("operator options: %w", err)
 	}
 	opCtx := log.IntoContext(ctx, opLog)
-	env.stopOperator, err = runUntilStopped(opCtx, func(ctx context.Context) error {
+	env.stopOperator, err = framework.RunUntilStopped(opCtx, func(ctx context.Context) error {
 		return app.Run(ctx, env.cp.RESTConfig(), opts)
 	}, nil)
 	if err != nil {
@@ -237,41 +238,6 @@ func operatorOptions() *app.Options {
 	opts.Intervals.DriftPoll = 5 * time.Second
 	opts.Health.Tick = 100 * time.Millisecond
 	return opts
-}
-
-// runUntilStopped runs f on its own context and returns a stop function that
-// cancels it and waits for f to return. With ready non-nil it first waits for
-// ready (or f failing).
-func runUntilStopped(ctx context.Context, f func(context.Context) error, ready <-chan struct{}) (func() error, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- f(ctx) }()
-	var once sync.Once
-	var stopErr error
-	stop := func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				stopErr = err
-			case <-time.After(60 * time.Second):
-				stopErr = errors.New("did not stop within 60s")
-			}
-		})
-		return stopErr
-	}
-	if ready != nil {
-		select {
-		case <-ready:
-		case err := <-done:
-			cancel()
-			return stop, fmt.Errorf("stopped before it was ready: %v", err)
-		case <-time.After(60 * time.Second):
-			_ = stop()
-			return stop, errors.New("not ready within 60s")
-		}
-	}
-	return stop, nil
 }
 
 // stop tears down in reverse order: operator, agent (stops every squid),

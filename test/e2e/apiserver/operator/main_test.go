@@ -39,6 +39,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
 	"github.com/proxy-operator/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
@@ -149,7 +150,7 @@ func start(ctx context.Context) (_ *env, err error) {
 	if err != nil {
 		return e, err
 	}
-	stopAgent, err := runUntilStopped(ctx, agent.Run, agent.Ready())
+	stopAgent, err := framework.RunUntilStopped(ctx, agent.Run, agent.Ready())
 	e.stops = append(e.stops, stopAgent)
 	if err != nil {
 		return e, fmt.Errorf("node agent: %w", err)
@@ -200,7 +201,7 @@ func start(ctx context.Context) (_ *env, err error) {
 		return e, err
 	}
 	ctrl.SetLogger(opLog)
-	stopOperator, err := runUntilStopped(log.IntoContext(ctx, opLog), func(ctx context.Context) error {
+	stopOperator, err := framework.RunUntilStopped(log.IntoContext(ctx, opLog), func(ctx context.Context) error {
 		return app.Run(ctx, e.admin, opts)
 	}, nil)
 	e.stops = append(e.stops, stopOperator)
@@ -256,41 +257,6 @@ func fileLogger(path string) (logr.Logger, error) {
 		return logr.Logger{}, err
 	}
 	return zap.New(zap.WriteTo(f), zap.UseDevMode(false), zap.Level(zapcore.InfoLevel)), nil
-}
-
-// runUntilStopped runs f on its own context; the returned func cancels it
-// and waits for f. With ready non-nil it first waits for ready.
-func runUntilStopped(ctx context.Context, f func(context.Context) error, ready <-chan struct{}) (func() error, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- f(ctx) }()
-	stopped := false
-	var stopErr error
-	stop := func() error {
-		if stopped {
-			return stopErr
-		}
-		stopped = true
-		cancel()
-		select {
-		case stopErr = <-done:
-		case <-time.After(60 * time.Second):
-			stopErr = errors.New("did not stop within 60s")
-		}
-		return stopErr
-	}
-	if ready != nil {
-		select {
-		case <-ready:
-		case err := <-done:
-			stopped, stopErr = true, err
-			cancel()
-			return stop, fmt.Errorf("stopped before it was ready: %v", err)
-		case <-time.After(60 * time.Second):
-			return stop, errors.New("not ready within 60s")
-		}
-	}
-	return stop, nil
 }
 
 func waitAvailable(ctx context.Context, cfg *rest.Config, timeout time.Duration) error {
