@@ -47,7 +47,7 @@ test: tools squid ## everything: unit, then integration and e2e (installs tools 
 
 .PHONY: test-unit
 test-unit: ## unit tests with the race detector
-	$(GO) test -race ./apis/... ./pkg/... ./cmd/...
+	$(GO) test -race ./apis/... ./artifacts/... ./pkg/... ./cmd/... ./examples/... ./hack/...
 
 .PHONY: test-integration
 test-integration: tools squid ## tests under test/ against real control planes, one package at a time
