@@ -1,6 +1,3 @@
-// Command proxy-operator runs the Proxy operator: the reconciler and its
-// providers on one controller-runtime manager. All wiring lives in package
-// app; main only parses flags, sets up logging and signals, and reports.
 package main
 
 import (
