@@ -19,7 +19,9 @@ const (
 	DefaultMaxBodyBytes    = 64 << 10
 	DefaultMaxWait         = 5 * time.Minute
 	DefaultShutdownTimeout = 10 * time.Second
-	// DefaultIdentity is the identity of the single --discovery-token.
+	// DefaultIdentity is the identity of a token given without one: a bare
+	// token in the operator's --discovery-token-file, or
+	// $PROXY_OPERATOR_DISCOVERY_TOKEN.
 	DefaultIdentity = "discovery"
 	// AnonymousIdentity is everyone's identity when auth is off.
 	AnonymousIdentity = "anonymous"
@@ -29,9 +31,11 @@ const (
 type Options struct {
 	// Addr to listen on (default ":8090").
 	Addr string
-	// Tokens maps each accepted bearer token to the identity it stands for
-	// (the lease holder and default fairness flow). Empty disables auth: the
-	// server logs a loud warning at start.
+	// Tokens maps each accepted bearer token to the identity it stands for:
+	// its leases are held by HolderPrefix+identity, which is also their
+	// default fairness flow, so each identity is a client of its own (the
+	// operator reads the map from --discovery-token-file). Empty disables
+	// auth: the server logs a loud warning at start.
 	Tokens map[string]string
 	// Leaser is the lease store (required).
 	Leaser Leaser
@@ -51,7 +55,8 @@ type Options struct {
 	ShutdownTimeout time.Duration
 }
 
-// SingleToken is the Tokens map for one --discovery-token ("" = auth off).
+// SingleToken is the Tokens map for one token of identity DefaultIdentity
+// ("" = auth off).
 func SingleToken(token string) map[string]string {
 	if token == "" {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,7 +53,7 @@ func leaseOutcomes() []string {
 // (proxy_operator_leases_active and the flow-control metrics).
 func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics discovery.LeaseMetrics) error {
 	logger := log.FromContext(ctx)
-	token, err := o.Leasing.DiscoveryToken(os.Getenv)
+	tokens, err := o.Leasing.DiscoveryTokens(os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -94,18 +95,13 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	waiter := NewLeaseWaiter(ctl, store)
 
 	if o.Leasing.DiscoveryAddr != "0" {
-		srv, err := discovery.New(discovery.Options{
-			Addr:    o.Leasing.DiscoveryAddr,
-			Tokens:  discovery.SingleToken(token),
-			Leaser:  store,
-			Lister:  store,
-			Waiter:  waiter,
-			Metrics: leaseMetrics,
-			Clock:   clk,
-			MaxWait: o.Leasing.DiscoveryMaxWait,
-		})
+		if len(tokens) > 0 {
+			// Identities, never tokens.
+			logger.Info("discovery API accepts bearer tokens", "identities", tokenIdentities(tokens))
+		}
+		srv, err := newDiscoveryServer(&o.Leasing, tokens, store, waiter, leaseMetrics, clk)
 		if err != nil {
-			return fmt.Errorf("creating discovery server: %w", err)
+			return err
 		}
 		if err := mgr.Add(srv); err != nil {
 			return fmt.Errorf("adding discovery server: %w", err)
@@ -128,6 +124,38 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		logger.Info("aggregated ProxyLease API server disabled (--" + apiserver.FlagPrefix + "secure-port=0)")
 	}
 	return nil
+}
+
+// newDiscoveryServer builds the HTTP discovery API as Run serves it: every
+// configured token (LeasingOptions.DiscoveryTokens) authenticates as its
+// identity, which becomes the holder and default flow of its leases. waiter
+// and m may be nil.
+func newDiscoveryServer(o *LeasingOptions, tokens map[string]string, store *lease.Store, waiter discovery.Waiter,
+	m discovery.LeaseMetrics, clk clock.PassiveClock) (*discovery.Server, error) {
+	srv, err := discovery.New(discovery.Options{
+		Addr:    o.DiscoveryAddr,
+		Tokens:  tokens,
+		Leaser:  store,
+		Lister:  store,
+		Waiter:  waiter,
+		Metrics: m,
+		Clock:   clk,
+		MaxWait: o.DiscoveryMaxWait,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating discovery server: %w", err)
+	}
+	return srv, nil
+}
+
+// tokenIdentities lists the identities of tokens, sorted, for the start-up log.
+func tokenIdentities(tokens map[string]string) []string {
+	ids := make([]string, 0, len(tokens))
+	for _, id := range tokens {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // leaseQueueRunnable shuts the wait queue down when the manager stops:

@@ -1,22 +1,33 @@
 package app
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"path"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/yaml"
 
 	apiserverartifacts "github.com/proxy-operator/proxy-operator/artifacts/apiserver"
 	"github.com/proxy-operator/proxy-operator/artifacts/operator"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
 
 // The lease servers keep their state in the process, so every outcome the
@@ -27,6 +38,159 @@ func TestLeaseOutcomes(t *testing.T) {
 	if d := cmp.Diff(want, leaseOutcomes()); d != "" {
 		t.Errorf("leaseOutcomes (-want +got):\n%s", d)
 	}
+}
+
+// tokenLease is what one POST /v1/leases with a bearer token came to: the
+// status and, when granted, the holder and flow the store recorded.
+type tokenLease struct {
+	Status       int
+	Holder, Flow string
+}
+
+// Tokens from --discovery-token-file reach the discovery server as Run wires
+// it: each token authenticates as its own identity, so two crawlers get two
+// holders and two flows; a token of no line is 401 and leases nothing.
+func TestDiscoveryServerTellsTokensApart(t *testing.T) {
+	tests := []struct {
+		name     string
+		file     string
+		requests []struct{ token, body string }
+		want     []tokenLease
+		// wantHeld: leases held per flow afterwards (store.HeldBy).
+		wantHeld map[string]int
+	}{
+		{
+			name: "two crawlers, two tokens",
+			file: "# crawlers outside the cluster\ntoken-a,crawler-a\ntoken-b,crawler-b\n",
+			requests: []struct{ token, body string }{
+				{"token-a", `{}`},
+				{"token-b", `{}`},
+				{"token-b", `{"flow":"batch"}`},
+				{"token-c", `{}`},           // on no line
+				{"crawler-a", `{}`},         // an identity is not a token
+				{"token-a,crawler-a", `{}`}, // nor is a whole line
+				{"", `{}`},
+			},
+			want: []tokenLease{
+				{Status: http.StatusCreated, Holder: "http:crawler-a", Flow: "http:crawler-a"},
+				{Status: http.StatusCreated, Holder: "http:crawler-b", Flow: "http:crawler-b"},
+				{Status: http.StatusCreated, Holder: "http:crawler-b", Flow: "http:crawler-b/batch"},
+				{Status: http.StatusUnauthorized},
+				{Status: http.StatusUnauthorized},
+				{Status: http.StatusUnauthorized},
+				{Status: http.StatusUnauthorized},
+			},
+			wantHeld: map[string]int{"http:crawler-a": 1, "http:crawler-b": 1, "http:crawler-b/batch": 1, "http:discovery": 0},
+		},
+		{
+			// Negative control: a single bare token (make dev's file) is one
+			// identity, so both "crawlers" share one holder and flow.
+			name: "one bare token, one identity",
+			file: "token-a\n",
+			requests: []struct{ token, body string }{
+				{"token-a", `{}`},
+				{"token-a", `{}`},
+				{"token-b", `{}`},
+			},
+			want: []tokenLease{
+				{Status: http.StatusCreated, Holder: "http:discovery", Flow: "http:discovery"},
+				{Status: http.StatusCreated, Holder: "http:discovery", Flow: "http:discovery"},
+				{Status: http.StatusUnauthorized},
+			},
+			wantHeld: map[string]int{"http:discovery": 2, "http:crawler-a": 0},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tokenFile := filepath.Join(t.TempDir(), "tokens")
+			if err := os.WriteFile(tokenFile, []byte(tt.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			o := DefaultLeasingOptions()
+			o.DiscoveryTokenFile = tokenFile
+			// The file wins: this token must be refused.
+			tokens, err := o.DiscoveryTokens(func(string) string { return "token-env" })
+			if err != nil {
+				t.Fatal(err)
+			}
+			clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			store, err := lease.New(o.storeOptions(), clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 4 {
+				host := fmt.Sprintf("127.0.0.%d", i+2)
+				store.UpsertProxy(lease.ProxyInfo{Namespace: "ns", Name: fmt.Sprintf("p%d", i), URL: "http://" + host + ":3128",
+					Host: host, Port: 3128, Healthy: true})
+			}
+			srv, err := newDiscoveryServer(&o, tokens, store, nil, nil, clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !srv.AuthEnabled() {
+				t.Fatal("discovery server runs without authentication")
+			}
+			ts := httptest.NewServer(srv.Handler())
+			t.Cleanup(ts.Close)
+
+			var got []tokenLease
+			for _, r := range slices.Concat(tt.requests, []struct{ token, body string }{{"token-env", `{}`}}) {
+				got = append(got, postLeaseAs(t, ts.URL, r.token, r.body, store))
+			}
+			want := slices.Concat(tt.want, []tokenLease{{Status: http.StatusUnauthorized}})
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("leases by token (-want +got):\n%s", d)
+			}
+			held := map[string]int{}
+			for flow := range tt.wantHeld {
+				held[flow] = store.HeldBy(flow)
+			}
+			if d := cmp.Diff(tt.wantHeld, held); d != "" {
+				t.Errorf("leases held per flow (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// postLeaseAs sends POST /v1/leases with token ("" = no Authorization
+// header) and looks the granted lease up in the store.
+func postLeaseAs(t *testing.T, baseURL, token, body string, store *lease.Store) tokenLease {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, baseURL+"/v1/leases", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := tokenLease{Status: resp.StatusCode}
+	switch resp.StatusCode {
+	case http.StatusCreated:
+		var l wire.Lease
+		if err := json.Unmarshal(data, &l); err != nil {
+			t.Fatalf("decoding the lease %s: %v", data, err)
+		}
+		sl, ok := store.Get(l.LeaseID)
+		if !ok {
+			t.Fatalf("lease %s granted over HTTP is not in the store", l.LeaseID)
+		}
+		out.Holder, out.Flow = sl.Holder, sl.Flow
+	case http.StatusUnauthorized:
+		var e wire.Error
+		if err := json.Unmarshal(data, &e); err != nil || e.Error != "unauthorized" {
+			t.Errorf("401 body %s, want error \"unauthorized\"", data)
+		}
+	}
+	return out
 }
 
 // manifests are the objects of operator.yaml and apiservice.yaml this test
