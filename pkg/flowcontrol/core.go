@@ -15,7 +15,7 @@ import (
 type policy uint8
 
 const (
-	// policyFair: fewest held first, round-robin among equals.
+	// policyFair: fewest held first, least recently served among equals.
 	policyFair policy = iota
 	// policyFIFO: the oldest head across flows first.
 	policyFIFO
@@ -24,6 +24,11 @@ const (
 	policyStrict
 	// policyBandBlind: policyFair across all bands as if they were one.
 	policyBandBlind
+	// policyFairForgetful: fewest held first, round-robin among equals
+	// where a flow that starts waiting joins the back and a grant made at
+	// once is no turn — what policyFair did before turns were remembered,
+	// kept as the negative control of the one-proxy tie cases.
+	policyFairForgetful
 )
 
 // testHooks are pause points for race tests; all nil in production.
@@ -71,8 +76,16 @@ type Core[R, G any] struct {
 	nextChange time.Time
 	wakeAt     time.Time
 	shutdown   bool
-	seq, turn  uint64
-	stats      Stats
+	seq        uint64
+	// turn is the last turn handed to a served flow (from servedBase up),
+	// joined the last handed to a flow never served (from 1 up); idle
+	// remembers the turns of flows that stopped waiting (see turns.go).
+	turn, joined uint64
+	idle         turnMemory
+	// remember: the policy keeps turns across idle spells and counts
+	// fast-path grants as turns.
+	remember bool
+	stats    Stats
 	// releases are grants to give back once the mutex is released.
 	releases []G
 	// capacity is a pending capacity signal (see OnCapacity and unlock).
@@ -125,6 +138,8 @@ func NewCore[R, G any](d Dispatcher[R, G], clk clock.PassiveClock, opts Options)
 		metrics: m,
 		bands:   map[int]*band[R, G]{},
 		track:   opts.HeldChangeNotifications,
+		turn:    servedBase,
+		idle:    newTurnMemory(rememberLimit(opts)),
 	}
 	c.setPolicy(policyFair)
 	c.tmp.idx = temporaryIdx[R, G]
@@ -134,12 +149,13 @@ func NewCore[R, G any](d Dispatcher[R, G], clk clock.PassiveClock, opts Options)
 // setPolicy must be called before the first request.
 func (c *Core[R, G]) setPolicy(p policy) {
 	c.policy = p
+	c.remember = p == policyFair || p == policyBandBlind
 	switch p {
 	case policyFIFO:
 		c.less = func(a, b *flowQueue[R, G]) bool { return a.head.seq < b.head.seq }
 	case policyStrict:
 		c.less = func(a, b *flowQueue[R, G]) bool { return a.name < b.name }
-	default:
+	default: // fair, band-blind, forgetful
 		c.less = func(a, b *flowQueue[R, G]) bool {
 			if a.held != b.held {
 				return a.held < b.held
@@ -200,6 +216,12 @@ func (c *Core[R, G]) Enqueue(req Request[R]) (Outcome, G, *Ticket[R, G], error) 
 		}
 		c.exhausted = v == Exhausted
 		if v == Granted {
+			if c.remember {
+				// An immediate grant is a turn: the flow goes behind those
+				// served less recently when it next waits.
+				c.turn++
+				c.idle.set(req.Flow, c.turn)
+			}
 			c.stats.Dispatched++
 			c.metrics.FlowControlWait(0, labelDispatched)
 			c.metrics.FlowControlOutcome(labelDispatched)
@@ -244,6 +266,21 @@ func (c *Core[R, G]) checkLimitsLocked(priority int, fq *flowQueue[R, G]) error 
 	return nil
 }
 
+// joinTurnLocked is the turn of a flow that starts waiting in a band: the
+// one it had when it last stopped waiting or was last served, if
+// remembered; otherwise a never-served turn, ahead of every served flow.
+func (c *Core[R, G]) joinTurnLocked(flow string) uint64 {
+	if !c.remember {
+		c.turn++
+		return c.turn
+	}
+	if t, ok := c.idle.get(flow); ok {
+		return t
+	}
+	c.joined++
+	return c.joined
+}
+
 func (c *Core[R, G]) queueLocked(req Request[R], now time.Time, fq *flowQueue[R, G]) *Ticket[R, G] {
 	b := c.bands[req.Priority]
 	if b == nil {
@@ -254,9 +291,7 @@ func (c *Core[R, G]) queueLocked(req Request[R], now time.Time, fq *flowQueue[R,
 		c.order = slices.Insert(c.order, i, b)
 	}
 	if fq == nil {
-		c.turn++
-		// A flow that becomes active joins the back of the round-robin.
-		fq = &flowQueue[R, G]{name: req.Flow, band: b, turn: c.turn, heapIdx: -1, tmpIdx: -1}
+		fq = &flowQueue[R, G]{name: req.Flow, band: b, turn: c.joinTurnLocked(req.Flow), heapIdx: -1, tmpIdx: -1}
 		if c.usesHeld() {
 			fq.held = c.d.Held(req.Flow)
 		}
@@ -518,7 +553,9 @@ func (c *Core[R, G]) refreshBandLocked(b *band[R, G]) {
 	b.stale = false
 }
 
-func (c *Core[R, G]) usesHeld() bool { return c.policy == policyFair || c.policy == policyBandBlind }
+func (c *Core[R, G]) usesHeld() bool {
+	return c.policy == policyFair || c.policy == policyBandBlind || c.policy == policyFairForgetful
+}
 
 // syncHeldLocked applies the reported Held changes to the waiting flows.
 func (c *Core[R, G]) syncHeldLocked() {
@@ -654,10 +691,12 @@ func (c *Core[R, G]) serveLocked(now time.Time, h *flowHeap[R, G], persistent bo
 			c.exhausted = true
 			continue
 		}
-		c.grantLocked(t, g, now)
+		// The new turn is set before the grant detaches the head, so a flow
+		// left idle remembers this turn.
 		f.held++
 		c.turn++
 		f.turn = c.turn
+		c.grantLocked(t, g, now)
 		c.reposition(h, f, persistent)
 	}
 	for _, f := range skipped {
@@ -740,6 +779,9 @@ func (c *Core[R, G]) detachLocked(t *Ticket[R, G]) {
 		b.heap.remove(f)
 		b.drop(f)
 		f.fresh = false
+		if c.remember {
+			c.idle.put(f.name, f.turn)
+		}
 	case wasHead:
 		// The head is part of the FIFO policy's key.
 		b.heap.fix(f)

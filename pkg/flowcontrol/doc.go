@@ -13,23 +13,36 @@
 // EnqueueAndWait(ctx, Request) (Outcome, G, error).
 //
 // Ordering. Priority: higher Request.Priority first, strictly. Within a band
-// the flow holding the fewest grants (Dispatcher.Held) goes first, ties in
-// round-robin order (a flow joins the back when it starts waiting and moves
-// to the back each time it is served); within a flow, first come first
-// served. A flow whose head request matches nothing free is skipped for that
-// round, so it never blocks other flows (its own later requests wait behind
-// it: FIFO within a flow is kept).
+// the flow holding the fewest grants (Dispatcher.Held) goes first, ties to
+// the flow served least recently: each grant — in a round or on the fast
+// path — is a turn that moves its flow behind every other; a flow keeps its
+// turn while it does not wait (it is remembered, see below), and a flow
+// never served goes before every served one, in the order flows joined.
+// Within a flow, first come first served. A flow whose head request matches
+// nothing free is skipped for that round, so it never blocks other flows
+// (its own later requests wait behind it: FIFO within a flow is kept).
+//
+// Why remember turns: with one proxy every release finds the contending
+// flows holding nothing, and a flow whose only request was just granted is
+// idle until its next request arrives, after its release was dispatched. A
+// flow that "joins the back" on its return then lands behind a flow with two
+// requests served after it, which gets two turns for every one of the other.
+// The turns of idle flows are kept in two generations of at most
+// max(Options.MaxQueued, 4096) flows each (turns.go says why that bound
+// suffices); a flow forgotten after a long absence counts as never served,
+// so forgetting never costs it its turn.
 //
 // Fast path. A request is offered to the dispatcher at once when that cannot
 // overtake anyone owed the capacity: nothing waits, or every waiting head was
 // already offered the current free capacity and could not use it (and its own
-// flow does not wait in its band). Nothing is allocated on this path besides
-// what the dispatcher allocates.
+// flow does not wait in its band). Besides the dispatcher's call it costs a
+// counter increment and one map write (the turn); nothing is allocated once
+// the turn memory has grown.
 //
 // Events. Every capacity event (OnCapacity, or the timer reaching
 // NextChange) runs a full round: each band, highest first, offers its heads
 // to the dispatcher in policy order (a per-band heap keyed by held count and
-// round-robin turn) until the dispatcher is exhausted or every head was
+// turn) until the dispatcher is exhausted or every head was
 // served or found unmatched. Held counts change outside the controller, so a
 // round re-reads Held for every waiting flow of the bands it visits — unless
 // the dispatcher's owner reports changes (Options.HeldChangeNotifications,

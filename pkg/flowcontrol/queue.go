@@ -84,8 +84,9 @@ type flowQueue[R, G any] struct {
 	// held is Dispatcher.Held(name), refreshed at the start of a round and
 	// kept up to date by the round's own grants.
 	held int
-	// turn orders flows of equal held for round-robin: set from a global
-	// counter when the flow becomes active and each time it is served.
+	// turn orders flows of equal held, lowest first: the flow's remembered
+	// turn (or a never-served one) when it becomes active, the next value of
+	// the served counter each time it is served (see turns.go).
 	turn uint64
 	// fresh: the head has not been offered to the dispatcher since the last
 	// full round (it was exposed by a removal), so a targeted round must try it.

@@ -469,6 +469,26 @@ func lateJoinScenario() simConfig {
 	return simConfig{kinds: uniformKinds(18), flows: flows, duration: 4000 * time.Second, measureFrom: 1010 * time.Second, seed: 3}
 }
 
+// oneProxyScenario: ONE proxy and flows with one, two and four workers.
+// Every release finds every flow holding nothing, so the tie-break alone
+// decides; the one-worker flow's next request arrives only after its release
+// was dispatched. Hold times have one distribution for all flows: with a
+// single slot the policy shares turns, and equal turns are equal time only
+// if holds are alike.
+func oneProxyScenario() simConfig {
+	return simConfig{
+		kinds: uniformKinds(1),
+		flows: []simFlow{
+			{name: "one", workers: 1, hold: expo(time.Second)},
+			{name: "two", workers: 2, hold: expo(time.Second)},
+			{name: "four", workers: 4, hold: expo(time.Second), think: expo(300 * time.Millisecond)},
+		},
+		duration:    20000 * time.Second,
+		measureFrom: 100 * time.Second,
+		seed:        5,
+	}
+}
+
 func TestSimulationFairShare(t *testing.T) {
 	cases := []struct {
 		name string
@@ -478,6 +498,7 @@ func TestSimulationFairShare(t *testing.T) {
 		{"uniform flows within 1%", uniformScenario(), 0.01},
 		{"mixed demand, hold and think times within 5%", mixedScenario(), 0.05},
 		{"late-joining flow reaches its fair share", lateJoinScenario(), 0.01},
+		{"one proxy, flows of one, two and four workers within 5%", oneProxyScenario(), 0.05},
 	}
 	for _, tc := range cases {
 		for _, track := range []bool{false, true} {
@@ -513,6 +534,10 @@ func TestSimulationFairnessNegativeControls(t *testing.T) {
 		{"FIFO on mixed flows", mixedScenario(), policyFIFO, 0.05},
 		{"global strict on mixed flows", mixedScenario(), policyStrict, 0.05},
 		{"global strict on uniform flows", uniformScenario(), policyStrict, 0.01},
+		// Joining the back on every return, the one-worker flow loses turns
+		// to the flows that always have a request waiting.
+		{"forgetful round-robin on one proxy", oneProxyScenario(), policyFairForgetful, 0.05},
+		{"FIFO on one proxy", oneProxyScenario(), policyFIFO, 0.05},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

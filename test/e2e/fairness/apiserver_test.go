@@ -178,7 +178,7 @@ func TestFullQueueIsTooManyRequests(t *testing.T) {
 	crs := saCrawlers(t)
 	ctx := context.Background()
 	hc := newHTTPClient()
-	a, err := postLease(ctx, hc, leaseRequest("k8s-full-holder", 0))
+	a, err := postLease(ctx, hc, identityB, leaseRequest(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestFullQueueIsTooManyRequests(t *testing.T) {
 	release := func() {
 		if !released {
 			released = true
-			if err := deleteLease(ctx, hc, holder.LeaseID); err != nil {
+			if err := deleteLease(ctx, hc, identityB, holder.LeaseID); err != nil {
 				t.Error(err)
 			}
 		}

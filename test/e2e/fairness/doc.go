@@ -6,15 +6,16 @@
 // exclusively (maxLeasesPerProxy 1).
 //
 // It checks that two crawlers contending for that proxy alternate fairly,
-// first as two HTTP flows and then as two ServiceAccounts on the aggregated
-// API; that a waiter is granted within milliseconds of a release; and that a
-// full wait queue answers 429 with Retry-After (HTTP) and the matching
-// Kubernetes Status (ProxyLease create). The fairness checkers have their
-// own negative controls on synthetic unfair sequences.
+// first as two HTTP crawlers — two bearer tokens of the operator's token file
+// ("token,identity" lines), each identity its own flow — and then as two
+// ServiceAccounts on the aggregated API; that a waiter is granted within
+// milliseconds of a release; and that a full wait queue answers 429 with
+// Retry-After (HTTP) and the matching Kubernetes Status (ProxyLease create).
+// The fairness checkers have their own negative controls on synthetic unfair
+// sequences.
 //
-// TestHTTPGreedyCrawlerGetsNoMoreTurns (a flow with two workers against one
-// with one) shows a known round-robin defect of pkg/flowcontrol and runs only
-// with E2E_FAIRNESS_KNOWN_DEFECTS=1 until it is fixed.
+// TestHTTPGreedyCrawlerGetsNoMoreTurns pits a crawler with two workers
+// against one with one: turns must alternate between flows, not requests.
 //
 // One environment serves every test (TestMain): the operator registers its
 // metrics on controller-runtime's global registry and can run once per

@@ -41,20 +41,30 @@ const (
 // The test Proxy's attribute every lease selects on.
 const selectorKey, selector = "pool", "fairness"
 
+// The identities of the discovery API's two bearer tokens (the token file's
+// "token,identity" lines). Each is a fairness flow of its own, named
+// "http:<identity>" (discovery.HolderPrefix), like the holder of its leases.
+const (
+	identityA = "crawler-a"
+	identityB = "crawler-b"
+)
+
+var httpIdentities = []string{identityA, identityB}
+
 // newHTTPClient is one crawler's client: its own connection pool.
 func newHTTPClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: 30 * time.Second}
 }
 
-// leaseRequest is a waiting acquire of the test proxy for flow.
-func leaseRequest(flow string, wait int64) wire.AcquireRequest {
+// leaseRequest is an acquire of the test proxy that waits up to wait
+// seconds. It names no flow: the flow is the token's identity.
+func leaseRequest(wait int64) wire.AcquireRequest {
 	return wire.AcquireRequest{
 		Namespace:   testNamespace,
 		Selector:    map[string]string{selectorKey: selector},
 		Target:      "example.com",
 		TTLSeconds:  60,
 		WaitSeconds: wait,
-		Flow:        flow,
 	}
 }
 
@@ -69,18 +79,18 @@ type httpAnswer struct {
 
 func (a httpAnswer) String() string { return fmt.Sprintf("%d %s", a.code, bytes.TrimSpace(a.body)) }
 
-// postLease sends POST /v1/leases with the shared token.
-func postLease(ctx context.Context, hc *http.Client, req wire.AcquireRequest) (httpAnswer, error) {
+// postLease sends POST /v1/leases with identity's token.
+func postLease(ctx context.Context, hc *http.Client, identity string, req wire.AcquireRequest) (httpAnswer, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return httpAnswer{}, err
 	}
-	return call(ctx, hc, http.MethodPost, shared.discovery+"/v1/leases", data)
+	return call(ctx, hc, identity, http.MethodPost, shared.discovery+"/v1/leases", data)
 }
 
-// deleteLease sends DELETE /v1/leases/{id} and wants 204.
-func deleteLease(ctx context.Context, hc *http.Client, id string) error {
-	a, err := call(ctx, hc, http.MethodDelete, shared.discovery+"/v1/leases/"+id, nil)
+// deleteLease sends DELETE /v1/leases/{id} with identity's token and wants 204.
+func deleteLease(ctx context.Context, hc *http.Client, identity, id string) error {
+	a, err := call(ctx, hc, identity, http.MethodDelete, shared.discovery+"/v1/leases/"+id, nil)
 	if err != nil {
 		return err
 	}
@@ -90,12 +100,16 @@ func deleteLease(ctx context.Context, hc *http.Client, id string) error {
 	return nil
 }
 
-func call(ctx context.Context, hc *http.Client, method, url string, body []byte) (httpAnswer, error) {
+func call(ctx context.Context, hc *http.Client, identity, method, url string, body []byte) (httpAnswer, error) {
+	token, ok := shared.tokens[identity]
+	if !ok {
+		return httpAnswer{}, fmt.Errorf("no token for identity %q", identity)
+	}
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
 		return httpAnswer{}, err
 	}
-	req.Header.Set("Authorization", "Bearer "+shared.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -4,51 +4,85 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 )
 
 // TestHTTPCrawlersAlternate: two crawlers of the HTTP discovery API, each
-// looping acquire (waitSeconds) → hold 50ms → release on the one exclusive
-// proxy, are served in turn.
-//
-// The two crawlers are two flows under ONE bearer token, told apart by the
-// request's explicit "flow" field (flows "http:<identity>/crawler-a" and
-// "…/crawler-b"): the operator accepts a single token (--discovery-token-file
-// or $PROXY_OPERATOR_DISCOVERY_TOKEN; app.setupLeasing passes
-// discovery.SingleToken), although discovery.Options.Tokens is a map of
-// token → identity. Two tokens cannot be configured through app.Options.
+// with its own bearer token and looping acquire (waitSeconds) → hold 50ms →
+// release on the one exclusive proxy, are served in turn. Their requests
+// name no flow: each token's identity is its flow.
 func TestHTTPCrawlersAlternate(t *testing.T) {
-	workers := []string{"crawler-a", "crawler-b"}
+	checkHolders(t)
+	workers := []string{identityA, identityB}
 	assertFair(t, workers, contend(t, workers, httpAcquirer(workers)))
+}
+
+// checkHolders shows that the two tokens really are two identities: a lease
+// acquired with each is held by "http:<its identity>", as the aggregated
+// API's view of the lease store reports (the flow is the holder's identity).
+func checkHolders(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	hc := newHTTPClient()
+	got := map[string]string{}
+	for _, id := range httpIdentities {
+		a, err := postLease(ctx, hc, id, leaseRequest(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := granted(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := shared.leasing.LeasingV1alpha1().ProxyLeases(testNamespace).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector(leasingv1alpha1.FieldLeaseID, l.LeaseID).String(),
+		})
+		if err != nil {
+			t.Fatalf("listing the ProxyLease of lease %s: %v", l.LeaseID, err)
+		}
+		if len(list.Items) != 1 {
+			t.Fatalf("lease %s: %d ProxyLeases, want 1", l.LeaseID, len(list.Items))
+		}
+		got[id] = list.Items[0].Status.HolderIdentity
+		if err := deleteLease(ctx, hc, id, l.LeaseID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]string{identityA: discovery.HolderPrefix + identityA, identityB: discovery.HolderPrefix + identityB}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("holders of the leases acquired with each token (-want +got):\n%s", d)
+	}
 }
 
 // TestHTTPGreedyCrawlerGetsNoMoreTurns: a crawler with two workers (two
-// requests outstanding most of the time) against a crawler with one still
-// alternates: fairness is between flows, not requests. With one worker each,
-// first-come-first-served alternates as well; this case tells them apart.
+// requests outstanding most of the time; identityA) against a crawler with
+// one (identityB) still alternates: fairness is between flows, not
+// requests. With one worker each, first-come-first-served alternates as
+// well; this case tells them apart.
 //
-// It fails today (holders BAABAABAAB…, the greedy flow gets two turns per
-// turn of the other): with one exclusive proxy the releasing flow's next
-// request always reaches the queue after the release was dispatched, and
-// pkg/flowcontrol puts a flow that becomes active at the back of the
-// round-robin, behind the flow just served, which still has a request
-// waiting. So it runs only with E2E_FAIRNESS_KNOWN_DEFECTS=1 until that is
-// fixed (then drop the gate).
+// It is the case that found the one-slot round-robin defect of
+// pkg/flowcontrol (holders BAABAAB…): the polite crawler's next request
+// always reaches the queue after its release was dispatched, and a flow that
+// started waiting used to join the back of the round-robin, behind the
+// greedy crawler served after it. pkg/flowcontrol now remembers an idle
+// flow's turn (TestTiedFlowsTakeTurnsOnOneProxy is the unit version).
 func TestHTTPGreedyCrawlerGetsNoMoreTurns(t *testing.T) {
-	if os.Getenv("E2E_FAIRNESS_KNOWN_DEFECTS") == "" {
-		t.Skip("known defect of pkg/flowcontrol round-robin with one slot; set E2E_FAIRNESS_KNOWN_DEFECTS=1 to run")
-	}
-	workers := []string{"greedy", "greedy", "polite"}
+	workers := []string{identityA, identityA, identityB}
 	assertFair(t, workers, contend(t, workers, httpAcquirer(workers)))
 }
 
-// httpAcquirer acquires over the HTTP API in the crawler's flow, with one
-// connection pool per crawler.
+// httpAcquirer acquires over the HTTP API with the crawler's token (the
+// crawler's name is its identity), with one connection pool per crawler.
 func httpAcquirer(workers []string) acquirer {
 	clients := map[string]*http.Client{}
 	for _, n := range workers {
@@ -56,7 +90,7 @@ func httpAcquirer(workers []string) acquirer {
 	}
 	return func(ctx context.Context, crawler string) (func(context.Context) error, error) {
 		hc := clients[crawler]
-		a, err := postLease(ctx, hc, leaseRequest(crawler, waitSeconds))
+		a, err := postLease(ctx, hc, crawler, leaseRequest(waitSeconds))
 		if err != nil {
 			return nil, err
 		}
@@ -64,7 +98,7 @@ func httpAcquirer(workers []string) acquirer {
 		if err != nil {
 			return nil, err
 		}
-		return func(ctx context.Context) error { return deleteLease(ctx, hc, l.LeaseID) }, nil
+		return func(ctx context.Context) error { return deleteLease(ctx, hc, crawler, l.LeaseID) }, nil
 	}
 }
 
@@ -78,7 +112,9 @@ func TestWaiterGrantedWithinMillisecondsOfRelease(t *testing.T) {
 	const repeats = 10
 	ctx := context.Background()
 	holderClient, waiterClient := newHTTPClient(), newHTTPClient()
-	a, err := postLease(ctx, holderClient, leaseRequest("latency", waitSeconds))
+	// Holder and waiter are one flow (identityA), so only the release frees
+	// capacity for the waiter.
+	a, err := postLease(ctx, holderClient, identityA, leaseRequest(waitSeconds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,14 +122,14 @@ func TestWaiterGrantedWithinMillisecondsOfRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = deleteLease(ctx, holderClient, holder.LeaseID) }()
+	defer func() { _ = deleteLease(ctx, holderClient, identityA, holder.LeaseID) }()
 
 	var afterReturn, afterSend []time.Duration
 	for i := range repeats {
 		done := make(chan httpAnswer, 1)
 		errs := make(chan error, 1)
 		go func() {
-			a, err := postLease(ctx, waiterClient, leaseRequest("latency", waitSeconds))
+			a, err := postLease(ctx, waiterClient, identityA, leaseRequest(waitSeconds))
 			if err != nil {
 				errs <- err
 				return
@@ -110,7 +146,7 @@ func TestWaiterGrantedWithinMillisecondsOfRelease(t *testing.T) {
 		default:
 		}
 		releaseSent := time.Now()
-		if err := deleteLease(ctx, holderClient, holder.LeaseID); err != nil {
+		if err := deleteLease(ctx, holderClient, identityA, holder.LeaseID); err != nil {
 			t.Fatalf("round %d: %v", i, err)
 		}
 		releaseReturned := time.Now()
@@ -149,10 +185,12 @@ func TestWaiterGrantedWithinMillisecondsOfRelease(t *testing.T) {
 // TestFullQueueAnswers429: over the per-flow queue limit (2) a waiting
 // request is rejected at once with 429, Retry-After (the configured 3s) and
 // the JSON error body; another flow is still queued (the limit is per flow).
+// identityB holds the proxy, identityA fills its queue, then identityB's own
+// waiting request is the other flow.
 func TestFullQueueAnswers429(t *testing.T) {
 	ctx := context.Background()
 	hc := newHTTPClient()
-	a, err := postLease(ctx, hc, leaseRequest("full-holder", 0))
+	a, err := postLease(ctx, hc, identityB, leaseRequest(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +202,7 @@ func TestFullQueueAnswers429(t *testing.T) {
 	release := func() {
 		if !released {
 			released = true
-			if err := deleteLease(ctx, hc, holder.LeaseID); err != nil {
+			if err := deleteLease(ctx, hc, identityB, holder.LeaseID); err != nil {
 				t.Error(err)
 			}
 		}
@@ -173,24 +211,24 @@ func TestFullQueueAnswers429(t *testing.T) {
 
 	// Waiters release as soon as they are granted, so one release drains them.
 	results := make(chan error, queueMaxPerFlow+1)
-	wait := func(flow string) {
-		a, err := postLease(ctx, newHTTPClient(), leaseRequest(flow, 20))
+	wait := func(identity string) {
+		a, err := postLease(ctx, newHTTPClient(), identity, leaseRequest(20))
 		if err == nil {
 			var l *wire.Lease
 			if l, err = granted(a); err == nil {
-				err = deleteLease(ctx, hc, l.LeaseID)
+				err = deleteLease(ctx, hc, identity, l.LeaseID)
 			}
 		}
 		results <- err
 	}
 	for range queueMaxPerFlow {
-		go wait("full")
+		go wait(identityA)
 	}
 	waitQueued(t, queueMaxPerFlow)
 
 	rejectedBefore, httpRejectedBefore := metric(t, rejectedCapacity), metric(t, httpRejected)
 	sent := time.Now()
-	over, err := postLease(ctx, hc, leaseRequest("full", 20))
+	over, err := postLease(ctx, hc, identityA, leaseRequest(20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +261,7 @@ func TestFullQueueAnswers429(t *testing.T) {
 
 	// Negative control: the limit is the flow's, not the band's — another
 	// flow still queues.
-	go wait("full-other")
+	go wait(identityB)
 	waitQueued(t, queueMaxPerFlow+1)
 
 	release()

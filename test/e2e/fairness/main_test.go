@@ -80,8 +80,10 @@ type env struct {
 	target  *httptest.Server
 	squid   *nodeagent.Squid
 
-	// discovery is the operator's HTTP discovery API; token its bearer token.
-	discovery, token string
+	// discovery is the operator's HTTP discovery API.
+	discovery string
+	// tokens maps each HTTP identity (httpIdentities) to its bearer token.
+	tokens map[string]string
 	// metrics is the operator's /metrics URL, readyz its readiness URL.
 	metrics, readyz string
 
@@ -255,8 +257,9 @@ func (e *env) startSquid(ctx context.Context, squidPath string) error {
 }
 
 // operatorOptions are the production defaults with every listener on a free
-// loopback port, one exclusive lease per proxy, a bearer token from a file, a
-// small per-flow queue and a distinctive Retry-After.
+// loopback port, one exclusive lease per proxy, two bearer tokens (two
+// identities) from a token file, a small per-flow queue and a distinctive
+// Retry-After.
 func (e *env) operatorOptions() (*app.Options, error) {
 	ports := make([]int, 4)
 	for i := range ports {
@@ -271,13 +274,20 @@ func (e *env) operatorOptions() (*app.Options, error) {
 	e.readyz = fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
 	e.discovery = fmt.Sprintf("http://127.0.0.1:%d", discoveryPort)
 
-	raw := make([]byte, 16)
-	if _, err := rand.Read(raw); err != nil {
-		return nil, err
+	// One token per HTTP crawler: the identity a token stands for is its
+	// fairness flow ("http:<identity>").
+	e.tokens = map[string]string{}
+	file := "# fairness e2e: token,identity\n"
+	for _, id := range httpIdentities {
+		raw := make([]byte, 16)
+		if _, err := rand.Read(raw); err != nil {
+			return nil, err
+		}
+		e.tokens[id] = hex.EncodeToString(raw)
+		file += e.tokens[id] + "," + id + "\n"
 	}
-	e.token = hex.EncodeToString(raw)
-	tokenFile := filepath.Join(e.logDir, "discovery-token")
-	if err := os.WriteFile(tokenFile, []byte(e.token+"\n"), 0o600); err != nil {
+	tokenFile := filepath.Join(e.logDir, "discovery-tokens")
+	if err := os.WriteFile(tokenFile, []byte(file), 0o600); err != nil {
 		return nil, err
 	}
 
@@ -379,7 +389,7 @@ func (e *env) createProxy(ctx context.Context) error {
 		return fmt.Errorf("creating Proxy %s: %w", proxyName, err)
 	}
 	return waitFor(ctx, 90*time.Second, "the Proxy to be leasable", func() (bool, string) {
-		code, body, err := httpGet(e.discovery+"/v1/proxies?healthy=true&namespace="+testNamespace, e.token)
+		code, body, err := httpGet(e.discovery+"/v1/proxies?healthy=true&namespace="+testNamespace, e.tokens[httpIdentities[0]])
 		if err != nil || code != http.StatusOK {
 			return false, fmt.Sprintf("%d %s %v", code, body, err)
 		}
