@@ -9,14 +9,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,7 +20,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/artifacts/crds"
@@ -97,7 +92,7 @@ func runMain(m *testing.M) int {
 		code = 1
 	}
 	// No processes left behind: every squid was the agent's child.
-	if left := squidChildren(); len(left) > 0 {
+	if left := framework.SquidChildren(); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e: squid processes left behind: %v\n", left)
 		code = 1
 	}
@@ -146,7 +141,7 @@ func start() (_ *environment, retErr error) {
 		fmt.Fprintf(w, "e2e target; via=%s", r.Header.Get("Via"))
 	}))
 
-	agentLog, err := fileLogger(filepath.Join(logDir, "nodeagent.log"))
+	agentLog, err := framework.FileLogger(filepath.Join(logDir, "nodeagent.log"))
 	if err != nil {
 		return env, err
 	}
@@ -165,7 +160,7 @@ func start() (_ *environment, retErr error) {
 		return env, fmt.Errorf("node agent: %w", err)
 	}
 
-	opLog, err := fileLogger(filepath.Join(logDir, "operator.log"))
+	opLog, err := framework.FileLogger(filepath.Join(logDir, "operator.log"))
 	if err != nil {
 		return env, err
 	}
@@ -266,26 +261,7 @@ func (e *environment) stop() error {
 }
 
 func (e *environment) dumpLogs() {
-	for _, name := range []string{"operator.log", "nodeagent.log"} {
-		b, err := os.ReadFile(filepath.Join(e.logDir, name))
-		if err != nil {
-			continue
-		}
-		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-		if len(lines) > 80 {
-			lines = lines[len(lines)-80:]
-		}
-		fmt.Fprintf(os.Stderr, "--- last lines of %s ---\n%s\n", name, strings.Join(lines, "\n"))
-	}
-}
-
-// fileLogger logs JSON lines to path.
-func fileLogger(path string) (logr.Logger, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return logr.Logger{}, err
-	}
-	return zap.New(zap.WriteTo(f), zap.UseDevMode(false), func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder }), nil
+	framework.DumpLogTails(os.Stderr, e.logDir, 80, "operator.log", "nodeagent.log")
 }
 
 func ensureNamespace(ctx context.Context, c client.Client, name string) error {
@@ -294,36 +270,4 @@ func ensureNamespace(ctx context.Context, c client.Client, name string) error {
 		return fmt.Errorf("creating namespace %s: %w", name, err)
 	}
 	return nil
-}
-
-// squidChildren lists the squid processes whose parent is this process (the
-// agent runs in it), as "pid:state".
-func squidChildren() []string {
-	entries, _ := os.ReadDir("/proc")
-	me := os.Getpid()
-	var out []string
-	for _, ent := range entries {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < open {
-			continue
-		}
-		comm := s[open+1 : close]
-		fields := strings.Fields(s[close+1:])
-		if len(fields) < 2 || comm != "squid" {
-			continue
-		}
-		if ppid, _ := strconv.Atoi(fields[1]); ppid == me {
-			out = append(out, fmt.Sprintf("%d:%s", pid, fields[0]))
-		}
-	}
-	return out
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/test/framework"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -206,10 +208,10 @@ func TestProxyLifecycle(t *testing.T) {
 	}
 	first := instanceOf(t, pod)
 	// Negative control for TestMain's leak check: it does see live squids.
-	if left := squidChildren(); !slices.ContainsFunc(left, func(s string) bool {
+	if left := framework.SquidChildren(); !slices.ContainsFunc(left, func(s string) bool {
 		return strings.HasPrefix(s, fmt.Sprintf("%d:", first.PID))
 	}) {
-		t.Errorf("squidChildren() = %v does not list the running squid %d", left, first.PID)
+		t.Errorf("framework.SquidChildren() = %v does not list the running squid %d", left, first.PID)
 	}
 	if got := userDataOf(t, first); got != "#cloud-config\n# v1\n" {
 		t.Errorf("user data delivered = %q, want v1", got)

@@ -23,8 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,7 +34,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	artifacts "github.com/proxy-operator/proxy-operator/artifacts/apiserver"
@@ -45,6 +42,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
@@ -107,7 +105,7 @@ func runMain(m *testing.M) int {
 	shared = e
 	code := m.Run()
 	// The leak check below must be able to see a squid: ours, while it runs.
-	if running := squidChildren(); len(running) != 1 || !strings.HasPrefix(running[0], strconv.Itoa(e.squid.PID())+":") {
+	if running := framework.SquidChildren(); len(running) != 1 || !strings.HasPrefix(running[0], strconv.Itoa(e.squid.PID())+":") {
 		fmt.Fprintf(os.Stderr, "fairness e2e: squid children %v, want exactly ours (pid %d)\n", running, e.squid.PID())
 		code = 1
 	}
@@ -116,7 +114,7 @@ func runMain(m *testing.M) int {
 		code = 1
 	}
 	// No processes left behind: the squid was this process's child.
-	if left := squidChildren(); len(left) > 0 {
+	if left := framework.SquidChildren(); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "fairness e2e: squid processes left behind: %v\n", left)
 		code = 1
 	}
@@ -129,19 +127,6 @@ func runMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "fairness e2e: logs kept in %s\n", e.logDir)
 	}
 	return code
-}
-
-// freePort returns a loopback port free at the time of the call. The
-// operator's listeners take addresses, not listeners, so a port is chosen
-// here and handed over; the window in which another process could take it
-// is a few milliseconds.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 func start(ctx context.Context) (_ *env, err error) {
@@ -186,7 +171,7 @@ func start(ctx context.Context) (_ *env, err error) {
 	if err := opts.Validate(); err != nil {
 		return e, fmt.Errorf("operator options: %w", err)
 	}
-	opLog, err := fileLogger(filepath.Join(e.logDir, "operator.log"))
+	opLog, err := framework.FileLogger(filepath.Join(e.logDir, "operator.log"))
 	if err != nil {
 		return e, err
 	}
@@ -263,7 +248,7 @@ func (e *env) startSquid(ctx context.Context, squidPath string) error {
 func (e *env) operatorOptions() (*app.Options, error) {
 	ports := make([]int, 4)
 	for i := range ports {
-		p, err := freePort()
+		p, err := framework.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -414,28 +399,7 @@ func (e *env) stop() error {
 }
 
 func (e *env) dumpLogs() {
-	for _, name := range []string{"operator.log", "squid/cache.log"} {
-		b, err := os.ReadFile(filepath.Join(e.logDir, name))
-		if err != nil {
-			continue
-		}
-		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-		if len(lines) > 80 {
-			lines = lines[len(lines)-80:]
-		}
-		fmt.Fprintf(os.Stderr, "--- last lines of %s ---\n%s\n", name, strings.Join(lines, "\n"))
-	}
-}
-
-// fileLogger logs JSON lines at info level to path (the discovery API logs
-// every request at debug level).
-func fileLogger(path string) (logr.Logger, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return logr.Logger{}, err
-	}
-	return zap.New(zap.WriteTo(f), zap.UseDevMode(false), zap.Level(zapcore.InfoLevel),
-		func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder }), nil
+	framework.DumpLogTails(os.Stderr, e.logDir, 80, "operator.log", "squid/cache.log")
 }
 
 // runUntilStopped runs f on its own context and returns a stop function that
@@ -507,35 +471,4 @@ func httpGet(url, token string) (int, []byte, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, body, err
-}
-
-// squidChildren lists the squid processes whose parent is this process, as
-// "pid:state".
-func squidChildren() []string {
-	entries, _ := os.ReadDir("/proc")
-	me := os.Getpid()
-	var out []string
-	for _, ent := range entries {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < open {
-			continue
-		}
-		fields := strings.Fields(s[close+1:])
-		if len(fields) < 2 || s[open+1:close] != "squid" {
-			continue
-		}
-		if ppid, _ := strconv.Atoi(fields[1]); ppid == me {
-			out = append(out, fmt.Sprintf("%d:%s", pid, fields[0]))
-		}
-	}
-	return out
 }

@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -32,7 +30,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	artifacts "github.com/proxy-operator/proxy-operator/artifacts/apiserver"
 	"github.com/proxy-operator/proxy-operator/artifacts/crds"
@@ -93,15 +90,6 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 func start(ctx context.Context) (_ *env, err error) {
 	e := &env{}
 	if e.logDir, err = os.MkdirTemp("", "proxylease-operator-e2e-"); err != nil {
@@ -142,7 +130,7 @@ func start(ctx context.Context) (_ *env, err error) {
 	}))
 	e.stops = append(e.stops, func() error { e.target.Close(); return nil })
 
-	agentLog, err := fileLogger(filepath.Join(e.logDir, "nodeagent.log"))
+	agentLog, err := framework.FileLogger(filepath.Join(e.logDir, "nodeagent.log"))
 	if err != nil {
 		return e, err
 	}
@@ -170,11 +158,11 @@ func start(ctx context.Context) (_ *env, err error) {
 	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
 		return e, err
 	}
-	apiPort, err := freePort()
+	apiPort, err := framework.FreePort()
 	if err != nil {
 		return e, err
 	}
-	discoveryPort, err := freePort()
+	discoveryPort, err := framework.FreePort()
 	if err != nil {
 		return e, err
 	}
@@ -196,7 +184,7 @@ func start(ctx context.Context) (_ *env, err error) {
 	if err := opts.Validate(); err != nil {
 		return e, fmt.Errorf("operator options: %w", err)
 	}
-	opLog, err := fileLogger(filepath.Join(e.logDir, "operator.log"))
+	opLog, err := framework.FileLogger(filepath.Join(e.logDir, "operator.log"))
 	if err != nil {
 		return e, err
 	}
@@ -238,25 +226,7 @@ func (e *env) stop() error {
 }
 
 func (e *env) dumpLogs() {
-	for _, name := range []string{"operator.log", "nodeagent.log"} {
-		b, err := os.ReadFile(filepath.Join(e.logDir, name))
-		if err != nil {
-			continue
-		}
-		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-		if len(lines) > 60 {
-			lines = lines[len(lines)-60:]
-		}
-		fmt.Fprintf(os.Stderr, "--- last lines of %s ---\n%s\n", name, strings.Join(lines, "\n"))
-	}
-}
-
-func fileLogger(path string) (logr.Logger, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return logr.Logger{}, err
-	}
-	return zap.New(zap.WriteTo(f), zap.UseDevMode(false), zap.Level(zapcore.InfoLevel)), nil
+	framework.DumpLogTails(os.Stderr, e.logDir, 60, "operator.log", "nodeagent.log")
 }
 
 func waitAvailable(ctx context.Context, cfg *rest.Config, timeout time.Duration) error {
