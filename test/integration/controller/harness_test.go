@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -18,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -32,7 +32,6 @@ import (
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/fake"
-	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
@@ -46,12 +45,7 @@ const fakeProviderName = "fake"
 // gets its own namespace and its own manager restricted to it, so tests run
 // in parallel without seeing each other's objects.
 type suite struct {
-	admin       *rest.Config
-	operator    *rest.Config
-	scheme      *runtime.Scheme
-	cp          *controlplane.ControlPlane
-	clusterRole string
-	ops         *framework.OperatorSuite
+	*framework.OperatorSuite
 }
 
 // shared is the test-process fixture, set once by TestMain before any test.
@@ -60,7 +54,7 @@ var shared suite
 func TestMain(m *testing.M) {
 	// controller-runtime complains loudly when its global logger is unset;
 	// per-test loggers are passed explicitly below.
-	ctrllog.SetLogger(zap.New(zap.WriteTo(discard{})))
+	ctrllog.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	code, err := runSuite(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -68,10 +62,6 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 func runSuite(m *testing.M) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -88,7 +78,7 @@ func runSuite(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer func() { _ = ops.Stop() }()
-	shared = suite{admin: ops.Admin, operator: ops.Operator, scheme: s, cp: ops.CP, clusterRole: ops.ClusterRole, ops: ops}
+	shared = suite{OperatorSuite: ops}
 	return m.Run(), nil
 }
 
@@ -125,7 +115,7 @@ func testIntervals() controller.Intervals {
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
-	c, ns := shared.ops.Namespace(t, "ctrl-")
+	c, ns := shared.Namespace(t, "ctrl-")
 
 	iv := testIntervals()
 	for _, f := range []struct{ dst, src *time.Duration }{
@@ -151,8 +141,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 		logs:      &framework.SyncBuffer{},
 	}
 
-	mgr, err := ctrl.NewManager(shared.operator, ctrl.Options{
-		Scheme:                 shared.scheme,
+	mgr, err := ctrl.NewManager(shared.Operator, ctrl.Options{
+		Scheme:                 shared.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache: cache.Options{

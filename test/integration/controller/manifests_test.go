@@ -17,7 +17,7 @@ import (
 // admission), and every binding names a role the generated RBAC defines.
 func TestDeploymentManifestsApply(t *testing.T) {
 	t.Parallel()
-	c, err := client.New(shared.admin, client.Options{Scheme: shared.scheme})
+	c, err := client.New(shared.Admin, client.Options{Scheme: shared.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ import (
 // parallel tests resume, and once per process.
 func TestOperatorWiring(t *testing.T) {
 	ctx := context.Background()
-	c, err := client.New(shared.admin, client.Options{Scheme: shared.scheme})
+	c, err := client.New(shared.Admin, client.Options{Scheme: shared.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,14 +41,14 @@ func TestOperatorWiring(t *testing.T) {
 	const user = "proxy-operator-binary"
 	crb := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: user},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: shared.clusterRole},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: shared.ClusterRole},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
 	}
 	if err := c.Create(ctx, crb); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), crb) })
-	cfg, err := shared.cp.ClientConfigFor(user)
+	cfg, err := shared.CP.ClientConfigFor(user)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestOperatorWiring(t *testing.T) {
 
 func mustWatchClient(t *testing.T) client.WithWatch {
 	t.Helper()
-	c, err := client.NewWithWatch(shared.admin, client.Options{Scheme: shared.scheme})
+	c, err := client.NewWithWatch(shared.Admin, client.Options{Scheme: shared.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,9 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,18 +52,14 @@ const (
 )
 
 type suite struct {
-	admin       *rest.Config
-	operator    *rest.Config
-	scheme      *runtime.Scheme
-	clusterRole string
-	squidPath   string
-	ops         *framework.OperatorSuite
+	*framework.OperatorSuite
+	squidPath string
 }
 
 var shared suite
 
 func TestMain(m *testing.M) {
-	ctrllog.SetLogger(zap.New(zap.WriteTo(discard{})))
+	ctrllog.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	code, err := runSuite(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -72,10 +67,6 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 func runSuite(m *testing.M) (int, error) {
 	squidPath, err := nodeagent.LookSquid("")
@@ -93,7 +84,7 @@ func runSuite(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer func() { _ = ops.Stop() }()
-	shared = suite{admin: ops.Admin, operator: ops.Operator, scheme: s, clusterRole: ops.ClusterRole, squidPath: squidPath, ops: ops}
+	shared = suite{OperatorSuite: ops, squidPath: squidPath}
 	return m.Run(), nil
 }
 
@@ -113,7 +104,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	c, ns := shared.ops.Namespace(t, "health-")
+	c, ns := shared.Namespace(t, "health-")
 	e := &env{t: t, ns: ns, c: c, logs: &framework.SyncBuffer{}}
 	t.Cleanup(func() {
 		e.stopOperator()
@@ -136,8 +127,8 @@ func (e *env) startOperator() {
 	}
 	e.restarts++
 	logger := zap.New(zap.WriteTo(e.logs), zap.UseDevMode(true)).WithValues("run", e.restarts)
-	mgr, err := ctrl.NewManager(shared.operator, ctrl.Options{
-		Scheme:                 shared.scheme,
+	mgr, err := ctrl.NewManager(shared.Operator, ctrl.Options{
+		Scheme:                 shared.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache: cache.Options{
