@@ -2,6 +2,9 @@ package provider
 
 import (
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 )
 
 // The error classes. Every error a Provider returns belongs to exactly one, as
@@ -166,4 +169,41 @@ func isSentinel(err error) bool {
 		}
 	}
 	return false
+}
+
+// IncompleteListError is the cause of the error ListByTag returns, together
+// with the instances it could read, when some scopes did not answer.
+// Instances in those scopes may exist and are missing from the listing.
+type IncompleteListError struct {
+	// Unreachable are the scopes not read, sorted, in Instance.Scope's
+	// vocabulary.
+	Unreachable []string
+}
+
+func (e *IncompleteListError) Error() string {
+	return fmt.Sprintf("listing incomplete: unreachable %s", strings.Join(e.Unreachable, ", "))
+}
+
+// Incomplete returns the ErrTransient-class error of a listing that could not
+// read scopes (sorted and deduplicated into the error).
+func Incomplete(scopes []string) error {
+	s := slices.Compact(slices.Sorted(slices.Values(scopes)))
+	return NewError(ErrTransient, OpList, &IncompleteListError{Unreachable: s})
+}
+
+// UnreachableScopes returns the scopes of an incomplete listing and true when
+// err carries an *IncompleteListError; nil and false otherwise (a nil error,
+// or a listing that failed as a whole).
+func UnreachableScopes(err error) ([]string, bool) {
+	var e *IncompleteListError
+	if errors.As(err, &e) {
+		return slices.Clone(e.Unreachable), true
+	}
+	return nil, false
+}
+
+// IsIncompleteList reports whether err is the error of a partial listing.
+func IsIncompleteList(err error) bool {
+	_, ok := UnreachableScopes(err)
+	return ok
 }

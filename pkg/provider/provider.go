@@ -55,6 +55,13 @@ type Provider interface {
 	// CreateRequest.Tag == tag, and only those, each with its Name, Tag,
 	// OwnerUID, ProviderID, State and CreatedAt filled in. No instance is
 	// an empty list and a nil error. The order is unspecified.
+	//
+	// A listing that could not read some scopes (a Compute Engine zone
+	// that did not answer) returns the instances of the scopes it did read
+	// together with an *IncompleteListError (ErrTransient-class) naming the
+	// missing scopes: a caller that deletes what is not listed must treat
+	// those scopes as unknown (see UnreachableScopes). Any other error
+	// comes with no instances.
 	ListByTag(ctx context.Context, tag string) ([]Instance, error)
 }
 
@@ -130,6 +137,10 @@ type Instance struct {
 	// CreatedAt is when the provider created the instance. Never zero:
 	// garbage collection spares instances younger than a minimum age.
 	CreatedAt time.Time
+	// Scope is where the instance lives in the provider's own terms, in
+	// the vocabulary of IncompleteListError.Unreachable (Compute Engine:
+	// "projects/<p>/zones/<z>"); empty for providers without scopes.
+	Scope string
 }
 
 // InstanceState is the lifecycle state of an instance as the reconciler sees

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
+	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
 )
 
@@ -46,6 +48,8 @@ type Options struct {
 
 	// Kubernetes configures the "kubernetes" provider.
 	Kubernetes kubernetes.Options
+	// GCP configures the "gcp" provider (its own --gcp-* flags).
+	GCP gcp.Options
 
 	// Health configures the health engine.
 	Health HealthOptions
@@ -62,6 +66,9 @@ type Options struct {
 	Zap zap.Options
 }
 
+// knownProviders are the providers this binary can build.
+func knownProviders() []string { return []string{gcp.Name, kubernetes.Name} }
+
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
@@ -72,6 +79,7 @@ func NewOptions() *Options {
 		InstanceTag:      provider.DefaultTag,
 		Intervals:        controller.DefaultIntervals(),
 		ReconcileTimeout: 2 * time.Minute,
+		GCP:              gcp.DefaultOptions(),
 		Health:           DefaultHealthOptions(),
 		Leasing:          DefaultLeasingOptions(),
 		APIServer:        apiserver.NewOptions(),
@@ -89,7 +97,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Elect a leader so that only one replica reconciles.")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader-election Lease.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader-election Lease (default: the pod's namespace; required out of cluster).")
-	fs.StringSliceVar(&o.Providers, "providers", o.Providers, "Enabled providers (comma-separated). Known: "+kubernetes.Name+".")
+	fs.StringSliceVar(&o.Providers, "providers", o.Providers, "Enabled providers (comma-separated). Known: "+strings.Join(knownProviders(), ", ")+".")
 	fs.StringVar(&o.InstanceTag, "instance-tag", o.InstanceTag, "Tag marking the instances this deployment owns.")
 	fs.DurationVar(&o.Intervals.ProvisioningPoll, "provisioning-poll-interval", o.Intervals.ProvisioningPoll, "How often an instance being created is polled.")
 	fs.DurationVar(&o.Intervals.DeletionPoll, "deletion-poll-interval", o.Intervals.DeletionPoll, "How often an instance being deleted is polled.")
@@ -100,6 +108,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubernetes.Namespace, "kubernetes-pod-namespace", o.Kubernetes.Namespace, "Namespace of the kubernetes provider's Squid pods (default: the Proxy's namespace).")
 	fs.StringVar(&o.Kubernetes.Image, "kubernetes-pod-image", o.Kubernetes.Image, "Squid image of the kubernetes provider (default: its pinned image).")
 	fs.StringVar(&o.Kubernetes.NodeName, "kubernetes-pod-node-name", o.Kubernetes.NodeName, "Set spec.nodeName of the kubernetes provider's pods (bypasses the scheduler; e.g. the local node agent's node).")
+	o.GCP.AddFlags(fs)
 
 	o.Health.AddFlags(fs)
 	o.Leasing.AddFlags(fs)
@@ -131,10 +140,18 @@ func (o *Options) Validate() error {
 			errs = append(errs, errors.New("--providers: empty name"))
 		case seen[p]:
 			errs = append(errs, fmt.Errorf("--providers: %q listed twice", p))
-		case p != kubernetes.Name:
-			errs = append(errs, fmt.Errorf("--providers: unknown provider %q (known: %s)", p, kubernetes.Name))
+		case !slices.Contains(knownProviders(), p):
+			errs = append(errs, fmt.Errorf("--providers: unknown provider %q (known: %s)", p, strings.Join(knownProviders(), ", ")))
 		}
 		seen[p] = true
+	}
+	if seen[gcp.Name] {
+		if err := o.GCP.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if o.InstanceTag != "" && !gcp.ValidTag(o.InstanceTag) {
+			errs = append(errs, fmt.Errorf("--instance-tag %q: the gcp provider stores it as a GCE label value (at most 63 lowercase letters, digits, '-' or '_')", o.InstanceTag))
+		}
 	}
 	if o.InstanceTag == "" {
 		errs = append(errs, errors.New("--instance-tag: required"))

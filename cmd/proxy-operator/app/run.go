@@ -25,6 +25,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/health"
 	"github.com/proxy-operator/proxy-operator/pkg/metrics"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
+	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
 )
 
@@ -92,6 +93,9 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	constructors := map[string]provider.Constructor{
 		kubernetes.Name: func(context.Context) (provider.Provider, error) {
 			return kubernetes.New(direct, o.Kubernetes)
+		},
+		gcp.Name: func(ctx context.Context) (provider.Provider, error) {
+			return gcp.New(ctx, o.GCP)
 		},
 	}
 	providers, err := provider.NewRegistry(ctx, o.Providers, constructors, provider.MetricsWrapper(m))

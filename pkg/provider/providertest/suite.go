@@ -54,6 +54,19 @@ type Harness struct {
 	// besides those of a providerID the provider never issued.
 	MissingID func(name string) string
 
+	// Scopes, if set, are templates of instances in distinct scopes (zones,
+	// projects). CaseListByTagAcrossScopes creates one instance from each
+	// and expects one ListByTag to list them all, each with its own Scope.
+	Scopes []provider.CreateRequest
+
+	// MakeUnreachable, if set, makes the scope of instances created from
+	// Scopes[0] unreachable for listings until restore is called, and
+	// returns that scope's name. CaseListByTagReportsUnreachable then
+	// expects ListByTag to list the other scopes' instances and to return
+	// an incomplete-listing error naming exactly that scope. Requires at
+	// least two Scopes.
+	MakeUnreachable func(t T) (scope string, restore func())
+
 	// Timeout bounds each eventual condition (Running, gone). Default 30s.
 	Timeout time.Duration
 	// Interval is the polling period. Default 50ms.
@@ -87,6 +100,8 @@ const (
 	CaseDeleteThenGetNotFound        = "DeleteThenGetNotFound"
 	CaseListByTagFiltersByTag        = "ListByTagFiltersByTag"
 	CaseListByTagCarriesOwner        = "ListByTagCarriesOwner"
+	CaseListByTagAcrossScopes        = "ListByTagAcrossScopes"
+	CaseListByTagReportsUnreachable  = "ListByTagReportsUnreachable"
 )
 
 type testCase struct {
@@ -106,6 +121,8 @@ func cases() []testCase {
 		{CaseDeleteThenGetNotFound, deleteThenGetNotFound},
 		{CaseListByTagFiltersByTag, listByTagFiltersByTag},
 		{CaseListByTagCarriesOwner, listByTagCarriesOwner},
+		{CaseListByTagAcrossScopes, listByTagAcrossScopes},
+		{CaseListByTagReportsUnreachable, listByTagReportsUnreachable},
 	}
 }
 
@@ -157,12 +174,7 @@ func newTag() string {
 
 // newRequest returns a valid request for a fresh owner under tag.
 func (s *suite) newRequest(tag string) provider.CreateRequest {
-	uid := uuid.NewUUID()
-	req := s.h.Template
-	req.Name = provider.NameFromUID(uid)
-	req.Tag = tag
-	req.OwnerUID = uid
-	return req
+	return s.requestFrom(s.h.Template, tag)
 }
 
 // create creates req and fails the case on error.
@@ -238,7 +250,7 @@ func createThenGet(s *suite) {
 }
 
 // identityOnly compares the fields a provider must echo from the request.
-var identityOnly = cmpopts.IgnoreFields(provider.Instance{}, "State", "IP", "CreatedAt")
+var identityOnly = cmpopts.IgnoreFields(provider.Instance{}, "State", "IP", "CreatedAt", "Scope")
 
 // createIsIdempotent: a second Create of the same name, even with another tag
 // and owner, returns the same providerID and leaves one, unmodified instance.
@@ -476,6 +488,85 @@ func listByTagCarriesOwner(s *suite) {
 	}
 }
 
+// listByTagAcrossScopes: one listing finds the instances of every scope (and
+// every page of a paged backend), each with a distinct, non-empty Scope.
+// Without Harness.Scopes there is nothing to check.
+func listByTagAcrossScopes(s *suite) {
+	if len(s.h.Scopes) == 0 {
+		return
+	}
+	tag := newTag()
+	var want []string
+	scopeOf := map[string]string{}
+	for _, tmpl := range s.h.Scopes {
+		req := s.requestFrom(tmpl, tag)
+		s.create(req)
+		want = append(want, req.Name)
+	}
+	sort.Strings(want)
+	got := s.list(tag)
+	if diff := cmp.Diff(want, names(got)); diff != "" {
+		s.t.Errorf("ListByTag(%q) across %d scopes (-want +got):\n%s", tag, len(s.h.Scopes), diff)
+	}
+	for _, inst := range got {
+		if inst.Scope == "" {
+			s.t.Errorf("ListByTag(%q): instance %q has no Scope", tag, inst.Name)
+		}
+		scopeOf[inst.Scope] = inst.Name
+	}
+	if len(scopeOf) != len(s.h.Scopes) {
+		s.t.Errorf("ListByTag(%q): %d distinct scopes %v, want %d", tag, len(scopeOf), scopeOf, len(s.h.Scopes))
+	}
+}
+
+// listByTagReportsUnreachable: with one scope unreachable, ListByTag returns
+// the other scopes' instances and an incomplete-listing error naming that
+// scope, so a caller can tell a partial listing from a complete one; once the
+// scope answers again the listing is complete.
+func listByTagReportsUnreachable(s *suite) {
+	if s.h.MakeUnreachable == nil || len(s.h.Scopes) < 2 {
+		return
+	}
+	tag := newTag()
+	hidden := s.requestFrom(s.h.Scopes[0], tag)
+	s.create(hidden)
+	var visible []string
+	for _, tmpl := range s.h.Scopes[1:] {
+		req := s.requestFrom(tmpl, tag)
+		s.create(req)
+		visible = append(visible, req.Name)
+	}
+	sort.Strings(visible)
+	scope, restore := s.h.MakeUnreachable(s.t)
+	insts, err := s.p.ListByTag(s.ctx(), tag)
+	restore()
+	unreachable, ok := provider.UnreachableScopes(err)
+	if !ok {
+		s.t.Errorf("ListByTag(%q) with scope %q unreachable: error %v, want an incomplete-listing error", tag, scope, err)
+	}
+	if diff := cmp.Diff([]string{scope}, unreachable); ok && diff != "" {
+		s.t.Errorf("ListByTag(%q) unreachable scopes (-want +got):\n%s", tag, diff)
+	}
+	if diff := cmp.Diff(visible, names(insts)); diff != "" {
+		s.t.Errorf("ListByTag(%q) with scope %q unreachable lists (-want +got):\n%s", tag, scope, diff)
+	}
+	all := append([]string{hidden.Name}, visible...)
+	sort.Strings(all)
+	if diff := cmp.Diff(all, names(s.list(tag))); diff != "" {
+		s.t.Errorf("ListByTag(%q) after scope %q answers again (-want +got):\n%s", tag, scope, diff)
+	}
+}
+
+// requestFrom is newRequest on another template.
+func (s *suite) requestFrom(tmpl provider.CreateRequest, tag string) provider.CreateRequest {
+	uid := uuid.NewUUID()
+	req := tmpl
+	req.Name = provider.NameFromUID(uid)
+	req.Tag = tag
+	req.OwnerUID = uid
+	return req
+}
+
 // --- invariant checker ---
 
 // checked wraps the provider under test and reports any result that breaks
@@ -582,6 +673,9 @@ func (c *checked) ListByTag(ctx context.Context, tag string) ([]provider.Instanc
 	insts, err := c.next.ListByTag(ctx, tag)
 	call := fmt.Sprintf("ListByTag(%q)", tag)
 	c.checkErr(call, err)
+	if err != nil && !provider.IsIncompleteList(err) && len(insts) > 0 {
+		c.violation("%s returned %d instances with the error %v; only an incomplete listing returns both", call, len(insts), err)
+	}
 	for _, inst := range insts {
 		if inst.Tag != tag {
 			c.violation("%s listed %q with tag %q", call, inst.Name, inst.Tag)
