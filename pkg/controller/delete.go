@@ -63,6 +63,7 @@ func (r *ProxyReconciler) releaseFinalizer(ctx context.Context, rc *reconcileCtx
 		return ctrl.Result{}, err
 	}
 	rc.gone = true
+	r.createFailures.reset(p.UID)
 	if deletedID != "" {
 		r.event(p, corev1.EventTypeNormal, EventReasonDeleted, actionDelete, "Instance %s deleted", deletedID)
 		log.FromContext(ctx).Info("instance deleted; finalizer released", "providerID", deletedID)

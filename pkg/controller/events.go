@@ -17,6 +17,7 @@ const (
 	EventReasonCloudInitError  = crawlv1alpha1.ReasonCloudInitError
 	EventReasonProviderError   = crawlv1alpha1.ReasonProviderError
 	EventReasonInstanceStopped = crawlv1alpha1.ReasonInstanceStopped
+	EventReasonCreateFailed    = crawlv1alpha1.ReasonCreateFailed
 	EventReasonDeleting        = crawlv1alpha1.ReasonDeleting
 	// EventReasonDeleted: the instance is gone and the finalizer released.
 	EventReasonDeleted = "Deleted"

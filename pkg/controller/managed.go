@@ -77,6 +77,9 @@ func (r *ProxyReconciler) cloudInitFailure(ctx context.Context, rc *reconcileCtx
 // the same instance instead of creating a second.
 func (r *ProxyReconciler) createInstance(ctx context.Context, rc *reconcileCtx, prov provider.Provider, cloudInit, hash string) (ctrl.Result, error) {
 	p := rc.proxy
+	if wait, ok := r.createFailures.wait(p.UID, p.Generation, r.now()); ok {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	name := provider.NameFromUID(p.UID)
 	id, err := prov.Create(ctx, provider.CreateRequest{
 		Name:      name,
@@ -110,6 +113,9 @@ func (r *ProxyReconciler) observeInstance(ctx context.Context, rc *reconcileCtx,
 	p := rc.proxy
 	id := p.Status.ProviderID
 	inst, err := prov.Get(ctx, id)
+	if provider.IsNotFound(err) && !isProvisioned(p) {
+		return r.createFailed(ctx, rc, id)
+	}
 	if provider.IsNotFound(err) {
 		// Vanished (deleted out of band, or a Stopped instance we deleted):
 		// forget it; the next pass creates a new one under the same name.
@@ -125,6 +131,7 @@ func (r *ProxyReconciler) observeInstance(ctx context.Context, rc *reconcileCtx,
 		if inst.IP == "" { // contract violation; treat as not ready yet
 			break
 		}
+		r.createFailures.reset(p.UID)
 		if p.Status.IP != inst.IP {
 			clearHealth(p) // a verdict about another address is not about this one
 			p.Status.IP = inst.IP
@@ -151,6 +158,25 @@ func (r *ProxyReconciler) observeInstance(ctx context.Context, rc *reconcileCtx,
 	clearHealth(p)
 	r.setProvisioned(p, metav1.ConditionFalse, crawlv1alpha1.ReasonProvisioning, fmt.Sprintf("instance %s is provisioning", id))
 	return ctrl.Result{RequeueAfter: r.intervals().ProvisioningPoll}, nil
+}
+
+// createFailed answers an instance that vanished before it ever ran: the
+// provider accepted the create and failed it afterwards (Compute Engine
+// reports quota or zone capacity only on the operation, which nobody waits
+// on). Recreating at once would loop as fast as the polls; instead a Warning
+// Event, Provisioned=False/CreateFailed, and a retry after a delay that
+// doubles with each failure in a row. The name is deterministic, so the retry
+// cannot duplicate an instance.
+func (r *ProxyReconciler) createFailed(ctx context.Context, rc *reconcileCtx, id string) (ctrl.Result, error) {
+	p := rc.proxy
+	iv := r.intervals()
+	delay, n := r.createFailures.record(p.UID, p.Generation, r.now(), iv.CreateRetry, iv.QuotaRetry)
+	clearInstance(p)
+	msg := fmt.Sprintf("instance %s was accepted by the provider but never came up (%d time(s) in a row; the provider failed the create after accepting it, e.g. quota or zone capacity); retrying in %s", id, n, delay)
+	r.setProvisioned(p, metav1.ConditionFalse, crawlv1alpha1.ReasonCreateFailed, msg)
+	r.event(p, corev1.EventTypeWarning, EventReasonCreateFailed, actionCreate, "Instance %s was accepted but never came up; retrying in %s", id, delay)
+	log.FromContext(ctx).Info("instance vanished before running; create failed after being accepted", "providerID", id, "failures", n, "retryAfter", delay)
+	return ctrl.Result{RequeueAfter: delay}, nil
 }
 
 // setSpecHash sets the spec-hash annotation on p (not yet written).

@@ -93,6 +93,10 @@ type Intervals struct {
 	// RequeueNow: the short delay standing in for an immediate requeue
 	// (ctrl.Result.Requeue is deprecated).
 	RequeueNow time.Duration
+	// CreateRetry: the first wait after a create the provider accepted and
+	// then failed (the instance never came up); it doubles with every
+	// such failure in a row, up to QuotaRetry.
+	CreateRetry time.Duration
 }
 
 // DefaultIntervals returns the production intervals.
@@ -103,6 +107,7 @@ func DefaultIntervals() Intervals {
 		DriftPoll:        time.Minute,
 		QuotaRetry:       5 * time.Minute,
 		RequeueNow:       time.Second,
+		CreateRetry:      15 * time.Second,
 	}
 }
 
@@ -119,6 +124,7 @@ func (i Intervals) WithDefaults() Intervals {
 		{&i.DriftPoll, d.DriftPoll},
 		{&i.QuotaRetry, d.QuotaRetry},
 		{&i.RequeueNow, d.RequeueNow},
+		{&i.CreateRetry, d.CreateRetry},
 	} {
 		if *f.v <= 0 {
 			*f.v = f.def
@@ -150,6 +156,10 @@ type ProxyReconciler struct {
 	Clock clock.PassiveClock
 	// Tag is the tag instances are created with (default provider.DefaultTag).
 	Tag string
+
+	// createFailures backs off creates whose instance vanished (in memory,
+	// like the workqueue's own backoff).
+	createFailures createFailures
 }
 
 // CacheByObject returns the manager cache restrictions the reconciler relies

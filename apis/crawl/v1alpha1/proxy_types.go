@@ -61,8 +61,12 @@ const (
 	ReasonCloudInitError   = "CloudInitError"
 	ReasonProviderError    = "ProviderError"
 	ReasonInstanceStopped  = "InstanceStopped"
-	ReasonProbeSucceeded   = "ProbeSucceeded"
-	ReasonProbeFailed      = "ProbeFailed"
+	// ReasonCreateFailed: the provider accepted a create, then the instance
+	// never came up (Compute Engine failed the operation later: quota, zone
+	// capacity). Retried with backoff.
+	ReasonCreateFailed   = "CreateFailed"
+	ReasonProbeSucceeded = "ProbeSucceeded"
+	ReasonProbeFailed    = "ProbeFailed"
 )
 
 const (

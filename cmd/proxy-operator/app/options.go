@@ -104,6 +104,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Intervals.DriftPoll, "drift-poll-interval", o.Intervals.DriftPoll, "How often a running instance is re-checked.")
 	fs.DurationVar(&o.Intervals.QuotaRetry, "quota-retry-interval", o.Intervals.QuotaRetry, "Wait after the provider reports exhausted quota.")
 	fs.DurationVar(&o.Intervals.RequeueNow, "requeue-now-interval", o.Intervals.RequeueNow, "Short delay standing in for an immediate requeue.")
+	fs.DurationVar(&o.Intervals.CreateRetry, "create-retry-interval", o.Intervals.CreateRetry, "First wait after a create the provider accepted and then failed (doubles per failure in a row, up to --quota-retry-interval).")
 	fs.DurationVar(&o.ReconcileTimeout, "reconcile-timeout", o.ReconcileTimeout, "Upper bound of one reconcile, provider calls included.")
 	fs.StringVar(&o.Kubernetes.Namespace, "kubernetes-pod-namespace", o.Kubernetes.Namespace, "Namespace of the kubernetes provider's Squid pods (default: the Proxy's namespace).")
 	fs.StringVar(&o.Kubernetes.Image, "kubernetes-pod-image", o.Kubernetes.Image, "Squid image of the kubernetes provider (default: its pinned image).")
@@ -167,6 +168,7 @@ func (o *Options) Validate() error {
 		{"--drift-poll-interval", o.Intervals.DriftPoll},
 		{"--quota-retry-interval", o.Intervals.QuotaRetry},
 		{"--requeue-now-interval", o.Intervals.RequeueNow},
+		{"--create-retry-interval", o.Intervals.CreateRetry},
 		{"--reconcile-timeout", o.ReconcileTimeout},
 	} {
 		if d.v <= 0 {

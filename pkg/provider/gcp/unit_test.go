@@ -221,7 +221,6 @@ func body(code int, reason, msg string) string {
 	return `{"error":{"code":` + strconv.Itoa(code) + `,"message":"` + msg + `","errors":[{"message":"` + msg + `","domain":"global","reason":"` + reason + `"}]}}`
 }
 
-
 func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		name string

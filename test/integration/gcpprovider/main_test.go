@@ -1,0 +1,324 @@
+package gcpprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/artifacts/crds"
+	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
+	"github.com/proxy-operator/proxy-operator/pkg/provider"
+	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
+	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
+	"github.com/proxy-operator/proxy-operator/test/gcefake"
+	"github.com/proxy-operator/proxy-operator/test/nodeagent"
+)
+
+const (
+	project   = "integration-project"
+	namespace = "gcp"
+	image     = "projects/debian-cloud/global/images/family/debian-12"
+	// quotaRetry is short for a test, long against the polls, so a quota
+	// wait is told apart from a backoff loop.
+	quotaRetry = 3 * time.Second
+	timeout    = 90 * time.Second
+)
+
+// shared is the environment of every test in the package; set by TestMain.
+var shared *environment
+
+type environment struct {
+	cp      *controlplane.ControlPlane
+	client  client.Client
+	fake    *gcefake.Server
+	squids  *gcefake.SquidBackend
+	target  *httptest.Server
+	logDir  string
+	stopOp  func() error
+	opts    *app.Options
+	startup time.Time
+}
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	env, err := start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gcpprovider: starting: %v\n", err)
+		if env != nil {
+			_ = env.stop()
+			framework.DumpLogTails(os.Stderr, env.logDir, 80, "operator.log")
+		}
+		return 1
+	}
+	shared = env
+	code := m.Run()
+	if err := env.stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "gcpprovider: stopping: %v\n", err)
+		code = 1
+	}
+	if left := framework.SquidChildren(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "gcpprovider: squid processes left behind: %v\n", left)
+		code = 1
+	}
+	if code != 0 {
+		framework.DumpLogTails(os.Stderr, env.logDir, 120, "operator.log")
+	}
+	_ = os.RemoveAll(env.logDir)
+	return code
+}
+
+func start() (_ *environment, retErr error) {
+	if _, err := nodeagent.LookSquid(""); err != nil {
+		return nil, fmt.Errorf("%w (these tests run real squid)", err)
+	}
+	logDir, err := os.MkdirTemp("", "proxy-operator-gcp-")
+	if err != nil {
+		return nil, err
+	}
+	env := &environment{logDir: logDir}
+	ctx := context.Background()
+	if env.cp, err = controlplane.Start(ctx, controlplane.Options{CRDFS: crds.FS}); err != nil {
+		return env, err
+	}
+	scheme, err := app.NewScheme()
+	if err != nil {
+		return env, err
+	}
+	if env.client, err = client.New(env.cp.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
+		return env, err
+	}
+	if err := env.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		return env, err
+	}
+	env.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "gcp integration target; via=%s", r.Header.Get("Via"))
+	}))
+	env.squids, err = gcefake.NewSquidBackend(gcefake.SquidOptions{
+		PoolFirst: netip.MustParseAddr("127.0.7.2"), PoolLast: netip.MustParseAddr("127.0.7.254"),
+	})
+	if err != nil {
+		return env, err
+	}
+	env.fake = gcefake.New(gcefake.Options{Backend: env.squids, PageSize: 3})
+	endpoint, err := env.fake.Start("127.0.0.1:0")
+	if err != nil {
+		return env, err
+	}
+
+	opLog, err := framework.FileLogger(filepath.Join(logDir, "operator.log"))
+	if err != nil {
+		return env, err
+	}
+	ctrl.SetLogger(opLog)
+	opts := app.NewOptions()
+	opts.MetricsAddr, opts.HealthProbeAddr = "0", "0"
+	opts.Leasing.DiscoveryAddr = "0"
+	opts.APIServer.SecureServing.BindPort = 0
+	opts.Providers = []string{gcp.Name}
+	opts.GCP.Project, opts.GCP.Endpoint, opts.GCP.RequestTimeout = project, endpoint, 5*time.Second
+	opts.Intervals.ProvisioningPoll = 200 * time.Millisecond
+	opts.Intervals.DeletionPoll = 200 * time.Millisecond
+	opts.Intervals.RequeueNow = 50 * time.Millisecond
+	opts.Intervals.DriftPoll = 2 * time.Second
+	opts.Intervals.QuotaRetry = quotaRetry
+	opts.Intervals.CreateRetry = time.Second
+	opts.Health.Tick = 100 * time.Millisecond
+	if err := opts.Validate(); err != nil {
+		return env, err
+	}
+	env.opts = opts
+	env.stopOp, err = framework.RunUntilStopped(log.IntoContext(ctx, opLog), func(ctx context.Context) error {
+		return app.Run(ctx, env.cp.RESTConfig(), opts)
+	}, nil)
+	return env, err
+}
+
+func (e *environment) stop() error {
+	var errs []error
+	if e.stopOp != nil {
+		errs = append(errs, e.stopOp())
+	}
+	if e.fake != nil {
+		errs = append(errs, e.fake.Close())
+	}
+	if e.squids != nil {
+		errs = append(errs, e.squids.Close())
+	}
+	if e.target != nil {
+		e.target.Close()
+	}
+	if e.cp != nil {
+		errs = append(errs, e.cp.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+// --- helpers ---
+
+func newProxy(name, zone, machineType string) *crawlv1alpha1.Proxy {
+	return &crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: crawlv1alpha1.ProxySpec{
+			Provider:   gcp.Name,
+			Attributes: map[string]string{"zone": zone},
+			GCP:        &crawlv1alpha1.GCPProviderSpec{Zone: zone, MachineType: machineType, Image: image},
+			HealthCheck: crawlv1alpha1.HealthCheck{
+				URL: shared.target.URL + "/", IntervalSeconds: 2, TimeoutSeconds: 1,
+			},
+		},
+	}
+}
+
+func create(t *testing.T, p *crawlv1alpha1.Proxy) {
+	t.Helper()
+	if err := shared.client.Create(t.Context(), p); err != nil {
+		t.Fatalf("creating proxy %s: %v", p.Name, err)
+	}
+	t.Cleanup(func() { deleteAndWait(t, p.Name) })
+}
+
+func get(t *testing.T, name string) *crawlv1alpha1.Proxy {
+	t.Helper()
+	p := &crawlv1alpha1.Proxy{}
+	if err := shared.client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, p); err != nil {
+		t.Fatalf("getting proxy %s: %v", name, err)
+	}
+	return p
+}
+
+// eventually polls cond until it holds or timeout passes; cond returns a
+// description of what it saw for the failure message.
+func eventually(t *testing.T, what string, d time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	last := ""
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		ok, seen := cond()
+		last = seen
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v; last seen: %s", what, err, last)
+	}
+}
+
+func waitPhase(t *testing.T, name string, phase crawlv1alpha1.ProxyPhase) *crawlv1alpha1.Proxy {
+	t.Helper()
+	var p *crawlv1alpha1.Proxy
+	eventually(t, fmt.Sprintf("proxy %s phase %s", name, phase), timeout, func() (bool, string) {
+		p = get(t, name)
+		return p.Status.Phase == phase && p.Status.ObservedGeneration == p.Generation, describe(p)
+	})
+	return p
+}
+
+func describe(p *crawlv1alpha1.Proxy) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gen=%d observed=%d phase=%q providerID=%q ip=%q", p.Generation, p.Status.ObservedGeneration, p.Status.Phase, p.Status.ProviderID, p.Status.IP)
+	for _, c := range p.Status.Conditions {
+		fmt.Fprintf(&b, " %s=%s/%s(%q)", c.Type, c.Status, c.Reason, c.Message)
+	}
+	return b.String()
+}
+
+// instances are the fake's instances owned by the Proxy.
+func instances(p *crawlv1alpha1.Proxy) []gcefake.InstanceInfo {
+	var out []gcefake.InstanceInfo
+	for _, in := range shared.fake.Instances() {
+		if in.Labels[gcp.LabelOwnerUID] == string(p.UID) {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// callsFor are the fake's calls naming the Proxy's instance (inserts carry
+// the name only in the body: matched by zone order instead, see inserts).
+func callsFor(name string) []gcefake.Call {
+	var out []gcefake.Call
+	for _, c := range shared.fake.Calls() {
+		if c.Name == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// inserts counts insert calls answered with code (0: any) in zone.
+func inserts(zone string, code int) int {
+	n := 0
+	for _, c := range shared.fake.Calls() {
+		if c.Op == gcefake.OpInsert && c.Zone == zone && (code == 0 || c.Code == code) {
+			n++
+		}
+	}
+	return n
+}
+
+// throughProxy fetches the target through the proxy at ip:3128.
+func throughProxy(t *testing.T, ip string) {
+	t.Helper()
+	proxyURL := &url.URL{Scheme: "http", Host: ip + ":3128"}
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 5 * time.Second}
+	resp, err := c.Get(shared.target.URL + "/through")
+	if err != nil {
+		t.Fatalf("GET through proxy %s: %v", proxyURL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Via"), "squid") && !strings.Contains(resp.Header.Get("Via"), "gcefake") {
+		t.Fatalf("GET through proxy %s: %s, Via %q; want 200 from squid", proxyURL, resp.Status, resp.Header.Get("Via"))
+	}
+}
+
+func events(t *testing.T, name string) []string {
+	t.Helper()
+	var list corev1.EventList
+	if err := shared.client.List(context.Background(), &list, client.InNamespace(namespace),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("involvedObject.name", name)}); err != nil {
+		t.Fatalf("listing events: %v", err)
+	}
+	var out []string
+	for _, ev := range list.Items {
+		out = append(out, ev.Type+"/"+ev.Reason)
+	}
+	return out
+}
+
+func deleteAndWait(t *testing.T, name string) {
+	t.Helper()
+	p := &crawlv1alpha1.Proxy{}
+	ctx := context.Background()
+	if err := shared.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, p); err != nil {
+		return
+	}
+	uid := p.UID
+	_ = shared.client.Delete(ctx, p)
+	eventually(t, "proxy "+name+" and its instance gone", timeout, func() (bool, string) {
+		err := shared.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &crawlv1alpha1.Proxy{})
+		left := instances(&crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{UID: uid}})
+		return client.IgnoreNotFound(err) == nil && err != nil && len(left) == 0, fmt.Sprintf("get: %v, instances: %d", err, len(left))
+	})
+}
+
+func instanceName(p *crawlv1alpha1.Proxy) string { return provider.NameFromUID(p.UID) }
+
+func portFree(addr string) bool { return nodeagent.PortFree(addr) }
