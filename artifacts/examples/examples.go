@@ -2,8 +2,8 @@ package examples
 
 import "embed"
 
-// Fleet holds fleet/*.yaml: two Managed "kubernetes" proxies and the labelled
-// cloud-init Secret one of them references. go:embed can only initialise a
+// Fleet holds fleet/*.yaml: two Managed "kubernetes" proxies, two Managed
+// "gcp" proxies and the labelled cloud-init Secret they reference. go:embed can only initialise a
 // package-level variable; embed.FS is read-only, so this is not mutable state.
 //
 //go:embed fleet/*.yaml

@@ -45,6 +45,12 @@ func run() error {
 	fs.IntVar(&ports.Probes, "probe-port", ports.Probes, "port of the operator's /healthz and /readyz on 127.0.0.1 (0: a free port)")
 	fs.IntVar(&ports.Origin, "origin-port", ports.Origin, "port of the local origin HTTP server on 127.0.0.1 (0: a free port)")
 	freePorts := fs.Bool("free-ports", false, "pick a free port for every server (overrides the port flags)")
+	gcpEndpoint := fs.String("gcp-endpoint", "", "Compute Engine endpoint for the gcp provider instead of the local fake (whatever natIP it reports must be reachable)")
+	gcpProject := fs.String("gcp-project", devenv.DefaultGCPProject, "Compute Engine project of the gcp provider")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: bin/dev [flags] [-- operator flags]\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -87,7 +93,12 @@ func run() error {
 	defer stopSignals()
 
 	begin := time.Now()
-	env, err := devenv.Start(ctx, devenv.Options{Dir: devDir, Ports: ports, Progress: os.Stdout, Log: logger})
+	env, err := devenv.Start(ctx, devenv.Options{
+		Dir: devDir, Ports: ports, Progress: os.Stdout, Log: logger,
+		GCPEndpoint: *gcpEndpoint, GCPProject: *gcpProject,
+		// Everything after "--" goes to the operator unchanged.
+		OperatorArgs: fs.Args(),
+	})
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// Ctrl-C while starting: torn down, not a failure.
@@ -147,6 +158,11 @@ func printBanner(root string, e *devenv.Env, took time.Duration) {
 	fmt.Fprintf(&b, "Probes:     %s/healthz, %s/readyz\n", e.HealthProbeURL, e.HealthProbeURL)
 	fmt.Fprintf(&b, "ProxyLease: https://127.0.0.1:%d (through kube-apiserver: APIService %s)\n", e.APIServerPort, devenv.APIServiceName)
 	fmt.Fprintf(&b, "Origin:     %s (target of the fleet's health checks)\n", e.OriginURL)
+	gce := "the local fake, a squid per VM; log " + rel(root, e.LogPath("gce.log"))
+	if e.GCE == nil {
+		gce = "given with -gcp-endpoint"
+	}
+	fmt.Fprintf(&b, "GCE:        %s, project %s (%s)\n", e.GCPEndpoint, e.GCPProject, gce)
 	fmt.Fprintf(&b, "Logs:       %s, %s, %s\n", rel(root, e.LogPath("operator.log")), rel(root, e.LogPath("nodeagent.log")),
 		rel(root, e.ControlPlane.APIServerLogPath))
 	b.WriteString("Press Ctrl-C to stop and tear everything down.\n")

@@ -13,9 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spf13/pflag"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
+	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
+	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
@@ -234,6 +237,14 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 	apiPort := c.apiListener.Addr().(*net.TCPAddr).Port
 
 	opts := Operator(e.Agent.NodeName())
+	opts.GCP.Project, opts.GCP.Endpoint = e.GCPProject, e.GCPEndpoint
+	if len(e.opts.OperatorArgs) > 0 {
+		fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+		opts.AddFlags(fs)
+		if err := fs.Parse(e.opts.OperatorArgs); err != nil {
+			return fmt.Errorf("operator flags %q: %w", e.opts.OperatorArgs, err)
+		}
+	}
 	opts.MetricsAddr = hostPort(metricsPort)
 	opts.HealthProbeAddr = hostPort(probePort)
 	opts.Leasing.DiscoveryAddr = hostPort(discoveryPort)
@@ -314,17 +325,24 @@ func (c *operatorComponent) removeFiles() {
 }
 
 // Operator returns the operator options of the dev environment: the
-// production defaults with Squid pods pinned to the node agent's node and
-// the provisioning and deletion polls shortened from 5s to 1s (a local
-// squid starts in well under a second). Servers keep their production
-// addresses; Start overrides them.
+// production defaults with both providers enabled (pods and Compute Engine
+// VMs; Start sets the gcp endpoint and project), Squid pods pinned to the
+// node agent's node and the provisioning and deletion polls shortened from 5s
+// to 1s (a local squid starts in well under a second). Servers keep their
+// production addresses; Start overrides them.
 func Operator(nodeName string) *app.Options {
 	opts := app.NewOptions()
+	opts.Providers = []string{kubernetesProvider, gcpProvider}
 	opts.Kubernetes.NodeName = nodeName
 	opts.Intervals.ProvisioningPoll = time.Second
 	opts.Intervals.DeletionPoll = time.Second
 	return opts
 }
+
+const (
+	kubernetesProvider = kubernetes.Name
+	gcpProvider        = gcp.Name
+)
 
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/gcefake"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
@@ -80,6 +81,17 @@ type Options struct {
 	// FleetTimeout bounds the wait for the sample fleet to be Ready
 	// (default 3m).
 	FleetTimeout time.Duration
+	// GCPEndpoint, when set, is the Compute Engine endpoint the operator's
+	// gcp provider uses instead of the fake (whatever natIP it reports
+	// must be reachable from here). GCPProject is the provider's project
+	// (default DefaultGCPProject).
+	GCPEndpoint, GCPProject string
+	// GCEPoolFirst..GCEPoolLast are the loopback addresses of the fake's
+	// squids (default 127.0.3.2–127.0.3.254).
+	GCEPoolFirst, GCEPoolLast netip.Addr
+	// OperatorArgs are operator flags applied over the dev defaults, e.g.
+	// --gc-interval=5s (bin/dev … -- FLAGS).
+	OperatorArgs []string
 }
 
 // Env is a running dev environment. Fields are set as components start.
@@ -103,11 +115,17 @@ type Env struct {
 	HealthProbeURL string
 	// APIServerPort is the aggregated ProxyLease API server's port.
 	APIServerPort int
+	// GCPEndpoint and GCPProject are what the operator's gcp provider
+	// uses; GCE is the fake behind GCPEndpoint (nil with
+	// Options.GCPEndpoint).
+	GCPEndpoint, GCPProject string
+	GCE                     *gcefake.Server
 	// Fleet are the sample Proxies, Ready when Start returns.
 	Fleet []types.NamespacedName
 
 	opts      Options
 	origin    *originComponent
+	gceDir    string
 	apiCAPath string
 
 	started  []component
@@ -142,6 +160,7 @@ func components() []component {
 		&controlPlaneComponent{},
 		&nodeAgentComponent{},
 		&originComponent{},
+		&gceComponent{},
 		&operatorComponent{},
 		&aggregationComponent{},
 		&fleetComponent{},
@@ -265,6 +284,9 @@ func (e *Env) ProcessDirs() []string {
 	dirs := []string{e.Dir}
 	if e.Agent != nil {
 		dirs = append(dirs, e.Agent.BaseDir())
+	}
+	if e.gceDir != "" {
+		dirs = append(dirs, e.gceDir)
 	}
 	return dirs
 }

@@ -32,6 +32,8 @@ func TestFleetManifestsPointHealthChecksAtTheOrigin(t *testing.T) {
 	// Every Proxy of the sample fleet, and nothing else, gets the origin.
 	want := []row{
 		{"Secret", "proxy-cloud-init", ""},
+		{"Proxy", "vm-us", origin},
+		{"Proxy", "vm-eu", origin},
 		{"Proxy", "proxy-a", origin},
 		{"Proxy", "proxy-b", origin},
 	}

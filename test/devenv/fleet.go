@@ -59,6 +59,8 @@ func (fleetComponent) start(ctx context.Context, e *Env) error {
 	if len(e.Fleet) == 0 {
 		return fmt.Errorf("artifacts/examples/fleet holds no Proxy")
 	}
+	// In kubectl's order (namespace, name), as users see it.
+	sort.Slice(e.Fleet, func(i, j int) bool { return e.Fleet[i].String() < e.Fleet[j].String() })
 	return waitFleetReady(ctx, e, e.opts.FleetTimeout)
 }
 

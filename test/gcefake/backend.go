@@ -82,6 +82,9 @@ func NewSquidBackend(o SquidOptions) (*SquidBackend, error) {
 		}
 		b.ownsDir = true
 	}
+	if err := os.MkdirAll(b.baseDir, 0o755); err != nil {
+		return nil, err
+	}
 	// squid runs as its own user: the tree must be traversable.
 	if err := os.Chmod(b.baseDir, 0o755); err != nil {
 		return nil, err

@@ -68,6 +68,9 @@ func TestDevEnvironment(t *testing.T) {
 		NodeName:  "proxy-operator-dev-e2e",
 		PoolFirst: poolFirst,
 		PoolLast:  poolLast,
+		// The fake Compute Engine's squids, disjoint from the agent's.
+		GCEPoolFirst: netip.MustParseAddr("127.0.9.100"),
+		GCEPoolLast:  netip.MustParseAddr("127.0.9.140"),
 	})
 	if err != nil {
 		dumpLogs(t, dir)

@@ -391,9 +391,9 @@ func TestExamplesAreValid(t *testing.T) {
 			proxies = append(proxies, ref)
 		}
 	}
-	// fleet: proxy-a, proxy-b; top level: external-1, gcp-1.
-	if len(proxies) != 4 {
-		t.Errorf("applied proxies %v, want 4 (2 in the fleet, external-1, gcp-1)", proxies)
+	// fleet: proxy-a, proxy-b, vm-us, vm-eu; top level: external-1, gcp-1.
+	if len(proxies) != 6 {
+		t.Errorf("applied proxies %v, want 6 (4 in the fleet, external-1, gcp-1)", proxies)
 	}
 
 	fleet, err := controlplane.ApplyFS(ctx, env.cfg, examples.Fleet)
@@ -406,8 +406,8 @@ func TestExamplesAreValid(t *testing.T) {
 			fleetProxies++
 		}
 	}
-	if fleetProxies != 2 {
-		t.Errorf("the dev fleet has %d proxies (%v), want 2 managed ones", fleetProxies, fleet)
+	if fleetProxies != 4 {
+		t.Errorf("the dev fleet has %d proxies (%v), want 4 managed ones (2 pods, 2 VMs)", fleetProxies, fleet)
 	}
 
 	// The Secret a fleet proxy references carries the label the operator's
