@@ -62,4 +62,3 @@ func (c *gceComponent) stop(context.Context) error {
 	}
 	return errors.Join(c.fake.Close(), c.squids.Close())
 }
-
