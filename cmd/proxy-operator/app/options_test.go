@@ -87,3 +87,25 @@ func TestDeploymentManifestArgs(t *testing.T) {
 		t.Fatal("no Deployment in operator.yaml")
 	}
 }
+
+func TestGCPFlags(t *testing.T) {
+	o, err := parse(t, "--providers=kubernetes,gcp", "--gcp-project=crawl-prod", "--gcp-endpoint=http://127.0.0.1:9999",
+		"--gcp-request-timeout=7s", "--create-retry-interval=45s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GCP.Project != "crawl-prod" || o.GCP.Endpoint != "http://127.0.0.1:9999" || o.GCP.RequestTimeout != 7*time.Second || o.Intervals.CreateRetry != 45*time.Second {
+		t.Errorf("parsed gcp options %+v, create retry %s", o.GCP, o.Intervals.CreateRetry)
+	}
+	// gcp enabled: its options are checked, and the tag must be a GCE label value.
+	_, err = parse(t, "--providers=gcp", "--instance-tag=Proxy.Operator", "--gcp-endpoint=127.0.0.1:9999")
+	for _, want := range []string{"--gcp-project: required", "--gcp-endpoint", `--instance-tag "Proxy.Operator"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+	// gcp not enabled: its options are not required (negative control).
+	if _, err := parse(t, "--providers=kubernetes", "--instance-tag=Proxy.Operator"); err != nil {
+		t.Errorf("gcp options checked while gcp is disabled: %v", err)
+	}
+}
