@@ -7,7 +7,8 @@
 // One file per phase, after cluster-api's machine controller: managed.go
 // (create and observe), replace.go (spec or cloud-init change), delete.go
 // (finalizer path), external.go, cloudinit.go, spechash.go, providerfailure.go
-// (error classes), status.go (conditions, phase, the deferred patch),
+// (error classes), createfailures.go (backoff of creates accepted and then
+// failed by the provider), status.go (conditions, phase, the deferred patch),
 // events.go (Kubernetes Events on transitions).
 //
 // It depends on the API types, the provider contract (pkg/provider) and
