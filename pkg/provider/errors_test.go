@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -103,5 +104,34 @@ func TestErrorWrapsAndFormats(t *testing.T) {
 		if got := m.err.Error(); got != m.want {
 			t.Errorf("Error() = %q, want %q", got, m.want)
 		}
+	}
+}
+
+func TestIncompleteListing(t *testing.T) {
+	err := provider.Incomplete([]string{"projects/p/zones/b", "projects/p/zones/a", "projects/p/zones/b"})
+	got, ok := provider.UnreachableScopes(err)
+	if !ok || !provider.IsIncompleteList(err) {
+		t.Fatalf("UnreachableScopes(%v) = (%v, %v), want the scopes and true", err, got, ok)
+	}
+	if diff := cmp.Diff([]string{"projects/p/zones/a", "projects/p/zones/b"}, got); diff != "" {
+		t.Errorf("scopes, sorted and deduplicated (-want +got):\n%s", diff)
+	}
+	// A partial listing is worth retrying, and says which op it was.
+	if !provider.IsTransient(err) || !strings.HasPrefix(err.Error(), "list: ") {
+		t.Errorf("class/message of %q: want transient, op list", err)
+	}
+	// Wrapping keeps it visible; other errors are not incomplete listings.
+	if _, ok := provider.UnreachableScopes(fmt.Errorf("sweep: %w", err)); !ok {
+		t.Error("a wrapped incomplete listing is not recognised")
+	}
+	for _, other := range []error{nil, provider.Transient(errors.New("503")), provider.NotFound(nil)} {
+		if s, ok := provider.UnreachableScopes(other); ok || s != nil {
+			t.Errorf("UnreachableScopes(%v) = (%v, true), want (nil, false)", other, s)
+		}
+	}
+	// The caller's copy is its own.
+	got[0] = "changed"
+	if again, _ := provider.UnreachableScopes(err); again[0] != "projects/p/zones/a" {
+		t.Error("UnreachableScopes returned the error's own slice")
 	}
 }

@@ -332,17 +332,12 @@ func (c *operatorComponent) removeFiles() {
 // production addresses; Start overrides them.
 func Operator(nodeName string) *app.Options {
 	opts := app.NewOptions()
-	opts.Providers = []string{kubernetesProvider, gcpProvider}
+	opts.Providers = []string{kubernetes.Name, gcp.Name}
 	opts.Kubernetes.NodeName = nodeName
 	opts.Intervals.ProvisioningPoll = time.Second
 	opts.Intervals.DeletionPoll = time.Second
 	return opts
 }
-
-const (
-	kubernetesProvider = kubernetes.Name
-	gcpProvider        = gcp.Name
-)
 
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 

@@ -2,6 +2,7 @@ package gcefake
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -367,15 +368,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, c Call, h func(*h
 // writeError writes Compute Engine's error body:
 // {"error":{"code":N,"message":M,"errors":[{"message":M,"domain":"global","reason":R}]}}.
 func writeError(w http.ResponseWriter, code int, reason, msg string) {
+	type item struct {
+		Message string `json:"message"`
+		Domain  string `json:"domain"`
+		Reason  string `json:"reason"`
+	}
+	type body struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Errors  []item `json:"errors"`
+	}
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
 	w.WriteHeader(code)
-	_, _ = fmt.Fprintf(w, `{"error":{"code":%d,"message":%s,"errors":[{"message":%s,"domain":"global","reason":%s}]}}`,
-		code, quote(msg), quote(msg), quote(reason))
-}
-
-func quote(s string) string {
-	b, _ := protojson.Marshal(&computepb.Items{Value: proto.String(s)})
-	// {"value":"..."} → "..."
-	v := strings.TrimSuffix(strings.TrimPrefix(string(b), `{"value":`), "}")
-	return v
+	_ = json.NewEncoder(w).Encode(map[string]body{"error": {Code: code, Message: msg, Errors: []item{{Message: msg, Domain: "global", Reason: reason}}}})
 }

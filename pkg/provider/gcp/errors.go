@@ -1,10 +1,8 @@
 package gcp
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 
 	"google.golang.org/api/googleapi"
@@ -16,7 +14,6 @@ import (
 // class.
 const (
 	reasonAlreadyExists     = "alreadyExists"
-	reasonNotFound          = "notFound"
 	reasonResourceNotReady  = "resourceNotReady"
 	reasonRateLimitExceeded = "rateLimitExceeded"
 	reasonUserRateLimit     = "userRateLimitExceeded"
@@ -46,11 +43,7 @@ func classify(op string, err error) error {
 	if errors.As(err, &ge) {
 		return provider.NewError(classOfAPIError(ge), op, fmt.Errorf("%s", apiMessage(ge)))
 	}
-	var ne net.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.As(err, &ne):
-		return provider.NewError(provider.ErrTransient, op, err)
-	}
+	// Timeouts, cancellations, connection errors and anything else.
 	return provider.NewError(provider.ErrTransient, op, err)
 }
 

@@ -2,7 +2,6 @@ package gcp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -102,7 +101,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (stri
 	p.mu.Unlock()
 	ir, err := buildInsertRequest(p.opts.Project, req, attempt)
 	if err != nil {
-		return "", provider.NewError(provider.Class(err), provider.OpCreate, errors.Unwrap(err))
+		return "", err // ErrPermanent, naming the field
 	}
 	p.mu.Lock()
 	p.projects[ir.Project] = true

@@ -15,6 +15,7 @@ import (
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/test/gcefake"
+	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
 // TestCreateReadyThroughSquid: a gcp Proxy becomes Ready at its VM's natIP,
@@ -244,10 +245,10 @@ func TestDeleteRemovesInstance(t *testing.T) {
 	// The VM's Squid is gone with it.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	for ctx.Err() == nil && !portFree(ip+":3128") {
+	for ctx.Err() == nil && !nodeagent.PortFree(ip+":3128") {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if !portFree(ip + ":3128") {
+	if !nodeagent.PortFree(ip + ":3128") {
 		t.Errorf("squid of the deleted VM still listens on %s:3128", ip)
 	}
 }

@@ -47,15 +47,13 @@ const (
 var shared *environment
 
 type environment struct {
-	cp      *controlplane.ControlPlane
-	client  client.Client
-	fake    *gcefake.Server
-	squids  *gcefake.SquidBackend
-	target  *httptest.Server
-	logDir  string
-	stopOp  func() error
-	opts    *app.Options
-	startup time.Time
+	cp     *controlplane.ControlPlane
+	client client.Client
+	fake   *gcefake.Server
+	squids *gcefake.SquidBackend
+	target *httptest.Server
+	logDir string
+	stopOp func() error
 }
 
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
@@ -146,7 +144,6 @@ func start() (_ *environment, retErr error) {
 	if err := opts.Validate(); err != nil {
 		return env, err
 	}
-	env.opts = opts
 	env.stopOp, err = framework.RunUntilStopped(log.IntoContext(ctx, opLog), func(ctx context.Context) error {
 		return app.Run(ctx, env.cp.RESTConfig(), opts)
 	}, nil)
@@ -251,18 +248,6 @@ func instances(p *crawlv1alpha1.Proxy) []gcefake.InstanceInfo {
 	return out
 }
 
-// callsFor are the fake's calls naming the Proxy's instance (inserts carry
-// the name only in the body: matched by zone order instead, see inserts).
-func callsFor(name string) []gcefake.Call {
-	var out []gcefake.Call
-	for _, c := range shared.fake.Calls() {
-		if c.Name == name {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // inserts counts insert calls answered with code (0: any) in zone.
 func inserts(zone string, code int) int {
 	n := 0
@@ -284,7 +269,7 @@ func throughProxy(t *testing.T, ip string) {
 		t.Fatalf("GET through proxy %s: %v", proxyURL, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Via"), "squid") && !strings.Contains(resp.Header.Get("Via"), "gcefake") {
+	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Via"), "squid") {
 		t.Fatalf("GET through proxy %s: %s, Via %q; want 200 from squid", proxyURL, resp.Status, resp.Header.Get("Via"))
 	}
 }
@@ -320,5 +305,3 @@ func deleteAndWait(t *testing.T, name string) {
 }
 
 func instanceName(p *crawlv1alpha1.Proxy) string { return provider.NameFromUID(p.UID) }
-
-func portFree(addr string) bool { return nodeagent.PortFree(addr) }
