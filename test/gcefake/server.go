@@ -250,12 +250,20 @@ func (s *Server) Plant(project, zone, name string, labels map[string]string, cre
 	}
 	k := key{project, zone, name}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if in, ok := s.instances[k]; ok && !in.gone() {
+		s.mu.Unlock()
 		return fmt.Errorf("instance %s exists", k)
 	}
 	in := s.addLocked(k, pb, created)
-	in.polls = 2 // booted
+	s.mu.Unlock()
+	<-in.ready // the backend serves (or failed)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in.startErr != nil {
+		return fmt.Errorf("planting %s: %w", k, in.startErr)
+	}
+	in.pb.Status = proto.String(StatusRunning)
+	setNatIP(in.pb, in.addr)
 	return nil
 }
 

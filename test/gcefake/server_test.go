@@ -189,3 +189,33 @@ func TestFaults(t *testing.T) {
 		t.Errorf("recorded %d inserts, want 3", n)
 	}
 }
+
+// TestPlant: a planted instance is RUNNING at once, with its natIP, labels and
+// the creation time given, and listed like any other.
+func TestPlant(t *testing.T) {
+	s := New(Options{})
+	base, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := s.Plant("p1", "us-east1-b", "orphan", map[string]string{"proxy-operator-tag": "t1"}, created); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Plant("p1", "us-east1-b", "orphan", nil, created); err == nil {
+		t.Error("planting an existing name succeeded")
+	}
+	code, inst := do(t, http.MethodGet, base+"/compute/v1/projects/p1/zones/us-east1-b/instances/orphan", "")
+	nat := inst["networkInterfaces"].([]any)[0].(map[string]any)["accessConfigs"].([]any)[0].(map[string]any)["natIP"]
+	if code != 200 || inst["status"] != "RUNNING" || nat == nil {
+		t.Errorf("planted instance: %d %v, want RUNNING with a natIP", code, inst)
+	}
+	if ts, _ := time.Parse(time.RFC3339, inst["creationTimestamp"].(string)); !ts.Equal(created) {
+		t.Errorf("creationTimestamp %v, want %s", inst["creationTimestamp"], created)
+	}
+	_, list := do(t, http.MethodGet, base+"/compute/v1/projects/p1/aggregated/instances?filter=labels.proxy-operator-tag%3Dt1", "")
+	if got := list["items"].(map[string]any)["zones/us-east1-b"].(map[string]any)["instances"]; got == nil {
+		t.Errorf("planted instance not listed: %v", list)
+	}
+}
