@@ -122,7 +122,9 @@ func (b *SquidBackend) Start(ctx context.Context, instance, userData string) (st
 	if userData != "" {
 		_ = os.WriteFile(filepath.Join(dir, "user-data"), []byte(userData), 0o644)
 	}
-	cfg := nodeagent.SquidConfig{Addr: addr, Dir: dir, VisibleHostname: "gcefake"}
+	// The VM's name in squid's Via header, as a pod's name is for the
+	// node agent's squids: origins can tell the proxies apart.
+	cfg := nodeagent.SquidConfig{Addr: addr, Dir: dir, VisibleHostname: instance[strings.LastIndex(instance, "/")+1:]}
 	sq, err := nodeagent.StartSquid(b.squidPath, cfg, os.Environ())
 	if err != nil {
 		b.pool.Release(addr)
