@@ -7,6 +7,10 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 GO ?= go
+# The Python client needs only the standard library; its e2e tests use
+# Debian's python3 (where python3-scrapy installs) whatever python3 is first
+# on PATH.
+PYTHON ?= python3
 
 # Integration/e2e packages each start their own etcd + kube-apiserver (about
 # 0.5 GB and most of a core while starting). On CI's 2 cores, running those
@@ -28,6 +32,10 @@ tools: ## build pinned etcd, kube-apiserver, kubectl into bin/ (~10 min cold, th
 squid: ## apt-get install squid if missing (sudo only when not root)
 	hack/install-squid.sh
 
+.PHONY: python
+python: ## apt-get install python3-scrapy if missing (the Python client's e2e tests)
+	hack/install-python.sh
+
 .PHONY: generate
 generate: ## regenerate deepcopy, CRDs, clients and OpenAPI (committed)
 	@for script in $(sort $(wildcard hack/update-codegen*.sh)); do echo "$$script"; "$$script"; done
@@ -41,16 +49,17 @@ build: ## build bin/proxy-operator
 	$(GO) build -o bin/proxy-operator ./cmd/proxy-operator
 
 .PHONY: test
-test: tools squid ## everything: unit, then integration and e2e (installs tools and squid first)
+test: tools squid python ## everything: unit, then integration and e2e (installs tools and squid first)
 	$(MAKE) test-unit
 	$(MAKE) test-integration
 
 .PHONY: test-unit
-test-unit: ## unit tests with the race detector
+test-unit: ## unit tests with the race detector, and the Python client's
 	$(GO) test -race ./apis/... ./artifacts/... ./pkg/... ./cmd/... ./examples/... ./hack/...
+	$(PYTHON) -m unittest discover -s clients/python/tests -v
 
 .PHONY: test-integration
-test-integration: tools squid ## tests under test/ against real control planes, one package at a time
+test-integration: tools squid python ## tests under test/ against real control planes, one package at a time
 	$(GO) test -p $(INTEGRATION_P) -timeout $(INTEGRATION_TIMEOUT) $(INTEGRATION_FLAGS) ./test/...
 
 # Built and exec'd (not `go run`) so that make waits for the teardown and a

@@ -1,0 +1,157 @@
+"""Typed errors of the proxy-operator HTTP API.
+
+Every error answer of the API is JSON ``{"error": code, "message": text, ...}``;
+:func:`error_from_response` turns one into the exception class of its code, so
+callers catch what they can handle (``except NoMatch``) and read the rest of
+the body from the exception.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional, Type
+
+
+class APIError(Exception):
+    """An error answer of the API.
+
+    Attributes:
+        status: the HTTP status code.
+        code: the API's stable error code (``"no_match"``, ``"queue_full"``, ...).
+        message: the API's human-readable message.
+        body: the whole decoded error body.
+    """
+
+    def __init__(self, status: int, code: str, message: str, body: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.body: Dict[str, Any] = dict(body or {})
+
+
+class InvalidRequest(APIError):
+    """400: the request breaks a rule (``invalid_json``, ``invalid_request``, ``invalid_query``)."""
+
+
+class TTLTooLong(InvalidRequest):
+    """400 ``ttl_too_long``: ``max_ttl_seconds`` is the server's maximum."""
+
+    @property
+    def max_ttl_seconds(self) -> Optional[int]:
+        v = self.body.get("maxTtlSeconds")
+        return int(v) if v is not None else None
+
+
+class InvalidResult(InvalidRequest):
+    """400 ``invalid_result``: a report's result is not ok, rate_limited or banned."""
+
+
+class Unauthorized(APIError):
+    """401: the bearer token is missing or wrong."""
+
+
+class Forbidden(APIError):
+    """403: the lease is not the caller's."""
+
+
+class UnknownLease(APIError):
+    """404 ``unknown_lease``: no such lease (or it ended more than a cooldown window ago)."""
+
+
+class NotFound(APIError):
+    """404 ``not_found``: no such route (a wrong base URL, usually)."""
+
+
+class NoMatch(APIError):
+    """409 ``no_match``: no proxy can take the lease now.
+
+    The counts say why; they add up: ``considered = at_capacity + in_cooldown +
+    unhealthy`` (+ proxies outranked, 0 in a 409).
+    """
+
+    def _count(self, key: str) -> int:
+        return int(self.body.get(key, 0) or 0)
+
+    @property
+    def considered(self) -> int:
+        return self._count("considered")
+
+    @property
+    def at_capacity(self) -> int:
+        return self._count("atCapacity")
+
+    @property
+    def in_cooldown(self) -> int:
+        return self._count("inCooldown")
+
+    @property
+    def unhealthy(self) -> int:
+        return self._count("unhealthy")
+
+
+class LeaseEnded(APIError):
+    """410 ``lease_ended``: the lease was released or expired; lease again."""
+
+
+class BodyTooLarge(APIError):
+    """413 ``body_too_large``."""
+
+
+class QueueFull(APIError):
+    """429 ``queue_full``: a wait queue is full. ``retry_after`` is in seconds."""
+
+    def __init__(self, status: int, code: str, message: str, body: Optional[Mapping[str, Any]] = None,
+                 retry_after: float = 1.0) -> None:
+        super().__init__(status, code, message, body)
+        self.retry_after = retry_after
+
+
+class Unavailable(APIError):
+    """503 ``unavailable``: the server cannot answer now; retry."""
+
+
+class ServerError(APIError):
+    """5xx other than 503: a bug on the server; safe to retry."""
+
+
+_BY_CODE: Dict[str, Type[APIError]] = {
+    "invalid_json": InvalidRequest,
+    "invalid_request": InvalidRequest,
+    "invalid_query": InvalidRequest,
+    "ttl_too_long": TTLTooLong,
+    "invalid_result": InvalidResult,
+    "unauthorized": Unauthorized,
+    "forbidden": Forbidden,
+    "unknown_lease": UnknownLease,
+    "not_found": NotFound,
+    "no_match": NoMatch,
+    "lease_ended": LeaseEnded,
+    "body_too_large": BodyTooLarge,
+    "queue_full": QueueFull,
+    "unavailable": Unavailable,
+}
+
+_BY_STATUS: Dict[int, Type[APIError]] = {
+    400: InvalidRequest, 401: Unauthorized, 403: Forbidden, 404: UnknownLease,
+    409: NoMatch, 410: LeaseEnded, 413: BodyTooLarge, 429: QueueFull, 503: Unavailable,
+}
+
+
+def error_from_response(status: int, body: Optional[Mapping[str, Any]], retry_after: Optional[str] = None) -> APIError:
+    """Returns the exception for an error answer: by the body's code, else by status."""
+    body = dict(body or {})
+    code = str(body.get("error") or "")
+    message = str(body.get("message") or "")
+    cls = _BY_CODE.get(code) or _BY_STATUS.get(status) or (ServerError if status >= 500 else APIError)
+    if not code:
+        code = f"http_{status}"
+    if cls is QueueFull:
+        return QueueFull(status, code, message, body, retry_after=_parse_retry_after(retry_after))
+    return cls(status, code, message, body)
+
+
+def _parse_retry_after(v: Optional[str]) -> float:
+    try:
+        return max(0.0, float(v)) if v is not None else 1.0
+    except ValueError:
+        return 1.0

@@ -1,0 +1,218 @@
+"""Unit tests of the client against a local HTTP server answering as the API does."""
+
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import proxy_operator as po  # noqa: E402
+
+LEASE = {"leaseID": "abc123", "proxy": {"name": "proxy-a", "namespace": "default", "url": "http://127.0.0.2:3128",
+                                        "host": "127.0.0.2", "port": 3128, "attributes": {"tier": "standard"},
+                                        "latencyMillis": 3},
+         "expiresAt": "2026-01-01T12:05:00Z", "ttlSeconds": 300}
+
+
+class FakeAPI:
+    """A server whose answers the test scripts: a queue of (status, body, headers) per
+    (method, path); every request is recorded."""
+
+    def __init__(self, tls=None):
+        self.answers = {}
+        self.requests = []
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _serve(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(n)) if n else None
+                api.requests.append((self.command, self.path, body, self.headers.get("Authorization")))
+                queue = api.answers.get((self.command, self.path.split("?")[0]), [])
+                status, payload, headers = queue.pop(0) if queue else (404, {"error": "not_found", "message": "no route"}, {})
+                raw = b"" if payload is None else json.dumps(payload).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            do_GET = do_POST = do_DELETE = _serve
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        scheme = "http"
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def answer(self, method, path, status, body=None, headers=None):
+        self.answers.setdefault((method, path), []).append((status, body, headers or {}))
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ClientTest(unittest.TestCase):
+    def setUp(self):
+        self.api = FakeAPI()
+        self.addCleanup(self.api.close)
+        self.sleeps = []
+        self.client = po.Client(self.api.url, "tok", sleep=self.sleeps.append)
+
+    def test_lease_sends_the_request_and_parses_the_answer(self):
+        self.api.answer("POST", "/v1/leases", 201, LEASE)
+        lease = self.client.lease({"tier": "standard"}, target="example.com", ttl_seconds=60, wait_seconds=5,
+                                  priority=2, flow="batch")
+        method, path, body, auth = self.api.requests[0]
+        self.assertEqual(("POST", "/v1/leases", "Bearer tok"), (method, path, auth))
+        self.assertEqual({"selector": {"tier": "standard"}, "target": "example.com", "ttlSeconds": 60,
+                          "waitSeconds": 5, "priority": 2, "flow": "batch"}, body)
+        self.assertEqual(("abc123", "http://127.0.0.2:3128", 3128, {"tier": "standard"}, 300, "example.com"),
+                         (lease.lease_id, lease.url, lease.proxy.port, lease.proxy.attributes, lease.ttl_seconds,
+                          lease.target))
+        self.assertGreater(lease.seconds_left(), 299)
+
+    def test_renew_report_release_and_list(self):
+        self.api.answer("POST", "/v1/leases/abc123/renew", 200, dict(LEASE, ttlSeconds=600))
+        self.api.answer("POST", "/v1/leases/abc123/report", 204)
+        self.api.answer("DELETE", "/v1/leases/abc123", 204)
+        self.api.answer("GET", "/v1/proxies", 200, {"proxies": [dict(LEASE["proxy"], healthy=True, activeLeases=1)],
+                                                    "count": 1})
+        lease = po.Lease.from_json(LEASE, target="example.com")
+        self.assertEqual(600, self.client.renew(lease, ttl_seconds=600).ttl_seconds)
+        self.client.report(lease, po.RATE_LIMITED)
+        self.client.release(lease)
+        proxies = self.client.list_proxies({"tier": "standard"}, healthy=True, namespace="default")
+        self.assertEqual([("proxy-a", True, 1)], [(p.name, p.healthy, p.active_leases) for p in proxies])
+        paths = [(m, p, b) for m, p, b, _ in self.api.requests]
+        self.assertEqual([
+            ("POST", "/v1/leases/abc123/renew", {"ttlSeconds": 600}),
+            ("POST", "/v1/leases/abc123/report", {"result": "rate_limited"}),
+            ("DELETE", "/v1/leases/abc123", None),
+            ("GET", "/v1/proxies?attr.tier=standard&healthy=true&namespace=default", None),
+        ], paths)
+
+    def test_every_error_code_has_its_exception(self):
+        cases = [
+            (400, "invalid_json", po.InvalidRequest),
+            (400, "invalid_request", po.InvalidRequest),
+            (400, "ttl_too_long", po.TTLTooLong),
+            (400, "invalid_result", po.InvalidResult),
+            (400, "invalid_query", po.InvalidRequest),
+            (401, "unauthorized", po.Unauthorized),
+            (403, "forbidden", po.Forbidden),
+            (404, "unknown_lease", po.UnknownLease),
+            (404, "not_found", po.NotFound),
+            (409, "no_match", po.NoMatch),
+            (410, "lease_ended", po.LeaseEnded),
+            (413, "body_too_large", po.BodyTooLarge),
+            (503, "unavailable", po.Unavailable),
+            (500, "internal", po.ServerError),
+        ]
+        for status, code, cls in cases:
+            with self.subTest(code=code):
+                self.api.answer("POST", "/v1/leases/x/renew", status, {"error": code, "message": "because " + code})
+                with self.assertRaises(cls) as ctx:
+                    self.client.renew("x")
+                e = ctx.exception
+                self.assertEqual((status, code, "because " + code), (e.status, e.code, e.message))
+                self.assertIsInstance(e, po.APIError)
+                # Negative control: no other specific class claims it.
+                for _, _, other in cases:
+                    if other is not cls and not issubclass(cls, other):
+                        self.assertNotIsInstance(e, other)
+
+    def test_no_match_carries_the_counts(self):
+        self.api.answer("POST", "/v1/leases", 409, {"error": "no_match", "message": "no proxy", "considered": 3,
+                                                    "atCapacity": 1, "inCooldown": 1, "unhealthy": 1})
+        with self.assertRaises(po.NoMatch) as ctx:
+            self.client.lease()
+        e = ctx.exception
+        self.assertEqual((3, 1, 1, 1), (e.considered, e.at_capacity, e.in_cooldown, e.unhealthy))
+
+    def test_ttl_too_long_carries_the_maximum(self):
+        self.api.answer("POST", "/v1/leases", 400, {"error": "ttl_too_long", "message": "too long", "maxTtlSeconds": 3600})
+        with self.assertRaises(po.TTLTooLong) as ctx:
+            self.client.lease(ttl_seconds=7200)
+        self.assertEqual(3600, ctx.exception.max_ttl_seconds)
+
+    def test_queue_full_is_retried_after_retry_after(self):
+        self.api.answer("POST", "/v1/leases", 429, {"error": "queue_full", "message": "full"}, {"Retry-After": "2"})
+        self.api.answer("POST", "/v1/leases", 429, {"error": "queue_full", "message": "full"}, {"Retry-After": "3"})
+        self.api.answer("POST", "/v1/leases", 201, LEASE)
+        self.assertEqual("abc123", self.client.lease(wait_seconds=10).lease_id)
+        self.assertEqual([2.0, 3.0], self.sleeps)
+
+    def test_queue_full_gives_up_after_its_retries(self):
+        client = po.Client(self.api.url, "tok", queue_full_retries=1, sleep=self.sleeps.append)
+        for _ in range(2):
+            self.api.answer("POST", "/v1/leases", 429, {"error": "queue_full", "message": "full"}, {"Retry-After": "7"})
+        with self.assertRaises(po.QueueFull) as ctx:
+            client.lease(wait_seconds=10)
+        self.assertEqual((7.0, [7.0]), (ctx.exception.retry_after, self.sleeps))
+
+    def test_error_without_a_json_body(self):
+        self.api.answer("GET", "/v1/proxies", 502, None)
+        with self.assertRaises(po.ServerError) as ctx:
+            self.client.list_proxies()
+        self.assertEqual((502, "http_502"), (ctx.exception.status, ctx.exception.code))
+
+    def test_token_from_the_environment(self):
+        os.environ[po.TOKEN_ENV] = "from-env"
+        self.addCleanup(os.environ.pop, po.TOKEN_ENV)
+        self.api.answer("GET", "/v1/proxies", 200, {"proxies": [], "count": 0})
+        self.assertEqual([], po.Client(self.api.url).list_proxies())
+        self.assertEqual("Bearer from-env", self.api.requests[-1][3])
+
+    def test_context_manager_releases_even_on_error(self):
+        self.api.answer("POST", "/v1/leases", 201, LEASE)
+        self.api.answer("DELETE", "/v1/leases/abc123", 204)
+        with self.assertRaises(RuntimeError):
+            with self.client.leased(selector={"tier": "standard"}) as lease:
+                self.assertEqual("abc123", lease.lease_id)
+                raise RuntimeError("crawl failed")
+        self.assertEqual(("DELETE", "/v1/leases/abc123"), self.api.requests[-1][:2])
+
+
+@unittest.skipIf(shutil.which("openssl") is None, "needs openssl to make a certificate")
+class TLSTest(unittest.TestCase):
+    def setUp(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        self.cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test",
+                        "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", self.cert],
+                       check=True, capture_output=True)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.cert, key)
+        self.api = FakeAPI(tls=ctx)
+        self.addCleanup(self.api.close)
+
+    def test_verifies_with_the_ca_file(self):
+        self.api.answer("GET", "/v1/proxies", 200, {"proxies": [], "count": 0})
+        self.assertEqual([], po.Client(self.api.url, "t", ca_file=self.cert).list_proxies())
+
+    def test_refuses_an_unknown_certificate(self):
+        # Negative control: without the CA the same server is refused.
+        with self.assertRaises(Exception) as ctx:
+            po.Client(self.api.url, "t").list_proxies()
+        self.assertIn("CERTIFICATE_VERIFY_FAILED", str(ctx.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,337 @@
+package pythone2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
+	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/devenv"
+	"github.com/proxy-operator/proxy-operator/test/framework"
+)
+
+// python is Debian's interpreter, which python3-scrapy installs into (a
+// python3 earlier on PATH, e.g. pyenv's, has no Scrapy).
+func python(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{"/usr/bin/python3", "python3"} {
+		if path, err := exec.LookPath(p); err == nil && exec.Command(path, "-c", "import scrapy").Run() == nil {
+			return path
+		}
+	}
+	t.Fatal("no python3 with Scrapy: run `make python` (apt-get install python3-scrapy)")
+	return ""
+}
+
+// site is an origin on its own loopback address (its own domain for the
+// middleware) that records which proxy each request came through.
+type site struct {
+	url string
+	srv *http.Server
+
+	mu     sync.Mutex
+	byVia  map[string]int
+	status map[int]int
+}
+
+// newSite serves on addr; after limit requests through one proxy it answers
+// 429 to that proxy (limit 0: never); delay holds every answer back.
+func newSite(t *testing.T, addr string, limit int, delay time.Duration) *site {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &site{url: "http://" + ln.Addr().String(), byVia: map[string]int{}, status: map[int]int{}}
+	s.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(delay)
+		via := r.Header.Get("Via")
+		s.mu.Lock()
+		s.byVia[via]++
+		code := http.StatusOK
+		if limit > 0 && s.byVia[via] > limit {
+			code = http.StatusTooManyRequests
+		}
+		s.status[code]++
+		s.mu.Unlock()
+		w.WriteHeader(code)
+		fmt.Fprintf(w, "site %s via %s: %d\n", addr, via, code)
+	})}
+	go func() { _ = s.srv.Serve(ln) }()
+	t.Cleanup(func() { _ = s.srv.Close() })
+	return s
+}
+
+// proxiesSeen are the proxies (Via values) that got a 200 from the site.
+func (s *site) vias() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for v := range s.byVia {
+		out = append(out, v)
+	}
+	return out
+}
+
+type crawlResult struct {
+	Stats map[string]any `json:"stats"`
+	Seen  []struct {
+		URL    string `json:"url"`
+		Status int    `json:"status"`
+		Proxy  string `json:"proxy"`
+	} `json:"seen"`
+}
+
+func (r crawlResult) stat(k string) float64 {
+	v, _ := r.Stats["proxy_operator/"+k].(float64)
+	return v
+}
+
+// crawl runs clients/python/tests/e2e_crawl.py with the middleware pointed at env.
+func crawl(t *testing.T, env *devenv.Env, urls []string, settings map[string]any) crawlResult {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings["PROXY_OPERATOR_URL"] = env.DiscoveryURL
+	dir := t.TempDir()
+	cfg, _ := json.Marshal(map[string]any{"urls": urls, "settings": settings})
+	in, out := filepath.Join(dir, "crawl.json"), filepath.Join(dir, "result.json")
+	if err := os.WriteFile(in, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python(t), filepath.Join(root, "clients/python/tests/e2e_crawl.py"), in, out)
+	// The token goes by environment, as a crawler's would.
+	cmd.Env = append(os.Environ(), "PROXY_OPERATOR_TOKEN="+env.DiscoveryToken)
+	output, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("crawl: %v\n%s", err, tail(string(output), 60))
+	}
+	var res crawlResult
+	b, err := os.ReadFile(out)
+	if err == nil {
+		err = json.Unmarshal(b, &res)
+	}
+	if err != nil {
+		t.Fatalf("reading the crawl's result: %v\n%s", err, tail(string(output), 60))
+	}
+	t.Logf("crawl stats: %v", res.Stats)
+	return res
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// activeLeases sums the fleet's live leases, as the HTTP API reports them.
+func activeLeases(t *testing.T, env *devenv.Env) int {
+	t.Helper()
+	c, err := client.New(env.DiscoveryURL, env.DiscoveryToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.ListProxies(t.Context(), client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range list {
+		n += p.ActiveLeases
+	}
+	return n
+}
+
+func TestScrapy(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	logger, err := devenv.FileLogger(filepath.Join(dir, devenv.LogsDir, "operator.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env, err := devenv.Start(ctx, devenv.Options{
+		Dir: dir, Ports: devenv.Ports{}, Log: logger, NodeName: "proxy-operator-python-e2e",
+		PoolFirst: netip.MustParseAddr("127.0.11.2"), PoolLast: netip.MustParseAddr("127.0.11.60"),
+		GCEPoolFirst: netip.MustParseAddr("127.0.11.100"), GCEPoolLast: netip.MustParseAddr("127.0.11.140"),
+	})
+	if err != nil {
+		t.Fatalf("starting the dev environment: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(context.Background()); err != nil {
+			t.Errorf("stopping: %v", err)
+		}
+		if t.Failed() {
+			framework.DumpLogTails(os.Stderr, filepath.Join(dir, devenv.LogsDir), 60, "operator.log")
+		}
+	})
+
+	t.Run("pip install clients/python works offline", func(t *testing.T) {
+		root, _ := controlplane.RepoRoot()
+		// From a copy: an in-tree build leaves build/ and *.egg-info behind.
+		src, target := filepath.Join(t.TempDir(), "python"), t.TempDir()
+		if err := os.CopyFS(src, os.DirFS(filepath.Join(root, "clients/python"))); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(py, "-m", "pip", "install", "--no-index", "--no-build-isolation", "--no-deps", "--quiet",
+			"--target", target, src).CombinedOutput()
+		if err != nil {
+			t.Fatalf("pip install: %v\n%s", err, out)
+		}
+		check := exec.Command(py, "-c", "import proxy_operator, proxy_operator.middleware; print(proxy_operator.__file__)")
+		check.Dir, check.Env = target, append(os.Environ(), "PYTHONPATH="+target)
+		out, err = check.CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), target) {
+			t.Fatalf("importing the installed package: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("the example spider runs as documented", func(t *testing.T) {
+		root, _ := controlplane.RepoRoot()
+		out := filepath.Join(t.TempDir(), "pages.json")
+		cmd := exec.Command(py, "-m", "scrapy", "runspider", filepath.Join(root, "examples/scrapy-crawler/spider.py"),
+			"-a", "start="+env.OriginURL, "-a", "pages=5", "-o", out)
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "clients/python"),
+			"PROXY_OPERATOR_URL="+env.DiscoveryURL, "PROXY_OPERATOR_TOKEN="+env.DiscoveryToken)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("scrapy runspider: %v\n%s", err, tail(string(b), 40))
+		}
+		var items []struct {
+			Status int    `json:"status"`
+			Proxy  string `json:"proxy"`
+			Body   string `json:"body"`
+		}
+		b, err := os.ReadFile(out)
+		if err == nil {
+			err = json.Unmarshal(b, &items)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(items) != 5 {
+			t.Fatalf("%d items, want 5", len(items))
+		}
+		for _, it := range items {
+			// Through a leased squid: the origin echoes squid's Via.
+			if it.Status != http.StatusOK || !strings.HasPrefix(it.Proxy, "http://127.0.11.") || !strings.Contains(it.Body, "squid") {
+				t.Errorf("item %+v: want 200 through a leased proxy of the fleet", it)
+			}
+		}
+		if n := activeLeases(t, env); n != 0 {
+			t.Errorf("%d leases live after the spider closed, want 0", n)
+		}
+	})
+
+	t.Run("429 moves one site to another proxy, the other keeps its lease", func(t *testing.T) {
+		const perProxy, requests = 3, 8
+		limited := newSite(t, "127.0.10.1", perProxy, 0)
+		steady := newSite(t, "127.0.10.2", 0, 0)
+		var urls []string
+		for i := range requests {
+			urls = append(urls, fmt.Sprintf("%s/a/%d", limited.url, i), fmt.Sprintf("%s/b/%d", steady.url, i))
+		}
+		res := crawl(t, env, urls, map[string]any{"PROXY_OPERATOR_TTL": 60})
+		ok := map[string]int{}
+		for _, s := range res.Seen {
+			if s.Status == http.StatusOK {
+				ok[s.URL[:len(limited.url)]]++
+			}
+		}
+		if ok[limited.url] != requests || ok[steady.url] != requests {
+			t.Errorf("200s: %d from the rate-limiting site, %d from the other; want %d each", ok[limited.url], ok[steady.url], requests)
+		}
+		if v := limited.vias(); len(v) < 2 {
+			t.Errorf("the rate-limiting site saw proxies %q, want at least 2 (moved after 429)", v)
+		}
+		if v := steady.vias(); len(v) != 1 {
+			t.Errorf("the steady site saw proxies %q, want 1 (kept its lease)", v)
+		}
+		// One report per lease dropped (the first proxy, and any other that hit
+		// the limit), every request answered 429 retried.
+		if reps := res.stat("reports/rate_limited"); reps < 1 || reps != res.stat("leases_acquired")-2 || res.stat("retries") < 1 {
+			t.Errorf("stats %v: want rate_limited reports and retries", res.Stats)
+		}
+		if acq, rel := res.stat("leases_acquired"), res.stat("leases_released"); acq < 3 || acq != rel {
+			t.Errorf("leases acquired %v, released %v: want at least 3, all released", acq, rel)
+		}
+		if n := activeLeases(t, env); n != 0 {
+			t.Errorf("%d leases live after the spider closed, want 0", n)
+		}
+	})
+
+	t.Run("a lease is renewed while its domain is crawled past its TTL", func(t *testing.T) {
+		const ttl = 6
+		slow := newSite(t, "127.0.10.3", 0, 700*time.Millisecond)
+		var urls []string
+		for i := range 12 { // one at a time: ~8.4 s, past the 6 s TTL
+			urls = append(urls, fmt.Sprintf("%s/%d", slow.url, i))
+		}
+		res := crawl(t, env, urls, map[string]any{"PROXY_OPERATOR_TTL": ttl, "CONCURRENT_REQUESTS_PER_DOMAIN": 1})
+		if n := res.stat("leases_renewed"); n < 1 {
+			t.Errorf("%v renewals in a crawl longer than the %ds TTL, want at least 1", n, ttl)
+		}
+		if acq := res.stat("leases_acquired"); acq != 1 || len(slow.vias()) != 1 {
+			t.Errorf("%v leases, proxies %q: want the one lease kept throughout", acq, slow.vias())
+		}
+		if n := activeLeases(t, env); n != 0 {
+			t.Errorf("%d leases live after the spider closed, want 0", n)
+		}
+	})
+
+	t.Run("more domains than proxies: requests wait, none fails", func(t *testing.T) {
+		const domains, perDomain = 8, 4 // 8 domains on a fleet of 4 proxies
+		var urls []string
+		for d := range domains {
+			s := newSite(t, fmt.Sprintf("127.0.10.%d", 10+d), 0, 150*time.Millisecond)
+			for i := range perDomain {
+				urls = append(urls, fmt.Sprintf("%s/%d", s.url, i))
+			}
+		}
+		res := crawl(t, env, urls, map[string]any{
+			"PROXY_OPERATOR_WAIT": 10, "PROXY_OPERATOR_IDLE_RELEASE": 0.2, "CONCURRENT_REQUESTS": 32,
+		})
+		ok := 0
+		for _, s := range res.Seen {
+			if s.Status == http.StatusOK {
+				ok++
+			}
+		}
+		if ok != domains*perDomain || res.stat("gave_up") != 0 {
+			t.Errorf("%d of %d requests answered 200, %v gave up; want all, none", ok, domains*perDomain, res.stat("gave_up"))
+		}
+		// Half the domains found every proxy leased: they waited for one.
+		if w := res.stat("lease_wait_seconds_max"); w < 0.1 {
+			t.Errorf("longest lease wait %vs: with %d domains on 4 proxies some must have waited", w, domains)
+		}
+		if acq := res.stat("leases_acquired"); acq < domains {
+			t.Errorf("%v leases acquired, want one per domain at least (%d)", acq, domains)
+		}
+		if n := activeLeases(t, env); n != 0 {
+			t.Errorf("%d leases live after the spider closed, want 0", n)
+		}
+	})
+}
