@@ -7,19 +7,12 @@ if command -v squid >/dev/null 2>&1 || [[ -x /usr/sbin/squid ]]; then
 	echo "squid is installed"
 	exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-	echo "squid is missing and this is not a Debian/Ubuntu machine: install squid by hand" >&2
-	exit 1
-fi
+"$(dirname "$0")/apt-install.sh" squid
 
 sudo=()
 if [[ $(id -u) -ne 0 ]]; then
 	sudo=(sudo)
 fi
-echo "installing squid"
-"${sudo[@]}" apt-get update
-"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y squid
-
 # The package starts a system squid on :3128 (all addresses) where an init
 # system runs; it would take the port our per-proxy squids bind on loopback.
 if [[ -d /run/systemd/system ]]; then
