@@ -15,6 +15,12 @@ import scrapy  # noqa: E402
 from scrapy.crawler import CrawlerProcess  # noqa: E402
 
 
+def is_captcha(response, request):
+    """A ban predicate (PROXY_OPERATOR_BAN_PREDICATE="e2e_crawl.is_captcha"):
+    a 200 whose page is a captcha."""
+    return b"captcha" in response.body
+
+
 class Fetch(scrapy.Spider):
     name = "proxy-operator-e2e"
 

@@ -48,9 +48,41 @@ type site struct {
 	status map[int]int
 }
 
-// newSite serves on addr; after limit requests through one proxy it answers
-// 429 to that proxy (limit 0: never); delay holds every answer back.
-func newSite(t *testing.T, addr string, limit int, delay time.Duration) *site {
+// answer decides a site's reply to the n-th request (from 1) through proxy via.
+type answer func(via string, n int) (code int, body string)
+
+func ok200(string, int) (int, string) { return http.StatusOK, "ok" }
+
+// rateLimitAfter answers 429 to a proxy after limit requests through it.
+func rateLimitAfter(limit int) answer {
+	return func(_ string, n int) (int, string) {
+		if n > limit {
+			return http.StatusTooManyRequests, "slow down"
+		}
+		return http.StatusOK, "ok"
+	}
+}
+
+// banFirstProxy answers ban to every request through the first proxy it sees.
+func banFirstProxy(ban answer) answer {
+	var mu sync.Mutex
+	first := ""
+	return func(via string, n int) (int, string) {
+		mu.Lock()
+		if first == "" {
+			first = via
+		}
+		banned := via == first
+		mu.Unlock()
+		if banned {
+			return ban(via, n)
+		}
+		return http.StatusOK, "ok"
+	}
+}
+
+// newSite serves on addr, answering with reply after delay.
+func newSite(t *testing.T, addr string, delay time.Duration, reply answer) *site {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr+":0")
 	if err != nil {
@@ -62,21 +94,21 @@ func newSite(t *testing.T, addr string, limit int, delay time.Duration) *site {
 		via := r.Header.Get("Via")
 		s.mu.Lock()
 		s.byVia[via]++
-		code := http.StatusOK
-		if limit > 0 && s.byVia[via] > limit {
-			code = http.StatusTooManyRequests
-		}
+		n := s.byVia[via]
+		s.mu.Unlock()
+		code, body := reply(via, n)
+		s.mu.Lock()
 		s.status[code]++
 		s.mu.Unlock()
 		w.WriteHeader(code)
-		fmt.Fprintf(w, "site %s via %s: %d\n", addr, via, code)
+		fmt.Fprintf(w, "site %s via %s: %s\n", addr, via, body)
 	})}
 	go func() { _ = s.srv.Serve(ln) }()
 	t.Cleanup(func() { _ = s.srv.Close() })
 	return s
 }
 
-// proxiesSeen are the proxies (Via values) that got a 200 from the site.
+// vias are the proxies (Via values) requests came through.
 func (s *site) vias() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -248,8 +280,8 @@ func TestScrapy(t *testing.T) {
 
 	t.Run("429 moves one site to another proxy, the other keeps its lease", func(t *testing.T) {
 		const perProxy, requests = 3, 8
-		limited := newSite(t, "127.0.10.1", perProxy, 0)
-		steady := newSite(t, "127.0.10.2", 0, 0)
+		limited := newSite(t, "127.0.10.1", 0, rateLimitAfter(perProxy))
+		steady := newSite(t, "127.0.10.2", 0, ok200)
 		var urls []string
 		for i := range requests {
 			urls = append(urls, fmt.Sprintf("%s/a/%d", limited.url, i), fmt.Sprintf("%s/b/%d", steady.url, i))
@@ -283,9 +315,43 @@ func TestScrapy(t *testing.T) {
 		}
 	})
 
+	t.Run("bans by status and by predicate are reported and moved", func(t *testing.T) {
+		const requests = 4
+		byCode := newSite(t, "127.0.10.4", 0, banFirstProxy(func(string, int) (int, string) { return http.StatusForbidden, "go away" }))
+		byBody := newSite(t, "127.0.10.5", 0, banFirstProxy(func(string, int) (int, string) { return http.StatusOK, "captcha" }))
+		var urls []string
+		for i := range requests {
+			urls = append(urls, fmt.Sprintf("%s/%d", byCode.url, i), fmt.Sprintf("%s/%d", byBody.url, i))
+		}
+		res := crawl(t, env, urls, map[string]any{
+			"PROXY_OPERATOR_BAN_CODES":     []int{403},
+			"PROXY_OPERATOR_BAN_PREDICATE": "e2e_crawl.is_captcha",
+		})
+		good := 0
+		for _, s := range res.Seen {
+			if s.Status == http.StatusOK {
+				good++
+			}
+		}
+		// Each banned page was retried elsewhere: none ends as a ban (a
+		// captcha page is a 200 the spider would otherwise keep).
+		if good != 2*requests || byBody.status[http.StatusOK] < requests+1 {
+			t.Errorf("%d pages answered 200 (want %d); site statuses %v / %v", good, 2*requests, byCode.status, byBody.status)
+		}
+		if n := res.stat("reports/banned"); n != 2 {
+			t.Errorf("%v banned reports, want 2 (one lease per site)", n)
+		}
+		if len(byCode.vias()) < 2 || len(byBody.vias()) < 2 {
+			t.Errorf("proxies seen: %q and %q, want each site moved off its first", byCode.vias(), byBody.vias())
+		}
+		if n := activeLeases(t, env); n != 0 {
+			t.Errorf("%d leases live after the spider closed, want 0", n)
+		}
+	})
+
 	t.Run("a lease is renewed while its domain is crawled past its TTL", func(t *testing.T) {
 		const ttl = 6
-		slow := newSite(t, "127.0.10.3", 0, 700*time.Millisecond)
+		slow := newSite(t, "127.0.10.3", 700*time.Millisecond, ok200)
 		var urls []string
 		for i := range 12 { // one at a time: ~8.4 s, past the 6 s TTL
 			urls = append(urls, fmt.Sprintf("%s/%d", slow.url, i))
@@ -306,7 +372,7 @@ func TestScrapy(t *testing.T) {
 		const domains, perDomain = 8, 4 // 8 domains on a fleet of 4 proxies
 		var urls []string
 		for d := range domains {
-			s := newSite(t, fmt.Sprintf("127.0.10.%d", 10+d), 0, 150*time.Millisecond)
+			s := newSite(t, fmt.Sprintf("127.0.10.%d", 10+d), 150*time.Millisecond, ok200)
 			for i := range perDomain {
 				urls = append(urls, fmt.Sprintf("%s/%d", s.url, i))
 			}
