@@ -19,6 +19,7 @@ PYTHON ?= python3
 INTEGRATION_P ?= 1
 INTEGRATION_TIMEOUT ?= 45m
 INTEGRATION_FLAGS ?=
+CRASH_RUNS ?= 20
 
 .PHONY: help
 help: ## list targets
@@ -72,6 +73,10 @@ dev: tools squid ## run the local environment in the foreground until Ctrl-C (wr
 .PHONY: bench
 bench: ## Go benchmarks (speed and memory targets)
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+.PHONY: crash
+crash: tools ## kill the operator at CRASH_RUNS (20) random points under faults; print leaked/duplicate/missing per run
+	$(GO) test ./test/e2e/crash -run '^$$' -bench CrashRestart -benchtime $(CRASH_RUNS)x -timeout 60m -v
 
 .PHONY: clean
 clean: ## remove build outputs and .dev/ (keeps the slow bin/ tool builds)

@@ -88,6 +88,7 @@ func (r *ProxyReconciler) createInstance(ctx context.Context, rc *reconcileCtx, 
 		Namespace: p.Namespace,
 		CloudInit: cloudInit,
 		Proxy:     p.Spec.DeepCopy(),
+		SpecHash:  instanceSpecHash(hash),
 	})
 	if err != nil {
 		return r.providerFailure(ctx, rc, actionCreate, fmt.Errorf("creating instance %s: %w", name, err))
@@ -113,6 +114,10 @@ func (r *ProxyReconciler) observeInstance(ctx context.Context, rc *reconcileCtx,
 	p := rc.proxy
 	id := p.Status.ProviderID
 	inst, err := prov.Get(ctx, id)
+	if provider.IsNotFound(err) && replacing(p) {
+		// The instance of another spec deleted below is gone.
+		return r.replacedInstanceGone(ctx, rc, p.Annotations[crawlv1alpha1.SpecHashAnnotation]), nil
+	}
 	if provider.IsNotFound(err) && !isProvisioned(p) {
 		return r.createFailed(ctx, rc, id)
 	}
@@ -125,6 +130,13 @@ func (r *ProxyReconciler) observeInstance(ctx context.Context, rc *reconcileCtx,
 	}
 	if err != nil {
 		return r.providerFailure(ctx, rc, actionGet, fmt.Errorf("getting instance %s: %w", id, err))
+	}
+	if inst.SpecHash != "" && inst.SpecHash != instanceSpecHash(p.Annotations[crawlv1alpha1.SpecHashAnnotation]) {
+		// Built from another spec: a create that found an older instance
+		// under the name (the operator died between an insert and its
+		// status write, and the spec changed meanwhile), or an adopted one.
+		log.FromContext(ctx).Info("instance was built from another spec; replacing it", "providerID", id, "instanceSpecHash", inst.SpecHash)
+		return r.replaceInstance(ctx, rc, prov, p.Annotations[crawlv1alpha1.SpecHashAnnotation])
 	}
 	switch inst.State {
 	case provider.StateRunning:
@@ -177,6 +189,16 @@ func (r *ProxyReconciler) createFailed(ctx context.Context, rc *reconcileCtx, id
 	r.event(p, corev1.EventTypeWarning, EventReasonCreateFailed, actionCreate, "Instance %s was accepted but never came up; retrying in %s", id, delay)
 	log.FromContext(ctx).Info("instance vanished before running; create failed after being accepted", "providerID", id, "failures", n, "retryAfter", delay)
 	return ctrl.Result{RequeueAfter: delay}, nil
+}
+
+// instanceSpecHash is the part of a spec hash stored on the instance
+// (CreateRequest.SpecHash): 128 bits, short enough for any label value.
+func instanceSpecHash(hash string) string {
+	const n = 32
+	if len(hash) > n {
+		return hash[:n]
+	}
+	return hash
 }
 
 // setSpecHash sets the spec-hash annotation on p (not yet written).

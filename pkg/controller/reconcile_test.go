@@ -359,3 +359,52 @@ func describeUnit(p *crawlv1alpha1.Proxy) string {
 	}
 	return s
 }
+
+// An instance found under the Proxy's name but built from another spec (the
+// operator died after inserting it and before recording it, and the spec
+// was edited meanwhile) is replaced; one of the current spec is kept.
+func TestReconcileReplacesAnInstanceOfAnotherSpec(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		leftover    func(current string) string // the SpecHash of the instance a crash left
+		wantReplace bool
+	}{
+		{"built from an older spec", func(string) string { return "0123456789abcdef0123456789abcdef" }, true},
+		{"built from the current spec", func(current string) string { return current }, false},
+		{"from an operator that stored no hash", func(string) string { return "" }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := withFinalizer(managedProxy("a"))
+			h := newHarness(t, p)
+			h.key = types.NamespacedName{Namespace: "ns", Name: "a"}
+			current := instanceSpecHash(SpecHash(&p.Spec, ""))
+			left, err := h.prov.Create(t.Context(), provider.CreateRequest{
+				Name: provider.NameFromUID(p.UID), Tag: provider.DefaultTag, OwnerUID: p.UID, SpecHash: tt.leftover(current),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.prov.ResetCalls()
+			for range 8 {
+				if _, err := h.reconcile(); err != nil {
+					t.Fatalf("reconcile: %v", err)
+				}
+			}
+			got := h.proxy()
+			if c := provisioned(got); c == nil || c.Status != metav1.ConditionTrue {
+				t.Fatalf("not provisioned after 8 passes: %s", describeUnit(got))
+			}
+			inst, ok := h.prov.Instance(got.Status.ProviderID)
+			if !ok {
+				t.Fatalf("the recorded instance %s does not exist", got.Status.ProviderID)
+			}
+			deleted := len(h.prov.CallsOf(provider.OpDelete)) > 0
+			if deleted != tt.wantReplace {
+				t.Errorf("leftover %s deleted = %v, want %v (calls %v)", left, deleted, tt.wantReplace, h.prov.Calls())
+			}
+			if tt.wantReplace && inst.SpecHash != current {
+				t.Errorf("the replacement's spec hash = %q, want the current spec's %q", inst.SpecHash, current)
+			}
+		})
+	}
+}

@@ -24,6 +24,11 @@ const (
 	// LeaseRequestsName is fed by the HTTP discovery API: one count per
 	// POST /v1/leases answer, by outcome (LeaseRequest).
 	LeaseRequestsName = "lease_requests_total"
+	// GCDeletedName, GCSweepsName and GCLastCompleteSweepName are fed by
+	// the orphan collector (GCDeleted, GCSweep).
+	GCDeletedName           = "proxy_operator_gc_deleted_total"
+	GCSweepsName            = "proxy_operator_gc_sweeps_total"
+	GCLastCompleteSweepName = "proxy_operator_gc_last_complete_sweep_timestamp_seconds"
 )
 
 // DefaultScrapeTimeout bounds the cache List of one scrape.
@@ -40,6 +45,12 @@ type Options struct {
 	// outcomes: this package must not import pkg/discovery. An outcome not
 	// listed still gets its series at its first count.
 	LeaseOutcomes []string
+	// GCResults are the results of proxy_operator_gc_sweeps_total and
+	// GCProviders the providers of proxy_operator_gc_deleted_total, both
+	// exported at 0 from the start (the caller passes gc.Results() and the
+	// enabled providers: this package must not import pkg/gc).
+	GCResults   []string
+	GCProviders []string
 }
 
 // Metrics holds the operator's metrics. Its methods are safe for concurrent
@@ -49,6 +60,9 @@ type Metrics struct {
 	probeDuration    *prometheus.HistogramVec
 	probeFailures    *prometheus.CounterVec
 	leaseRequests    *prometheus.CounterVec
+	gcDeleted        *prometheus.CounterVec
+	gcSweeps         *prometheus.CounterVec
+	gcLastComplete   prometheus.Gauge
 }
 
 // New creates the metrics and registers them on reg: the scrape-time
@@ -82,11 +96,30 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 			Name: LeaseRequestsName,
 			Help: "POST /v1/leases requests of the HTTP discovery API by outcome.",
 		}, []string{"outcome"}),
+		gcDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: GCDeletedName,
+			Help: "Orphaned instances the garbage collector deleted, by provider.",
+		}, []string{"provider"}),
+		gcSweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: GCSweepsName,
+			Help: "Garbage-collection sweeps by result (complete, partial: some provider or zone unread or a delete failed, skipped: Proxies unreadable).",
+		}, []string{"result"}),
+		gcLastComplete: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: GCLastCompleteSweepName,
+			Help: "Unix time of the last complete garbage-collection sweep (0: none yet).",
+		}),
 	}
 	for _, o := range opts.LeaseOutcomes {
 		m.leaseRequests.WithLabelValues(o)
 	}
-	cs := []prometheus.Collector{m.providerRequests, m.probeDuration, m.probeFailures, m.leaseRequests}
+	for _, r := range opts.GCResults {
+		m.gcSweeps.WithLabelValues(r)
+	}
+	for _, p := range opts.GCProviders {
+		m.gcDeleted.WithLabelValues(p)
+	}
+	cs := []prometheus.Collector{m.providerRequests, m.probeDuration, m.probeFailures, m.leaseRequests,
+		m.gcDeleted, m.gcSweeps, m.gcLastComplete}
 	if reader != nil {
 		cs = append(cs, newProxyCollector(reader, opts.ScrapeTimeout))
 	}
@@ -109,6 +142,24 @@ func (m *Metrics) ProviderRequest(provider, op, result string) {
 func (m *Metrics) LeaseRequest(outcome string) {
 	m.leaseRequests.WithLabelValues(outcome).Inc()
 }
+
+// GCDeleted counts one orphan deleted; it satisfies gc.Recorder.
+func (m *Metrics) GCDeleted(provider string) {
+	m.gcDeleted.WithLabelValues(provider).Inc()
+}
+
+// GCSweep counts one sweep and, when it was complete, sets the time of the
+// last complete sweep; it satisfies gc.Recorder.
+func (m *Metrics) GCSweep(result string, at time.Time) {
+	m.gcSweeps.WithLabelValues(result).Inc()
+	if result == completeSweep {
+		m.gcLastComplete.Set(float64(at.UnixNano()) / 1e9)
+	}
+}
+
+// completeSweep is gc.ResultComplete, restated: this package must not import
+// pkg/gc (a test pins the two together).
+const completeSweep = "complete"
 
 // ObserveProbe records one health probe of proxy; it satisfies
 // health.ProbeMetrics. The failure counter is created at the first probe, so

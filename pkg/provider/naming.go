@@ -17,6 +17,8 @@ const (
 	OwnerUIDLabel = "crawl.example.com/proxy-uid"
 	// TagLabel carries CreateRequest.Tag; ListByTag selects on it.
 	TagLabel = "crawl.example.com/managed-by"
+	// SpecHashLabel carries CreateRequest.SpecHash.
+	SpecHashLabel = "crawl.example.com/spec-hash"
 	// DefaultTag is the tag an operator deployment uses unless configured.
 	DefaultTag = "proxy-operator"
 )

@@ -85,7 +85,19 @@ type CreateRequest struct {
 	// Proxy is the owner's spec, for provider blocks and attributes. It may
 	// be nil; providers must not modify it.
 	Proxy *crawlv1alpha1.ProxySpec
+	// SpecHash identifies the spec the instance is built from. Providers
+	// store it on the instance (a label) and return it as Instance.SpecHash,
+	// so that an instance found under its name after a crash can be told
+	// apart from one of the current spec. Optional; at most
+	// MaxSpecHashLength lowercase letters and digits.
+	SpecHash string
 }
+
+// MaxSpecHashLength is the longest CreateRequest.SpecHash: what fits in a
+// label value of every provider.
+const MaxSpecHashLength = 63
+
+var specHashPattern = regexp.MustCompile(`^[a-z0-9]*$`)
 
 // MaxNameLength is the longest instance name: the limit of both a GCP resource
 // name and a DNS-1123 label.
@@ -115,6 +127,8 @@ func (r CreateRequest) Validate() error {
 		return Permanent(fmt.Errorf("createRequest.tag: required"))
 	case r.OwnerUID == "":
 		return Permanent(fmt.Errorf("createRequest.ownerUID: required"))
+	case len(r.SpecHash) > MaxSpecHashLength || !specHashPattern.MatchString(r.SpecHash):
+		return Permanent(fmt.Errorf("createRequest.specHash %q: at most %d lowercase letters and digits", r.SpecHash, MaxSpecHashLength))
 	}
 	return nil
 }
@@ -130,6 +144,9 @@ type Instance struct {
 	// OwnerUID is CreateRequest.OwnerUID, read back from the instance's
 	// labels; garbage collection relies on it as ownership proof.
 	OwnerUID types.UID
+	// SpecHash is CreateRequest.SpecHash, read back from the instance;
+	// empty for an instance created without one.
+	SpecHash string
 	// State is one of the InstanceState constants.
 	State InstanceState
 	// IP is the address proxies are reached at; empty until Running.

@@ -54,6 +54,16 @@ func (s *Server) list(r *http.Request, c Call) answer {
 	}
 
 	s.mu.Lock()
+	if offset == 0 {
+		// A deleted instance vanishes once its deletion finished, whether
+		// or not anyone polls it (only a new listing drops it, so the
+		// offsets of a listing's later pages do not shift).
+		for _, in := range s.instances {
+			if in.key.project == c.Project && in.deleting {
+				s.advanceLocked(in)
+			}
+		}
+	}
 	zones := map[string]bool{}
 	for _, z := range s.opts.Zones {
 		zones[z] = true

@@ -15,6 +15,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
+	"github.com/proxy-operator/proxy-operator/pkg/gc"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
@@ -39,6 +40,9 @@ type Options struct {
 	Providers []string
 	// InstanceTag marks the instances of this deployment (ListByTag, GC).
 	InstanceTag string
+	// WatchNamespaces restricts the cache (so the Proxies served and
+	// reconciled) to these namespaces; empty watches the whole cluster.
+	WatchNamespaces []string
 
 	// Intervals are the reconciler's requeue delays.
 	Intervals controller.Intervals
@@ -53,6 +57,9 @@ type Options struct {
 
 	// Health configures the health engine.
 	Health HealthOptions
+
+	// GC configures the orphan garbage collector (its own --gc-* flags).
+	GC gc.Options
 
 	// Leasing configures the lease store, the HTTP discovery API and the
 	// wait queue of both lease APIs.
@@ -80,6 +87,7 @@ func NewOptions() *Options {
 		Intervals:        controller.DefaultIntervals(),
 		ReconcileTimeout: 2 * time.Minute,
 		GCP:              gcp.DefaultOptions(),
+		GC:               gc.DefaultOptions(),
 		Health:           DefaultHealthOptions(),
 		Leasing:          DefaultLeasingOptions(),
 		APIServer:        apiserver.NewOptions(),
@@ -99,6 +107,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader-election Lease (default: the pod's namespace; required out of cluster).")
 	fs.StringSliceVar(&o.Providers, "providers", o.Providers, "Enabled providers (comma-separated). Known: "+strings.Join(knownProviders(), ", ")+".")
 	fs.StringVar(&o.InstanceTag, "instance-tag", o.InstanceTag, "Tag marking the instances this deployment owns.")
+	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", o.WatchNamespaces, "Serve and reconcile only the Proxies of these namespaces (comma-separated; default: the whole cluster).")
 	fs.DurationVar(&o.Intervals.ProvisioningPoll, "provisioning-poll-interval", o.Intervals.ProvisioningPoll, "How often an instance being created is polled.")
 	fs.DurationVar(&o.Intervals.DeletionPoll, "deletion-poll-interval", o.Intervals.DeletionPoll, "How often an instance being deleted is polled.")
 	fs.DurationVar(&o.Intervals.DriftPoll, "drift-poll-interval", o.Intervals.DriftPoll, "How often a running instance is re-checked.")
@@ -112,6 +121,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.GCP.AddFlags(fs)
 
 	o.Health.AddFlags(fs)
+	o.GC.AddFlags(fs)
 	o.Leasing.AddFlags(fs)
 	fs.AddFlagSet(o.APIServer.FlagSet())
 
@@ -185,7 +195,18 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--kubernetes-pod-node-name %q: %s", n, strings.Join(msgs, "; ")))
 		}
 	}
+	for _, ns := range o.WatchNamespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--watch-namespaces %q: %s", ns, strings.Join(msgs, "; ")))
+		}
+	}
 	if err := o.Health.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.GC.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.GC.CheckScope(o.WatchNamespaces); err != nil {
 		errs = append(errs, err)
 	}
 	if err := o.Leasing.Validate(); err != nil {

@@ -109,3 +109,36 @@ func TestGCPFlags(t *testing.T) {
 		t.Errorf("gcp options checked while gcp is disabled: %v", err)
 	}
 }
+
+func TestGCOptions(t *testing.T) {
+	o, err := parse(t, "--gc-interval=1m", "--gc-min-age=30s", "--gc-dry-run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GC.Interval != time.Minute || o.GC.MinAge != 30*time.Second || !o.GC.DryRun {
+		t.Errorf("parsed gc options %+v", o.GC)
+	}
+	if d := NewOptions().GC; d.Interval != 10*time.Minute || d.MinAge != 10*time.Minute {
+		t.Errorf("default gc options %+v, want 10m and 10m", d)
+	}
+	// A namespaced cache sees only some Proxies: the collector is refused
+	// at startup unless allowed or disabled.
+	_, err = parse(t, "--watch-namespaces=team-a,team-b")
+	if err == nil || !strings.Contains(err.Error(), "--gc-allow-namespaced") || !strings.Contains(err.Error(), "team-a, team-b") {
+		t.Errorf("--watch-namespaces without --gc-allow-namespaced: %v, want a refusal naming the flag and the namespaces", err)
+	}
+	for _, ok := range [][]string{
+		{"--watch-namespaces=team-a", "--gc-allow-namespaced"},
+		{"--watch-namespaces=team-a", "--gc-interval=0"},
+	} {
+		if _, err := parse(t, ok...); err != nil {
+			t.Errorf("%v: %v, want accepted", ok, err)
+		}
+	}
+	_, err = parse(t, "--gc-interval=-1s", "--gc-min-age=0s", "--watch-namespaces=Bad_NS", "--gc-allow-namespaced")
+	for _, want := range []string{"--gc-interval", "--gc-min-age", `--watch-namespaces "Bad_NS"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+}

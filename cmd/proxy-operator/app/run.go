@@ -22,6 +22,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
+	"github.com/proxy-operator/proxy-operator/pkg/gc"
 	"github.com/proxy-operator/proxy-operator/pkg/health"
 	"github.com/proxy-operator/proxy-operator/pkg/metrics"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
@@ -71,7 +72,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		// Release the Lease on shutdown so a rolling update does not wait
 		// out the lease duration; safe because nothing runs after Start returns.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{ByObject: controller.CacheByObject()},
+		Cache:                         cacheOptions(o),
 		Controller:                    config.Controller{ReconciliationTimeout: o.ReconcileTimeout},
 		Logger:                        logger,
 	})
@@ -79,7 +80,9 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 
-	m, err := metrics.New(ctrlmetrics.Registry, mgr.GetCache(), metrics.Options{LeaseOutcomes: leaseOutcomes()})
+	m, err := metrics.New(ctrlmetrics.Registry, mgr.GetCache(), metrics.Options{
+		LeaseOutcomes: leaseOutcomes(), GCResults: gc.Results(), GCProviders: o.Providers,
+	})
 	if err != nil {
 		return err
 	}
@@ -95,12 +98,29 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 			return kubernetes.New(direct, o.Kubernetes)
 		},
 		gcp.Name: func(ctx context.Context) (provider.Provider, error) {
-			return gcp.New(ctx, o.GCP)
+			return gcp.New(ctx, o.GCP, mgr.GetCache())
 		},
 	}
 	providers, err := provider.NewRegistry(ctx, o.Providers, constructors, provider.MetricsWrapper(m))
 	if err != nil {
 		return fmt.Errorf("building providers: %w", err)
+	}
+
+	// The orphan collector is leader-elected: it deletes.
+	sweeper, err := gc.New(gc.Config{
+		Options:    o.GC,
+		Reader:     mgr.GetCache(),
+		Providers:  providers,
+		Tag:        o.InstanceTag,
+		Namespaces: o.WatchNamespaces,
+		Clock:      clock.RealClock{},
+		Recorder:   m,
+	})
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(sweeper); err != nil {
+		return fmt.Errorf("adding orphan collector: %w", err)
 	}
 
 	// The health engine is leader-elected like the reconciler; it owns
@@ -153,6 +173,18 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
+}
+
+// cacheOptions restricts the cache to --watch-namespaces, if given.
+func cacheOptions(o *Options) cache.Options {
+	c := cache.Options{ByObject: controller.CacheByObject()}
+	if len(o.WatchNamespaces) > 0 {
+		c.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.WatchNamespaces {
+			c.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return c
 }
 
 // cacheSynced is a readiness check that passes once the manager's informers

@@ -66,6 +66,9 @@ type Provider struct {
 	calls     []Call
 	injected  map[string][]error // by op, consumed front first
 	ipSeq     int
+	// unreachable scopes are left out of ListByTag, which then reports
+	// them in an *provider.IncompleteListError.
+	unreachable map[string]bool
 }
 
 type record struct {
@@ -85,6 +88,7 @@ func New(opts ...Option) *Provider {
 		getsUntilRunning: 1,
 		instances:        map[string]*record{},
 		injected:         map[string][]error{},
+		unreachable:      map[string]bool{},
 	}
 	for _, o := range opts {
 		o(p)
@@ -171,6 +175,7 @@ func (p *Provider) Create(_ context.Context, req provider.CreateRequest) (id str
 			Name:       req.Name,
 			Tag:        req.Tag,
 			OwnerUID:   req.OwnerUID,
+			SpecHash:   req.SpecHash,
 			State:      provider.StateProvisioning,
 			CreatedAt:  p.clock.Now(),
 		},
@@ -278,12 +283,57 @@ func (p *Provider) ListByTag(_ context.Context, tag string) (out []provider.Inst
 	}
 	out = []provider.Instance{}
 	for _, r := range p.instances {
-		if r.inst.Tag == tag {
+		if r.inst.Tag == tag && !p.unreachable[r.inst.Scope] {
 			out = append(out, r.inst)
 		}
 	}
 	slices.SortFunc(out, func(a, b provider.Instance) int { return strings.Compare(a.Name, b.Name) })
+	if len(p.unreachable) > 0 {
+		var scopes []string
+		for s := range p.unreachable {
+			scopes = append(scopes, s)
+		}
+		return out, provider.Incomplete(scopes)
+	}
 	return out, nil
+}
+
+// Plant adds inst as it is, as an instance made outside this fake's Create
+// would be (by a crashed operator, another deployment, a human): it may lack
+// an OwnerUID or Tag, and carries its own CreatedAt and Scope. An empty
+// ProviderID becomes ProviderID(inst.Name); a zero CreatedAt becomes now.
+// Its state never changes by itself. It returns the providerID.
+func (p *Provider) Plant(inst provider.Instance) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if inst.ProviderID == "" {
+		inst.ProviderID = ProviderID(inst.Name)
+	}
+	if inst.CreatedAt.IsZero() {
+		inst.CreatedAt = p.clock.Now()
+	}
+	if !inst.State.Known() {
+		inst.State = provider.StateRunning
+	}
+	if inst.State == provider.StateRunning && inst.IP == "" {
+		inst.IP = p.nextIP()
+	}
+	p.instances[inst.ProviderID] = &record{inst: inst, manual: true}
+	return inst.ProviderID
+}
+
+// SetUnreachable makes scope (an Instance.Scope) unreadable or readable
+// again: while unreachable, ListByTag omits its instances and returns the
+// others with an *provider.IncompleteListError naming it, as a Compute
+// Engine zone that does not answer would.
+func (p *Provider) SetUnreachable(scope string, unreachable bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if unreachable {
+		p.unreachable[scope] = true
+	} else {
+		delete(p.unreachable, scope)
+	}
 }
 
 // Instances returns every instance the fake holds, sorted by name, without

@@ -510,3 +510,57 @@ func TestDistinctIPs(t *testing.T) {
 		seen[inst.IP] = true
 	}
 }
+
+func TestPlantAndUnreachable(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	old := now.Add(-time.Hour)
+	f := fake.New(fake.WithClock(clocktesting.NewFakePassiveClock(now)))
+	unlabelled := f.Plant(provider.Instance{Name: "stray", Tag: "t", Scope: "zone-a", CreatedAt: old})
+	eu := f.Plant(provider.Instance{Name: "proxy-eu", Tag: "t", OwnerUID: "uid-eu", Scope: "zone-b"})
+	f.Plant(provider.Instance{Name: "other-tag", Tag: "other", Scope: "zone-a"})
+
+	inst, ok := f.Instance(unlabelled)
+	if !ok {
+		t.Fatalf("planted instance %s missing", unlabelled)
+	}
+	if inst.ProviderID != fake.ProviderID("stray") || !inst.CreatedAt.Equal(old) || inst.OwnerUID != "" ||
+		inst.State != provider.StateRunning || inst.IP == "" {
+		t.Errorf("planted instance = %+v, want it as planted, Running with an IP", inst)
+	}
+	if inst, _ := f.Instance(eu); !inst.CreatedAt.Equal(now) {
+		t.Errorf("planted without CreatedAt: %v, want the clock's now %v", inst.CreatedAt, now)
+	}
+
+	names := func(insts []provider.Instance) []string {
+		var out []string
+		for _, i := range insts {
+			out = append(out, i.Name)
+		}
+		return out
+	}
+	got, err := f.ListByTag(t.Context(), "t")
+	if err != nil {
+		t.Fatalf("ListByTag: %v", err)
+	}
+	if diff := cmp.Diff([]string{"proxy-eu", "stray"}, names(got)); diff != "" {
+		t.Errorf("ListByTag (-want +got):\n%s", diff)
+	}
+
+	f.SetUnreachable("zone-b", true)
+	got, err = f.ListByTag(t.Context(), "t")
+	scopes, incomplete := provider.UnreachableScopes(err)
+	if !incomplete || !provider.IsTransient(err) {
+		t.Fatalf("ListByTag with zone-b unreachable: err = %v, want a transient incomplete listing", err)
+	}
+	if diff := cmp.Diff([]string{"zone-b"}, scopes); diff != "" {
+		t.Errorf("unreachable scopes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"stray"}, names(got)); diff != "" {
+		t.Errorf("ListByTag with zone-b unreachable (-want +got):\n%s", diff)
+	}
+
+	f.SetUnreachable("zone-b", false)
+	if got, err := f.ListByTag(t.Context(), "t"); err != nil || len(got) != 2 {
+		t.Errorf("ListByTag after zone-b is back = %v, %v; want both instances, no error", names(got), err)
+	}
+}

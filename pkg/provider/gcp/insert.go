@@ -20,6 +20,9 @@ import (
 const (
 	LabelOwnerUID = "proxy-operator-uid"
 	LabelTag      = "proxy-operator-tag"
+	// LabelSpecHash carries CreateRequest.SpecHash: which spec the VM was
+	// built from.
+	LabelSpecHash = "proxy-operator-spec"
 )
 
 // MetadataUserData is the metadata key cloud-init's GCE datasource reads.
@@ -77,6 +80,11 @@ func buildInsertRequest(defaultProject string, req provider.CreateRequest, attem
 	// Ownership labels win over a user label of the same key.
 	labels[LabelOwnerUID] = owner
 	labels[LabelTag] = tag
+	if req.SpecHash != "" {
+		labels[LabelSpecHash] = req.SpecHash
+	} else {
+		delete(labels, LabelSpecHash) // a user label must not pose as one
+	}
 
 	ni := &computepb.NetworkInterface{
 		AccessConfigs: []*computepb.AccessConfig{{

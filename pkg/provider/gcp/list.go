@@ -14,7 +14,8 @@ import (
 )
 
 // ListByTag lists the VMs labelled proxy-operator-tag=<tag> in every project
-// the provider knows (the default one and those Creates named), through
+// the provider knows (the default one, those Creates named and those the
+// Proxies name), through
 // AggregatedList with returnPartialSuccess, every page. Zones Compute Engine
 // reports unreachable make the answer an incomplete listing: the instances
 // read, plus an error naming "projects/<p>/zones/<z>" for each such zone.
@@ -26,9 +27,13 @@ func (p *Provider) ListByTag(ctx context.Context, tag string) ([]provider.Instan
 		return nil, provider.NewError(provider.ErrPermanent, provider.OpList,
 			fmt.Errorf("tag %q: a GCE label value has at most 63 lowercase letters, digits, '-' or '_'", tag))
 	}
+	projects, err := p.listProjects(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []provider.Instance
 	var unreachable []string
-	for _, project := range p.listProjects() {
+	for _, project := range projects {
 		insts, missing, err := p.listProject(ctx, project, tag)
 		if err != nil {
 			return nil, err

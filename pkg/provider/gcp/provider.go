@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/api/option"
 	htransport "google.golang.org/api/transport/http"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
@@ -36,16 +36,23 @@ type Provider struct {
 	// seen end (a Get answered 404 or a Delete was sent): the next insert of
 	// that name is a new request, not a retry of the old one.
 	attempts map[string]int
-	// projects are the projects ListByTag covers: the default one and
-	// every project a Create named since start.
+	// projects are the projects ListByTag covers beside those of the
+	// Proxies: the default one and every project a Create named since
+	// start.
 	projects map[string]bool
+	// proxies lists the Proxies whose spec.gcp.project ListByTag also
+	// covers; nil covers only projects.
+	proxies client.Reader
 }
 
 var _ provider.Provider = (*Provider)(nil)
 
-// New returns a provider for opts (validated here too). extra client options
+// New returns a provider for opts (validated here too). proxies (the
+// manager's cache; nil for none) names the projects ListByTag covers beside
+// --gcp-project: every project a Proxy names, so that the garbage collector
+// finds a VM whose Proxy is gone even after a restart. extra client options
 // come last, for tests.
-func New(ctx context.Context, opts Options, extra ...option.ClientOption) (*Provider, error) {
+func New(ctx context.Context, opts Options, proxies client.Reader, extra ...option.ClientOption) (*Provider, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("gcp provider: %w", err)
 	}
@@ -71,6 +78,7 @@ func New(ctx context.Context, opts Options, extra ...option.ClientOption) (*Prov
 		opts:     opts,
 		attempts: map[string]int{},
 		projects: map[string]bool{opts.Project: true},
+		proxies:  proxies,
 	}, nil
 }
 
@@ -179,21 +187,10 @@ func (p *Provider) instance(project, zone string, inst *computepb.Instance) prov
 		Name:       inst.GetName(),
 		Tag:        inst.GetLabels()[LabelTag],
 		OwnerUID:   types.UID(inst.GetLabels()[LabelOwnerUID]),
+		SpecHash:   inst.GetLabels()[LabelSpecHash],
 		State:      state,
 		IP:         ip,
 		CreatedAt:  created,
 		Scope:      scope(project, zone),
 	}
-}
-
-// listProjects is the default project and every project a Create named.
-func (p *Provider) listProjects() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]string, 0, len(p.projects))
-	for pr := range p.projects {
-		out = append(out, pr)
-	}
-	slices.Sort(out)
-	return out
 }

@@ -99,10 +99,7 @@ func buildPod(req provider.CreateRequest, opts Options) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      req.Name,
 			Namespace: podNamespace(req, opts),
-			Labels: map[string]string{
-				provider.OwnerUIDLabel: string(req.OwnerUID),
-				provider.TagLabel:      req.Tag,
-			},
+			Labels:    podLabels(req),
 		},
 		Spec: corev1.PodSpec{
 			NodeName: nodeName,
@@ -158,12 +155,25 @@ func stateOf(pod *corev1.Pod) provider.InstanceState {
 }
 
 // instanceFromPod is the provider's view of pod.
+// podLabels are the ownership labels, and the spec hash when given.
+func podLabels(req provider.CreateRequest) map[string]string {
+	l := map[string]string{
+		provider.OwnerUIDLabel: string(req.OwnerUID),
+		provider.TagLabel:      req.Tag,
+	}
+	if req.SpecHash != "" {
+		l[provider.SpecHashLabel] = req.SpecHash
+	}
+	return l
+}
+
 func instanceFromPod(pod *corev1.Pod) provider.Instance {
 	inst := provider.Instance{
 		ProviderID: ProviderID(pod.Namespace, pod.Name),
 		Name:       pod.Name,
 		Tag:        pod.Labels[provider.TagLabel],
 		OwnerUID:   types.UID(pod.Labels[provider.OwnerUIDLabel]),
+		SpecHash:   pod.Labels[provider.SpecHashLabel],
 		State:      stateOf(pod),
 		CreatedAt:  pod.CreationTimestamp.Time,
 	}

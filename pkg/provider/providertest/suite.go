@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -240,7 +241,7 @@ func createThenGet(s *suite) {
 	if err != nil {
 		s.t.Fatalf("Get(%q) right after Create: %v", id, err)
 	}
-	want := provider.Instance{ProviderID: id, Name: req.Name, Tag: req.Tag, OwnerUID: req.OwnerUID}
+	want := provider.Instance{ProviderID: id, Name: req.Name, Tag: req.Tag, OwnerUID: req.OwnerUID, SpecHash: req.SpecHash}
 	if diff := cmp.Diff(want, *inst, identityOnly); diff != "" {
 		s.t.Errorf("Get(%q) identity (-want +got):\n%s", id, diff)
 	}
@@ -280,8 +281,9 @@ func createIsIdempotent(s *suite) {
 	if err != nil {
 		s.t.Fatalf("Get(%q): %v", first, err)
 	}
-	if inst.OwnerUID != req.OwnerUID {
-		s.t.Errorf("owner after repeated Create = %q, want the first request's %q", inst.OwnerUID, req.OwnerUID)
+	if inst.OwnerUID != req.OwnerUID || inst.SpecHash != req.SpecHash {
+		s.t.Errorf("owner and spec hash after repeated Create = %q, %q; want the first request's %q, %q (Create never modifies an existing instance)",
+			inst.OwnerUID, inst.SpecHash, req.OwnerUID, req.SpecHash)
 	}
 }
 
@@ -477,7 +479,7 @@ func listByTagCarriesOwner(s *suite) {
 	for range 2 {
 		req := s.newRequest(tag)
 		id := s.create(req)
-		want[req.Name] = provider.Instance{ProviderID: id, Name: req.Name, Tag: tag, OwnerUID: req.OwnerUID}
+		want[req.Name] = provider.Instance{ProviderID: id, Name: req.Name, Tag: tag, OwnerUID: req.OwnerUID, SpecHash: req.SpecHash}
 	}
 	got := map[string]provider.Instance{}
 	for _, inst := range s.list(tag) {
@@ -564,6 +566,8 @@ func (s *suite) requestFrom(tmpl provider.CreateRequest, tag string) provider.Cr
 	req.Name = provider.NameFromUID(uid)
 	req.Tag = tag
 	req.OwnerUID = uid
+	// Distinct per request, so a provider that mixed them up is caught.
+	req.SpecHash = strings.ToLower(provider.NameFromUID(uuid.NewUUID())[len("proxy-"):])
 	return req
 }
 

@@ -71,6 +71,8 @@ func TestDevEnvironment(t *testing.T) {
 		// The fake Compute Engine's squids, disjoint from the agent's.
 		GCEPoolFirst: netip.MustParseAddr("127.0.9.100"),
 		GCEPoolLast:  netip.MustParseAddr("127.0.9.140"),
+		// As docs/gc.md shows, to watch the orphan collector work.
+		OperatorArgs: []string{"--gc-interval=2s", "--gc-min-age=1m"},
 	})
 	if err != nil {
 		dumpLogs(t, dir)
@@ -94,6 +96,7 @@ func TestDevEnvironment(t *testing.T) {
 	t.Run("HTTP list, lease, curl -x, report, release", h.httpLeaseCycle)
 	t.Run("waiting HTTP lease granted on release", h.waitingLease)
 	t.Run("ProxyLease through kube-apiserver", h.proxyLease)
+	t.Run("orphan collector deletes a planted VM and spares the fleet", h.orphanCollected)
 
 	t.Run("teardown leaves no processes", func(t *testing.T) {
 		dirs := env.ProcessDirs()
@@ -405,6 +408,61 @@ func curlNoFatal(token string, args ...string) (int, string) {
 		return code, ""
 	}
 	return code, s[:i]
+}
+
+// orphanCollected plants a VM in the fake Compute Engine as a crashed
+// operator would leave it (this deployment's tag, the UID of no Proxy, an
+// hour old) next to a young one, and waits for the collector to delete the
+// old one only; the sample fleet's VMs stay.
+func (h *harness) orphanCollected(t *testing.T) {
+	if h.env.GCE == nil {
+		t.Skip("the dev environment runs against another Compute Engine endpoint")
+	}
+	labels := map[string]string{"proxy-operator-tag": "proxy-operator", "proxy-operator-uid": "uid-of-a-proxy-long-gone"}
+	if err := h.env.GCE.Plant(h.env.GCPProject, "us-central1-a", "proxy-dev-orphan", labels, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.env.GCE.Plant(h.env.GCPProject, "us-central1-a", "proxy-dev-young", labels, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	fleet := func() (names []string, orphan, young bool) {
+		for _, in := range h.env.GCE.Instances() {
+			switch {
+			case in.Name == "proxy-dev-orphan":
+				orphan = in.Status != "STOPPING"
+			case in.Name == "proxy-dev-young":
+				young = true
+			default:
+				names = append(names, in.Name)
+			}
+		}
+		return names, orphan, young
+	}
+	before, _, _ := fleet()
+	if len(before) == 0 {
+		t.Fatal("the sample fleet has no VMs: nothing shows that the collector spares live instances")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, orphan, _ := fleet()
+		if !orphan {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the planted orphan VM was not deleted within 30s (--gc-interval=2s)")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	after, _, young := fleet()
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("the fleet's VMs changed (-before +after):\n%s", diff)
+	}
+	if !young {
+		t.Error("the collector deleted a VM younger than --gc-min-age")
+	}
+	if v := metric(t, h.env.MetricsURL, `proxy_operator_gc_deleted_total{provider="gcp"}`); v != "1" {
+		t.Errorf(`proxy_operator_gc_deleted_total{provider="gcp"} = %q, want 1`, v)
+	}
 }
 
 // metric returns the value of one sample of /metrics ("" if absent).
