@@ -11,9 +11,10 @@
 // failed by the provider), status.go (conditions, phase, the deferred patch),
 // events.go (Kubernetes Events on transitions).
 //
-// It depends on the API types, the provider contract (pkg/provider) and
-// controller-runtime. It must not import concrete providers
-// (pkg/provider/kubernetes, pkg/provider/gcp), pkg/metrics, the health
-// engine or cmd: those are wired by the composition root through the small
-// interfaces declared here (Providers, HealthSource).
+// It depends on the API types, the provider contract (pkg/provider), the
+// health engine's Snapshot type (pkg/health) and controller-runtime. It must
+// not import concrete providers (pkg/provider/kubernetes, pkg/provider/gcp),
+// pkg/metrics or cmd, and uses the engine only through the small interface
+// declared here (HealthSource), which *health.Engine satisfies; the
+// composition root wires both.
 package controller

@@ -2,45 +2,28 @@ package controller
 
 import (
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/health"
 )
 
 // HealthSource is the health engine as the reconciler sees it: the engine owns
-// health state, the reconciler its representation in status.
+// health state, the reconciler its representation in status. *health.Engine
+// implements it. A snapshot's Reason, when empty, means ProbeSucceeded when
+// Healthy and ProbeFailed otherwise; a zero Latency or CheckedAt leaves
+// status.latencyMillis or lastHealthCheckTime as they are; a ProxyURL other
+// than the Proxy's current one marks a verdict about a previous instance,
+// which is ignored.
 type HealthSource interface {
 	// Snapshot returns the current verdict for the Proxy key, and false when
 	// the engine has none (never probed, or state pruned after the instance
 	// changed). It must be cheap, non-blocking and safe for concurrent use;
 	// the returned value is the caller's.
-	Snapshot(key types.NamespacedName) (HealthSnapshot, bool)
-}
-
-// HealthSnapshot is one verdict of the health engine: only the values that
-// belong in status, so an unchanged snapshot causes no status write.
-type HealthSnapshot struct {
-	// Healthy is the thresholded verdict.
-	Healthy bool
-	// Reason is the Healthy condition's reason; empty means ProbeSucceeded
-	// when Healthy, ProbeFailed otherwise.
-	Reason string
-	// Message explains the verdict (e.g. the last probe error).
-	Message string
-	// Latency is the latency to report; zero leaves status.latencyMillis
-	// unset.
-	Latency time.Duration
-	// ObservedAt is the time of the last status-affecting probe; it becomes
-	// status.lastHealthCheckTime. Zero leaves it unset.
-	ObservedAt time.Time
-	// ProxyURL is the proxy URL the verdict was probed through. When set and
-	// different from the Proxy's current URL the snapshot is about a
-	// previous instance and the reconciler ignores it.
-	ProxyURL string
+	Snapshot(key types.NamespacedName) (health.Snapshot, bool)
 }
 
 // applyHealth stages the engine's verdict, if any, into the Healthy
@@ -78,8 +61,8 @@ func (r *ProxyReconciler) applyHealth(rc *reconcileCtx) {
 	} else {
 		p.Status.LatencyMillis = nil
 	}
-	if !snap.ObservedAt.IsZero() {
-		t := apiTime(snap.ObservedAt)
+	if !snap.CheckedAt.IsZero() {
+		t := apiTime(snap.CheckedAt)
 		p.Status.LastHealthCheckTime = &t
 	} else {
 		p.Status.LastHealthCheckTime = nil

@@ -157,7 +157,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		Selector:  req.Selector,
 		Target:    req.Target,
 		TTL:       time.Duration(req.TTLSeconds) * time.Second,
-		Holder:    HolderPrefix + identity,
+		Holder:    holderOf(r),
 		Flow:      flowFor(identity, req.Flow),
 	}
 	var l *lease.Lease
@@ -218,8 +218,19 @@ func (s *Server) acquireFailed(w http.ResponseWriter, r *http.Request, err error
 	}
 }
 
+// holderOf is the holder of the leases the caller of r makes and may change.
+func holderOf(r *http.Request) string { return HolderPrefix + identityFrom(r.Context()) }
+
+// writeNotHolder answers a change to another identity's lease.
+func writeNotHolder(w http.ResponseWriter, err error) {
+	writeError(w, http.StatusForbidden, wire.CodeForbidden, err.Error())
+}
+
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
-	s.opts.Leaser.Release(r.PathValue("id"))
+	if _, err := s.opts.Leaser.ReleaseAs(holderOf(r), r.PathValue("id")); lease.IsNotHolder(err) {
+		writeNotHolder(w, err)
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -233,10 +244,12 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		writeDecodeError(w, err)
 		return
 	}
-	err = s.opts.Leaser.Report(r.PathValue("id"), req.Result, req.Target)
+	err = s.opts.Leaser.ReportAs(holderOf(r), r.PathValue("id"), req.Result, req.Target)
 	switch {
 	case err == nil:
 		w.WriteHeader(http.StatusNoContent)
+	case lease.IsNotHolder(err):
+		writeNotHolder(w, err)
 	case lease.IsInvalidResult(err):
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidResult,
 			"result "+strconv.Quote(req.Result)+" is not one of ok, rate_limited, banned")
@@ -258,10 +271,12 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 		writeDecodeError(w, err)
 		return
 	}
-	l, err := s.opts.Leaser.Renew(r.PathValue("id"), time.Duration(req.TTLSeconds)*time.Second)
+	l, err := s.opts.Leaser.RenewAs(holderOf(r), r.PathValue("id"), time.Duration(req.TTLSeconds)*time.Second)
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusOK, toWireLease(l))
+	case lease.IsNotHolder(err):
+		writeNotHolder(w, err)
 	case lease.IsUnknownLease(err):
 		writeError(w, http.StatusNotFound, wire.CodeUnknownLease, "no lease "+strconv.Quote(r.PathValue("id")))
 	case lease.IsLeaseEnded(err):

@@ -14,12 +14,18 @@ type Leaser interface {
 	// (lease.IsNoMatch), a *lease.TTLError or lease.ErrNegativeTTL.
 	Acquire(req lease.AcquireRequest) (*lease.Lease, error)
 	// Release ends a lease; idempotent, reports whether this call ended it.
+	// The handlers use it only for a lease they just granted.
 	Release(id string) bool
-	// Report records a result; errors: lease.ErrInvalidResult, lease.ErrUnknownLease.
-	Report(id, result, target string) error
-	// Renew extends a lease to ttl from now (0 = its TTL); errors:
-	// *lease.TTLError, lease.ErrNegativeTTL, lease.ErrLeaseEnded, lease.ErrUnknownLease.
-	Renew(id string, ttl time.Duration) (*lease.Lease, error)
+	// ReleaseAs ends a lease of holder; another holder's live lease stays
+	// and the error is a *lease.NotHolderError.
+	ReleaseAs(holder, id string) (bool, error)
+	// ReportAs records a result on a lease of holder; errors:
+	// lease.ErrInvalidResult, lease.ErrUnknownLease, *lease.NotHolderError.
+	ReportAs(holder, id, result, target string) error
+	// RenewAs extends a lease of holder to ttl from now (0 = its TTL);
+	// errors: *lease.TTLError, lease.ErrNegativeTTL, lease.ErrLeaseEnded,
+	// lease.ErrUnknownLease, *lease.NotHolderError.
+	RenewAs(holder, id string, ttl time.Duration) (*lease.Lease, error)
 	// Counts returns live leases per proxy.
 	Counts() map[lease.ProxyKey]int
 	// MaxTTL is the longest TTL Acquire and Renew accept (--max-lease-ttl).

@@ -591,3 +591,52 @@ func TestNewValidates(t *testing.T) {
 		t.Error("SingleToken(\"\") should disable auth")
 	}
 }
+
+// Only the holder changes a lease over HTTP: another token's identity gets
+// 403 forbidden with a JSON body on release, report and renew, and the lease
+// stays exactly as it was; the holder's own calls work.
+func TestOnlyTheHolderChangesALease(t *testing.T) {
+	e := newEnv(t)
+	l := e.acquire(`{"selector":{"region":"eu"},"ttlSeconds":60,"target":"example.com"}`)
+	before, ok := e.store.Get(l.LeaseID)
+	if !ok {
+		t.Fatal("the lease is not live")
+	}
+	alice := "Bearer " + aliceToken
+	for _, c := range []struct{ method, path, body string }{
+		{"DELETE", "/v1/leases/" + l.LeaseID, ""},
+		{"POST", "/v1/leases/" + l.LeaseID + "/report", `{"result":"banned"}`},
+		{"POST", "/v1/leases/" + l.LeaseID + "/renew", `{"ttlSeconds":600}`},
+	} {
+		r := e.do(c.method, c.path, c.body, alice)
+		var body wire.Error
+		strictDecode(t, r.body, &body)
+		if r.status != http.StatusForbidden || body.Error != wire.CodeForbidden || !strings.Contains(body.Message, l.LeaseID) {
+			t.Errorf("%s %s as another identity = %d %+v; want 403 forbidden naming the lease", c.method, c.path, r.status, body)
+		}
+	}
+	after, ok := e.store.Get(l.LeaseID)
+	if !ok || !after.ExpiresAt.Equal(before.ExpiresAt) || after.LastResult != "" {
+		t.Fatalf("after another identity's calls the lease is %+v (live %v); want it untouched", after, ok)
+	}
+
+	// Negative control: the holder's token does the same calls.
+	own := "Bearer " + token
+	if r := e.do("POST", "/v1/leases/"+l.LeaseID+"/report", `{"result":"ok"}`, own); r.status != http.StatusNoContent {
+		t.Errorf("report by the holder = %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/leases/"+l.LeaseID+"/renew", `{"ttlSeconds":600}`, own); r.status != http.StatusOK {
+		t.Errorf("renew by the holder = %d %s", r.status, r.body)
+	}
+	if r := e.do("DELETE", "/v1/leases/"+l.LeaseID, "", own); r.status != http.StatusNoContent {
+		t.Errorf("release by the holder = %d %s", r.status, r.body)
+	}
+	if _, ok := e.store.Get(l.LeaseID); ok {
+		t.Error("the holder's release left the lease live")
+	}
+	// Released: another identity's release of it is the idempotent 204 of
+	// a lease that is gone (it frees nothing).
+	if r := e.do("DELETE", "/v1/leases/"+l.LeaseID, "", alice); r.status != http.StatusNoContent {
+		t.Errorf("release of an ended lease by another identity = %d %s, want 204", r.status, r.body)
+	}
+}

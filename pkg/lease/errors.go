@@ -52,6 +52,24 @@ var ErrInvalidResult = errors.New("invalid result: want ok, rate_limited or bann
 // IsInvalidResult reports whether err is (or wraps) ErrInvalidResult.
 func IsInvalidResult(err error) bool { return errors.Is(err, ErrInvalidResult) }
 
+// ErrNotHolder: a release, renewal or report on a lease by someone other
+// than its holder. The lease is left as it was.
+var ErrNotHolder = errors.New("not the holder of this lease")
+
+// NotHolderError is the ErrNotHolder of one lease. It names the lease, never
+// its holder: the caller may not know who holds it.
+type NotHolderError struct{ ID string }
+
+func (e *NotHolderError) Error() string {
+	return fmt.Sprintf("lease %s is held by another identity", e.ID)
+}
+
+// Is makes errors.Is(err, ErrNotHolder) true.
+func (e *NotHolderError) Is(target error) bool { return target == ErrNotHolder }
+
+// IsNotHolder reports whether err is (or wraps) ErrNotHolder.
+func IsNotHolder(err error) bool { return errors.Is(err, ErrNotHolder) }
+
 // ErrNegativeTTL: a TTL below zero.
 var ErrNegativeTTL = errors.New("ttl must not be negative")
 

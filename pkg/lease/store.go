@@ -102,6 +102,7 @@ type leaseEntry struct {
 type tombstone struct {
 	proxy  ProxyKey
 	target string
+	holder string
 	until  time.Time
 }
 
@@ -399,7 +400,7 @@ func (s *Store) endLocked(le *leaseEntry, endedAt time.Time, reason Reason, p *p
 		delete(s.flows, le.Flow)
 	}
 	until := endedAt.Add(s.opts.CooldownWindow)
-	s.tombs[le.ID] = tombstone{proxy: le.proxy.key, target: le.Target, until: until}
+	s.tombs[le.ID] = tombstone{proxy: le.proxy.key, target: le.Target, holder: le.Holder, until: until}
 	s.tombQ = append(s.tombQ, tombRef{id: le.ID, until: until})
 	e := le.proxy
 	s.setLeasesLocked(e, e.leases-1)
@@ -687,18 +688,37 @@ func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duratio
 // ended the lease (false for unknown, already released or expired IDs). A
 // released lease stays reportable for CooldownWindow.
 func (s *Store) Release(id string) bool {
+	ok, _ := s.ReleaseAs(AnyHolder, id)
+	return ok
+}
+
+// ReleaseAs is Release on behalf of holder: a live lease held by another
+// holder is left alone and the answer is a *NotHolderError. AnyHolder
+// releases whoever holds it.
+func (s *Store) ReleaseAs(holder, id string) (bool, error) {
 	var p pending
 	s.mu.Lock()
 	now := s.now()
 	s.advanceLocked(now, &p)
 	le := s.leases[id]
+	if le != nil && !mayChange(holder, le.Holder) {
+		s.unlockAndNotify(&p)
+		return false, &NotHolderError{ID: id}
+	}
 	if le != nil {
 		heap.Remove(&s.expiries, le.heapIndex)
 		s.endLocked(le, now, Released, &p)
 	}
 	s.unlockAndNotify(&p)
-	return le != nil
+	return le != nil, nil
 }
+
+// AnyHolder is the holder argument of a caller whose right to change any
+// lease was decided elsewhere (Kubernetes RBAC on ProxyLeases).
+const AnyHolder = ""
+
+// mayChange reports whether caller may change a lease held by holder.
+func mayChange(caller, holder string) bool { return caller == AnyHolder || caller == holder }
 
 // Report records how a request through the leased proxy went. rate_limited
 // and banned put the (proxy, target) pair in cooldown for CooldownWindow
@@ -710,6 +730,12 @@ func (s *Store) Release(id string) bool {
 //
 // Errors: ErrInvalidResult (checked first), ErrUnknownLease.
 func (s *Store) Report(id, result, target string) error {
+	return s.ReportAs(AnyHolder, id, result, target)
+}
+
+// ReportAs is Report on behalf of holder: a report on a lease (live or
+// ended) of another holder records nothing and is a *NotHolderError.
+func (s *Store) ReportAs(holder, id, result, target string) error {
 	if !ValidResult(result) {
 		return fmt.Errorf("reporting %q on lease %s: %w", result, id, ErrInvalidResult)
 	}
@@ -721,8 +747,16 @@ func (s *Store) Report(id, result, target string) error {
 	var leaseTarget string
 	le := s.leases[id]
 	if le != nil {
+		if !mayChange(holder, le.Holder) {
+			s.unlockAndNotify(&p)
+			return &NotHolderError{ID: id}
+		}
 		e, leaseTarget = le.proxy, le.Target
 	} else if t, ok := s.tombs[id]; ok && t.until.After(now) {
+		if !mayChange(holder, t.holder) {
+			s.unlockAndNotify(&p)
+			return &NotHolderError{ID: id}
+		}
 		e, leaseTarget = s.entryLocked(t.proxy), t.target
 	} else {
 		s.unlockAndNotify(&p)
@@ -750,6 +784,12 @@ func (s *Store) Report(id, result, target string) error {
 // Errors: ErrNegativeTTL, *TTLError, ErrLeaseEnded (released or expired
 // recently), ErrUnknownLease.
 func (s *Store) Renew(id string, ttl time.Duration) (*Lease, error) {
+	return s.RenewAs(AnyHolder, id, ttl)
+}
+
+// RenewAs is Renew on behalf of holder: a live lease of another holder is
+// left as it is and the answer is a *NotHolderError.
+func (s *Store) RenewAs(holder, id string, ttl time.Duration) (*Lease, error) {
 	if ttl != 0 {
 		if _, err := s.ttlFor(ttl); err != nil {
 			return nil, fmt.Errorf("renewing lease %s: %w", id, err)
@@ -764,9 +804,16 @@ func (s *Store) Renew(id string, ttl time.Duration) (*Lease, error) {
 		t, ended := s.tombs[id]
 		s.unlockAndNotify(&p)
 		if ended && t.until.After(now) {
+			if !mayChange(holder, t.holder) {
+				return nil, &NotHolderError{ID: id}
+			}
 			return nil, fmt.Errorf("renewing lease %s: %w", id, ErrLeaseEnded)
 		}
 		return nil, fmt.Errorf("renewing lease %s: %w", id, ErrUnknownLease)
+	}
+	if !mayChange(holder, le.Holder) {
+		s.unlockAndNotify(&p)
+		return nil, &NotHolderError{ID: id}
 	}
 	if ttl == 0 {
 		ttl = min(le.TTL, s.opts.MaxTTL)

@@ -741,3 +741,57 @@ func TestDuplicateIDsAreRejected(t *testing.T) {
 		t.Errorf("count = %d after a refused grant", got)
 	}
 }
+
+// Only the holder changes a lease: another holder's release, renewal and
+// report leave it exactly as it was, live or ended; AnyHolder and the holder
+// itself may.
+func TestOnlyTheHolderChangesALease(t *testing.T) {
+	s, fc := newTestStore(t, Options{MaxTTL: time.Hour, CooldownWindow: time.Minute})
+	s.UpsertProxy(px("ns", "p1", 10))
+	l := mustAcquire(t, s, AcquireRequest{Namespace: "ns", Holder: "http:alice", Flow: "http:alice", TTL: 10 * time.Minute, Target: "example.com"})
+
+	if ok, err := s.ReleaseAs("http:mallory", l.ID); ok || !IsNotHolder(err) {
+		t.Errorf("ReleaseAs(other) = %v, %v; want false and a NotHolderError", ok, err)
+	}
+	if _, err := s.RenewAs("http:mallory", l.ID, time.Hour); !IsNotHolder(err) {
+		t.Errorf("RenewAs(other) = %v, want a NotHolderError", err)
+	}
+	if err := s.ReportAs("http:mallory", l.ID, ResultBanned, ""); !IsNotHolder(err) {
+		t.Errorf("ReportAs(other) = %v, want a NotHolderError", err)
+	}
+	got, ok := s.Get(l.ID)
+	if !ok || !got.ExpiresAt.Equal(l.ExpiresAt) || got.LastResult != "" {
+		t.Fatalf("after another holder's calls the lease is %+v (live %v); want it untouched", got, ok)
+	}
+	// The ban was not recorded: the proxy is still leasable for the target.
+	if _, err := s.Acquire(AcquireRequest{Namespace: "ns", Holder: "http:bob", Target: "example.com"}); !IsNoMatch(err) {
+		t.Fatalf("second lease on an exclusive proxy: %v, want no match (it is leased, not cooling down)", err)
+	}
+	if err := s.Diagnose(AcquireRequest{Namespace: "ns", Target: "example.com"}); err.InCooldown != 0 {
+		t.Errorf("the non-holder's ban put the proxy in cooldown: %+v", err)
+	}
+
+	// The holder may, and its release ends the lease; the ended lease
+	// still refuses another holder's report.
+	if _, err := s.RenewAs("http:alice", l.ID, 20*time.Minute); err != nil {
+		t.Errorf("RenewAs(holder) = %v", err)
+	}
+	if ok, err := s.ReleaseAs("http:alice", l.ID); !ok || err != nil {
+		t.Fatalf("ReleaseAs(holder) = %v, %v; want true, nil", ok, err)
+	}
+	fc.Step(time.Second)
+	if err := s.ReportAs("http:mallory", l.ID, ResultBanned, ""); !IsNotHolder(err) {
+		t.Errorf("ReportAs(other) on an ended lease = %v, want a NotHolderError", err)
+	}
+	if _, err := s.RenewAs("http:mallory", l.ID, time.Minute); !IsNotHolder(err) {
+		t.Errorf("RenewAs(other) on an ended lease = %v, want a NotHolderError (not a hint that it existed)", err)
+	}
+	if err := s.ReportAs("http:alice", l.ID, ResultBanned, ""); err != nil {
+		t.Errorf("ReportAs(holder) on an ended lease = %v", err)
+	}
+	// AnyHolder (the Kubernetes API, where RBAC decides) may change any lease.
+	l2 := mustAcquire(t, s, AcquireRequest{Namespace: "ns", Holder: "http:bob", Target: "other.example"})
+	if ok, err := s.ReleaseAs(AnyHolder, l2.ID); !ok || err != nil {
+		t.Errorf("ReleaseAs(AnyHolder) = %v, %v; want true, nil", ok, err)
+	}
+}

@@ -247,8 +247,8 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 	}
 	opts.MetricsAddr = hostPort(metricsPort)
 	opts.HealthProbeAddr = hostPort(probePort)
-	opts.Leasing.DiscoveryAddr = hostPort(discoveryPort)
-	opts.Leasing.DiscoveryTokenFile = tokenPath
+	opts.Discovery.Addr = hostPort(discoveryPort)
+	opts.Discovery.TokenFile = tokenPath
 	opts.APIServer.SecureServing.Listener = c.apiListener
 	opts.APIServer.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
 	opts.APIServer.SecureServing.BindPort = apiPort

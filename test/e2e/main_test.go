@@ -224,7 +224,7 @@ func operatorOptions() *app.Options {
 	opts.HealthProbeAddr = "0"
 	// The lease APIs have their own e2e packages; off here so nothing binds
 	// a fixed port (:8090, :7443) that another process may hold.
-	opts.Leasing.DiscoveryAddr = "0"
+	opts.Discovery.Addr = "0"
 	opts.APIServer.SecureServing.BindPort = 0
 	opts.Kubernetes.NodeName = nodeName
 	opts.Intervals.ProvisioningPoll = 250 * time.Millisecond

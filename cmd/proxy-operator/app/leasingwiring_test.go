@@ -28,6 +28,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // The lease servers keep their state in the process, so every outcome the
@@ -106,15 +107,16 @@ func TestDiscoveryServerTellsTokensApart(t *testing.T) {
 			if err := os.WriteFile(tokenFile, []byte(tt.file), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			o := DefaultLeasingOptions()
-			o.DiscoveryTokenFile = tokenFile
+			o := discovery.DefaultServingOptions()
+			o.TokenFile = tokenFile
 			// The file wins: this token must be refused.
-			tokens, err := o.DiscoveryTokens(func(string) string { return "token-env" })
+			tokens, err := o.Tokens(func(string) string { return "token-env" })
 			if err != nil {
 				t.Fatal(err)
 			}
 			clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			store, err := lease.New(o.storeOptions(), clk)
+			lo := leasing.DefaultOptions()
+			store, err := lease.New(lo.StoreOptions(), clk)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -282,7 +284,7 @@ func leasingProblems(t *testing.T, m manifests) []string {
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	wantPorts := map[string]int32{"discovery": portOf(o.Leasing.DiscoveryAddr), "apiserver": int32(o.APIServer.SecureServing.BindPort),
+	wantPorts := map[string]int32{"discovery": portOf(o.Discovery.Addr), "apiserver": int32(o.APIServer.SecureServing.BindPort),
 		"probes": portOf(o.HealthProbeAddr)}
 	for name, want := range wantPorts {
 		if got, ok := ports[name]; !ok || got != want {
@@ -349,7 +351,7 @@ func leasingProblems(t *testing.T, m manifests) []string {
 		}
 		bad("%s %s is under no volume mount", flag, file)
 	}
-	fromSecret("--discovery-token-file", o.Leasing.DiscoveryTokenFile)
+	fromSecret("--discovery-token-file", o.Discovery.TokenFile)
 	fromSecret("--apiserver-tls-cert-file", o.APIServer.SecureServing.ServerCert.CertKey.CertFile)
 	fromSecret("--apiserver-tls-private-key-file", o.APIServer.SecureServing.ServerCert.CertKey.KeyFile)
 

@@ -15,7 +15,10 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/gc"
+	"github.com/proxy-operator/proxy-operator/pkg/health"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
@@ -56,14 +59,15 @@ type Options struct {
 	GCP gcp.Options
 
 	// Health configures the health engine.
-	Health HealthOptions
+	Health health.Settings
 
 	// GC configures the orphan garbage collector (its own --gc-* flags).
 	GC gc.Options
 
-	// Leasing configures the lease store, the HTTP discovery API and the
-	// wait queue of both lease APIs.
-	Leasing LeasingOptions
+	// Leasing configures the lease store and the wait queue of both lease
+	// APIs; Discovery the HTTP discovery API (its --discovery-* flags).
+	Leasing   leasing.Options
+	Discovery discovery.ServingOptions
 	// APIServer configures the aggregated ProxyLease API server (its own
 	// flag set, every flag prefixed --apiserver-; --apiserver-secure-port=0
 	// disables it).
@@ -88,8 +92,9 @@ func NewOptions() *Options {
 		ReconcileTimeout: 2 * time.Minute,
 		GCP:              gcp.DefaultOptions(),
 		GC:               gc.DefaultOptions(),
-		Health:           DefaultHealthOptions(),
-		Leasing:          DefaultLeasingOptions(),
+		Health:           health.DefaultSettings(),
+		Leasing:          leasing.DefaultOptions(),
+		Discovery:        discovery.DefaultServingOptions(),
 		APIServer:        apiserver.NewOptions(),
 		Zap:              zap.Options{Development: false},
 	}
@@ -122,6 +127,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 	o.Health.AddFlags(fs)
 	o.GC.AddFlags(fs)
+	o.Discovery.AddFlags(fs)
 	o.Leasing.AddFlags(fs)
 	fs.AddFlagSet(o.APIServer.FlagSet())
 
@@ -207,6 +213,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := o.GC.CheckScope(o.WatchNamespaces); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Discovery.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := o.Leasing.Validate(); err != nil {

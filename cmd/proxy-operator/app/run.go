@@ -126,15 +126,9 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	// The health engine is leader-elected like the reconciler; it owns
 	// health state and hands verdicts to the reconciler, the single writer
 	// of status, over its event channel and snapshots.
-	engine, err := health.New(health.Options{
-		Workers:           o.Health.Workers,
-		Tick:              o.Health.Tick,
-		MinReportInterval: o.Health.MinReportInterval,
-		EventBuffer:       o.Health.EventBuffer,
-		Clock:             clock.RealClock{},
-		Reader:            mgr.GetCache(),
-		Metrics:           m,
-	})
+	hopts := health.Options{Clock: clock.RealClock{}, Reader: mgr.GetCache(), Metrics: m}
+	o.Health.Apply(&hopts)
+	engine, err := health.New(hopts)
 	if err != nil {
 		return fmt.Errorf("creating health engine: %w", err)
 	}
@@ -150,7 +144,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		Client:       mgr.GetClient(),
 		Providers:    providers,
 		Recorder:     mgr.GetEventRecorder(EventReporter),
-		Health:       HealthSource(engine),
+		Health:       engine,
 		HealthEvents: engine.Events(),
 		Intervals:    o.Intervals,
 		Clock:        clock.RealClock{},

@@ -96,6 +96,9 @@ func IsLeaseEnded(err error) bool { return hasCode(err, wire.CodeLeaseEnded) }
 // IsUnauthorized: missing or wrong token (401).
 func IsUnauthorized(err error) bool { return hasCode(err, wire.CodeUnauthorized) }
 
+// IsForbidden: 403 forbidden, the lease is another identity's.
+func IsForbidden(err error) bool { return hasCode(err, wire.CodeForbidden) }
+
 // IsTTLTooLong: ttlSeconds over the server maximum (400); see APIError.MaxTTLSeconds.
 func IsTTLTooLong(err error) bool { return hasCode(err, wire.CodeTTLTooLong) }
 

@@ -46,7 +46,8 @@ func newServer(t *testing.T) (*httptest.Server, *lease.Store, *clocktesting.Fake
 		Attributes: map[string]string{"region": "eu"}, LatencyMillis: 3, Healthy: true})
 	store.UpsertProxy(lease.ProxyInfo{Namespace: "a", Name: "p2", Attributes: map[string]string{"region": "us"}, Healthy: false})
 	w := &fullWaiter{}
-	s, err := discovery.New(discovery.Options{Tokens: discovery.SingleToken("tok"), Leaser: store, Lister: store, Waiter: w, Clock: fc})
+	s, err := discovery.New(discovery.Options{Tokens: map[string]string{"tok": discovery.DefaultIdentity, "other-tok": "other"},
+		Leaser: store, Lister: store, Waiter: w, Clock: fc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,5 +171,39 @@ func TestClientErrors(t *testing.T) {
 	var apiErr *client.APIError
 	if _, err := pc.ListProxies(ctx, client.ListOptions{}); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "" {
 		t.Errorf("plain-text error: %v", err)
+	}
+}
+
+// Another identity's release, report and renew are 403 forbidden, which
+// IsForbidden recognises, and the lease stays.
+func TestClientForbidden(t *testing.T) {
+	srv, store, _, _ := newServer(t)
+	ctx := context.Background()
+	holder, err := client.New(srv.URL, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := client.New(srv.URL, "other-tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := holder.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"region": "eu"}, TTLSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Release(ctx, l.LeaseID); !client.IsForbidden(err) {
+		t.Errorf("Release by another identity = %v, want forbidden", err)
+	}
+	if err := other.Report(ctx, l.LeaseID, wire.ResultBanned, ""); !client.IsForbidden(err) {
+		t.Errorf("Report by another identity = %v, want forbidden", err)
+	}
+	if _, err := other.Renew(ctx, l.LeaseID, time.Minute); !client.IsForbidden(err) {
+		t.Errorf("Renew by another identity = %v, want forbidden", err)
+	}
+	if _, ok := store.Get(l.LeaseID); !ok {
+		t.Error("another identity's calls ended the lease")
+	}
+	if client.IsForbidden(holder.Release(ctx, l.LeaseID)) {
+		t.Error("the holder's own release is forbidden")
 	}
 }

@@ -17,6 +17,8 @@ const (
 	CodeInvalidQuery = "invalid_query"
 	// 401: missing or wrong bearer token.
 	CodeUnauthorized = "unauthorized"
+	// 403: the lease is held by another identity (release, report, renew).
+	CodeForbidden = "forbidden"
 	// 404: no such route.
 	CodeNotFound = "not_found"
 	// 405: the route exists, the method does not (Allow header lists them).

@@ -296,8 +296,8 @@ func (e *env) operatorOptions() (*app.Options, error) {
 	opts.HealthProbeAddr = fmt.Sprintf("127.0.0.1:%d", probePort)
 	opts.Intervals.RequeueNow = 50 * time.Millisecond
 	opts.Health.Tick = 100 * time.Millisecond
-	opts.Leasing.DiscoveryAddr = fmt.Sprintf("127.0.0.1:%d", discoveryPort)
-	opts.Leasing.DiscoveryTokenFile = tokenFile
+	opts.Discovery.Addr = fmt.Sprintf("127.0.0.1:%d", discoveryPort)
+	opts.Discovery.TokenFile = tokenFile
 	opts.Leasing.MaxLeasesPerProxy = 1
 	opts.Leasing.QueueMaxPerFlow = queueMaxPerFlow
 	opts.Leasing.QueueRetryAfter = queueRetryAfter

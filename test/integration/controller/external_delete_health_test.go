@@ -12,6 +12,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
+	"github.com/proxy-operator/proxy-operator/pkg/health"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 )
 
@@ -36,7 +37,7 @@ func TestExternalMode(t *testing.T) {
 	}
 
 	at := time.Date(2030, 1, 2, 3, 4, 5, 600, time.UTC)
-	e.health.set(e.key("ext"), controller.HealthSnapshot{Healthy: true, Latency: 42 * time.Millisecond, ObservedAt: at, ProxyURL: "http://127.0.0.7:8888"})
+	e.health.set(e.key("ext"), health.Snapshot{Healthy: true, Latency: 42 * time.Millisecond, CheckedAt: at, ProxyURL: "http://127.0.0.7:8888"})
 	e.notify("ext")
 	p = e.waitProxy("ext", "Ready", func(p *crawlv1alpha1.Proxy) bool { return p.Status.Phase == crawlv1alpha1.PhaseReady })
 	if p.Status.LatencyMillis == nil || *p.Status.LatencyMillis != 42 {
@@ -121,21 +122,21 @@ func TestHealthRepresentation(t *testing.T) {
 	key := e.key("hp")
 
 	// Negative control: a verdict about a previous address is not applied.
-	e.health.set(key, controller.HealthSnapshot{Healthy: true, ProxyURL: "http://192.0.2.250:3128"})
+	e.health.set(key, health.Snapshot{Healthy: true, ProxyURL: "http://192.0.2.250:3128"})
 	e.notify("hp")
 	time.Sleep(time.Second)
 	if got := e.get("hp"); got.Status.Phase != crawlv1alpha1.PhaseProvisioning || meta.FindStatusCondition(got.Status.Conditions, crawlv1alpha1.ConditionHealthy) != nil {
 		t.Fatalf("stale snapshot applied: %s", describe(got))
 	}
 
-	e.health.set(key, controller.HealthSnapshot{Healthy: true, Latency: 15 * time.Millisecond, ObservedAt: time.Now(), ProxyURL: url})
+	e.health.set(key, health.Snapshot{Healthy: true, Latency: 15 * time.Millisecond, CheckedAt: time.Now(), ProxyURL: url})
 	e.notify("hp")
 	p = e.waitCondition("hp", crawlv1alpha1.ConditionHealthy, metav1.ConditionTrue, crawlv1alpha1.ReasonProbeSucceeded)
 	if p.Status.Phase != crawlv1alpha1.PhaseReady || p.Status.LatencyMillis == nil || *p.Status.LatencyMillis != 15 {
 		t.Errorf("after healthy: %s latency %v", describe(p), p.Status.LatencyMillis)
 	}
 
-	e.health.set(key, controller.HealthSnapshot{Healthy: false, Message: "probe timed out", ObservedAt: time.Now(), ProxyURL: url})
+	e.health.set(key, health.Snapshot{Healthy: false, Message: "probe timed out", CheckedAt: time.Now(), ProxyURL: url})
 	e.notify("hp")
 	p = e.waitCondition("hp", crawlv1alpha1.ConditionHealthy, metav1.ConditionFalse, crawlv1alpha1.ReasonProbeFailed)
 	if p.Status.Phase != crawlv1alpha1.PhaseUnhealthy {
@@ -143,7 +144,7 @@ func TestHealthRepresentation(t *testing.T) {
 	}
 	e.waitEvent("hp", corev1.EventTypeWarning, controller.EventReasonUnhealthy)
 
-	e.health.set(key, controller.HealthSnapshot{Healthy: true, Latency: 20 * time.Millisecond, ObservedAt: time.Now(), ProxyURL: url})
+	e.health.set(key, health.Snapshot{Healthy: true, Latency: 20 * time.Millisecond, CheckedAt: time.Now(), ProxyURL: url})
 	e.notify("hp")
 	e.waitProxy("hp", "Ready again", func(p *crawlv1alpha1.Proxy) bool { return p.Status.Phase == crawlv1alpha1.PhaseReady })
 	e.waitEvent("hp", corev1.EventTypeNormal, controller.EventReasonRecovered)
@@ -162,7 +163,7 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	e := newEnv(t, envOptions{intervals: controller.Intervals{DriftPoll: time.Second}})
 	e.create(e.managed("steady"))
 	p := e.waitProvisioned("steady")
-	e.health.set(e.key("steady"), controller.HealthSnapshot{Healthy: true, Latency: 30 * time.Millisecond, ObservedAt: time.Now(), ProxyURL: p.ProxyURL()})
+	e.health.set(e.key("steady"), health.Snapshot{Healthy: true, Latency: 30 * time.Millisecond, CheckedAt: time.Now(), ProxyURL: p.ProxyURL()})
 	e.notify("steady")
 	e.waitProxy("steady", "Ready", func(p *crawlv1alpha1.Proxy) bool { return p.Status.Phase == crawlv1alpha1.PhaseReady })
 	time.Sleep(2 * time.Second) // let the reconcile that followed the last write finish

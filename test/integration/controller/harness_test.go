@@ -31,6 +31,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
+	"github.com/proxy-operator/proxy-operator/pkg/health"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/fake"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 )
@@ -135,7 +136,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		ns:        ns,
 		c:         c,
 		fake:      fake.New(o.fakeOptions...),
-		health:    &fakeHealth{snaps: map[types.NamespacedName]controller.HealthSnapshot{}},
+		health:    &fakeHealth{snaps: map[types.NamespacedName]health.Snapshot{}},
 		healthCh:  make(chan event.TypedGenericEvent[*crawlv1alpha1.Proxy], 16),
 		intervals: iv,
 		logs:      &framework.SyncBuffer{},
@@ -191,13 +192,13 @@ func newEnv(t testing.TB, o envOptions) *env {
 // fakeHealth is a HealthSource whose verdicts the test sets.
 type fakeHealth struct {
 	mu    sync.Mutex
-	snaps map[types.NamespacedName]controller.HealthSnapshot
+	snaps map[types.NamespacedName]health.Snapshot
 	calls int
 }
 
 var _ controller.HealthSource = (*fakeHealth)(nil)
 
-func (f *fakeHealth) Snapshot(key types.NamespacedName) (controller.HealthSnapshot, bool) {
+func (f *fakeHealth) Snapshot(key types.NamespacedName) (health.Snapshot, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -205,7 +206,7 @@ func (f *fakeHealth) Snapshot(key types.NamespacedName) (controller.HealthSnapsh
 	return s, ok
 }
 
-func (f *fakeHealth) set(key types.NamespacedName, s controller.HealthSnapshot) {
+func (f *fakeHealth) set(key types.NamespacedName, s health.Snapshot) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.snaps[key] = s

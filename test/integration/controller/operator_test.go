@@ -58,7 +58,7 @@ func TestOperatorWiring(t *testing.T) {
 	o.HealthProbeAddr = freeAddr(t)
 	// Leasing is out of scope here (and its delegated authn needs rights the
 	// operator role does not hold); off, so nothing binds a fixed port.
-	o.Leasing.DiscoveryAddr = "0"
+	o.Discovery.Addr = "0"
 	o.APIServer.SecureServing.BindPort = 0
 	o.Intervals.ProvisioningPoll = 200 * time.Millisecond
 	o.Intervals.DeletionPoll = 200 * time.Millisecond

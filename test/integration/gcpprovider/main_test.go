@@ -130,7 +130,7 @@ func start() (_ *environment, retErr error) {
 	ctrl.SetLogger(opLog)
 	opts := app.NewOptions()
 	opts.MetricsAddr, opts.HealthProbeAddr = "0", "0"
-	opts.Leasing.DiscoveryAddr = "0"
+	opts.Discovery.Addr = "0"
 	opts.APIServer.SecureServing.BindPort = 0
 	opts.Providers = []string{gcp.Name}
 	opts.GCP.Project, opts.GCP.Endpoint, opts.GCP.RequestTimeout = project, endpoint, 5*time.Second

@@ -159,7 +159,7 @@ func (e *env) startOperator() {
 		Client:       mgr.GetClient(),
 		Providers:    controller.StaticProviders{},
 		Recorder:     mgr.GetEventRecorder(app.EventReporter),
-		Health:       app.HealthSource(eng),
+		Health:       eng,
 		HealthEvents: eng.Events(),
 		Clock:        clock.RealClock{},
 	}

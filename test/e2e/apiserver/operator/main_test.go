@@ -176,7 +176,7 @@ func start(ctx context.Context) (_ *env, err error) {
 	opts.Intervals.DeletionPoll = 250 * time.Millisecond
 	opts.Intervals.RequeueNow = 50 * time.Millisecond
 	opts.Health.Tick = 100 * time.Millisecond
-	opts.Leasing.DiscoveryAddr = fmt.Sprintf("127.0.0.1:%d", discoveryPort)
+	opts.Discovery.Addr = fmt.Sprintf("127.0.0.1:%d", discoveryPort)
 	opts.APIServer.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
 	opts.APIServer.SecureServing.BindPort = apiPort
 	opts.APIServer.SecureServing.ServerCert.CertKey.CertFile = certFile

@@ -1,4 +1,4 @@
-package app
+package health
 
 import (
 	"errors"
@@ -6,17 +6,11 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/proxy-operator/proxy-operator/pkg/controller"
-	"github.com/proxy-operator/proxy-operator/pkg/health"
 )
 
-// Health engine wiring: its flags and the adapter that lets the reconciler
-// read the engine's snapshots. Run adds the engine to the manager.
-
-// HealthOptions are the health engine's settings (see health.Options).
-type HealthOptions struct {
+// Settings are the engine's tunables as flags set them; Apply copies them
+// into Options.
+type Settings struct {
 	// Workers is the number of concurrent probes.
 	Workers int
 	// Tick is how often due proxies are looked for.
@@ -27,18 +21,18 @@ type HealthOptions struct {
 	EventBuffer int
 }
 
-// DefaultHealthOptions returns the engine's defaults.
-func DefaultHealthOptions() HealthOptions {
-	return HealthOptions{
-		Workers:           health.DefaultWorkers,
-		Tick:              health.DefaultTick,
-		MinReportInterval: health.DefaultMinReportInterval,
-		EventBuffer:       health.DefaultEventBuffer,
+// DefaultSettings returns the engine's defaults.
+func DefaultSettings() Settings {
+	return Settings{
+		Workers:           DefaultWorkers,
+		Tick:              DefaultTick,
+		MinReportInterval: DefaultMinReportInterval,
+		EventBuffer:       DefaultEventBuffer,
 	}
 }
 
 // AddFlags registers the health engine's flags on fs.
-func (o *HealthOptions) AddFlags(fs *pflag.FlagSet) {
+func (o *Settings) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Workers, "health-workers", o.Workers, "Concurrent health probes.")
 	fs.DurationVar(&o.Tick, "health-tick", o.Tick, "How often the health engine looks for proxies due a probe.")
 	fs.DurationVar(&o.MinReportInterval, "health-min-report-interval", o.MinReportInterval, "Minimum time between two latency-only status updates of a healthy proxy.")
@@ -46,7 +40,7 @@ func (o *HealthOptions) AddFlags(fs *pflag.FlagSet) {
 }
 
 // Validate reports every invalid health option.
-func (o *HealthOptions) Validate() error {
+func (o *Settings) Validate() error {
 	var errs []error
 	if o.Workers <= 0 {
 		errs = append(errs, fmt.Errorf("--health-workers: must be positive, got %d", o.Workers))
@@ -63,24 +57,7 @@ func (o *HealthOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// HealthSource adapts the engine's snapshots to the reconciler's
-// controller.HealthSource: the two packages share no types, so neither
-// imports the other.
-func HealthSource(e *health.Engine) controller.HealthSource { return healthSource{e} }
-
-type healthSource struct{ e *health.Engine }
-
-func (h healthSource) Snapshot(key types.NamespacedName) (controller.HealthSnapshot, bool) {
-	s, ok := h.e.Snapshot(key)
-	if !ok {
-		return controller.HealthSnapshot{}, false
-	}
-	return controller.HealthSnapshot{
-		Healthy:    s.Healthy,
-		Reason:     s.Reason,
-		Message:    s.Message,
-		Latency:    s.Latency,
-		ObservedAt: s.CheckedAt,
-		ProxyURL:   s.ProxyURL,
-	}, true
+// Apply copies the settings into o.
+func (s Settings) Apply(o *Options) {
+	o.Workers, o.Tick, o.MinReportInterval, o.EventBuffer = s.Workers, s.Tick, s.MinReportInterval, s.EventBuffer
 }

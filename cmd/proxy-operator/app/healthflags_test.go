@@ -15,11 +15,11 @@ func TestHealthFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := HealthOptions{Workers: 16, Tick: 500 * time.Millisecond, MinReportInterval: 2 * time.Minute, EventBuffer: 128}
+	want := health.Settings{Workers: 16, Tick: 500 * time.Millisecond, MinReportInterval: 2 * time.Minute, EventBuffer: 128}
 	if d := cmp.Diff(want, o.Health); d != "" {
 		t.Errorf("health options (-want +got):\n%s", d)
 	}
-	if d := cmp.Diff(HealthOptions{Workers: health.DefaultWorkers, Tick: health.DefaultTick,
+	if d := cmp.Diff(health.Settings{Workers: health.DefaultWorkers, Tick: health.DefaultTick,
 		MinReportInterval: health.DefaultMinReportInterval, EventBuffer: health.DefaultEventBuffer}, NewOptions().Health); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}

@@ -1,117 +1,20 @@
-package app
+package discovery
 
 import (
 	"errors"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/spf13/pflag"
-
-	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
-	"github.com/proxy-operator/proxy-operator/pkg/discovery"
-	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
-
-func TestLeasingFlags(t *testing.T) {
-	o, err := parse(t, "--discovery-bind-address=127.0.0.1:9090", "--discovery-token-file=/run/token",
-		"--max-leases-per-proxy=3", "--max-lease-ttl=2h", "--default-lease-ttl=10m", "--cooldown-window=90s",
-		"--lease-queue-max-per-flow=2", "--lease-queue-max-per-band=20", "--lease-queue-max=200",
-		"--apiserver-secure-port=0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := LeasingOptions{
-		DiscoveryAddr: "127.0.0.1:9090", DiscoveryTokenFile: "/run/token", DiscoveryMaxWait: discovery.DefaultMaxWait,
-		MaxLeasesPerProxy: 3, MaxLeaseTTL: 2 * time.Hour, DefaultLeaseTTL: 10 * time.Minute, CooldownWindow: 90 * time.Second,
-		SweepInterval: lease.DefaultSweepInterval, QueueMaxPerFlow: 2, QueueMaxPerBand: 20, QueueMax: 200,
-		QueueRetryAfter: time.Second,
-	}
-	if d := cmp.Diff(want, o.Leasing); d != "" {
-		t.Errorf("leasing options (-want +got):\n%s", d)
-	}
-	if o.APIServer.Enabled() {
-		t.Error("--apiserver-secure-port=0 left the aggregated API server enabled")
-	}
-}
-
-// The aggregated API server's flags come from its own flag set, prefixed,
-// next to controller-runtime's --kubeconfig without clashing.
-func TestAPIServerFlagsDoNotClash(t *testing.T) {
-	o, err := parse(t, "--kubeconfig=/dev/null", "--apiserver-secure-port=7555",
-		"--apiserver-authentication-kubeconfig=/tmp/authn", "--apiserver-max-wait=20s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := []any{o.APIServer.SecureServing.BindPort, o.APIServer.Authentication.RemoteKubeConfigFile, o.APIServer.MaxWait}
-	if d := cmp.Diff([]any{7555, "/tmp/authn", 20 * time.Second}, got); d != "" {
-		t.Errorf("apiserver options (-want +got):\n%s", d)
-	}
-	if _, err := parse(t, "--secure-port=7555"); err == nil {
-		t.Error("unprefixed --secure-port accepted; the generic API server's flags must carry the apiserver- prefix")
-	}
-}
-
-// Help texts name flags as this binary spells them: the generic API
-// server's usages refer to its unprefixed flags (--cert-dir, --secure-port),
-// which the operator does not have.
-func TestFlagUsagesNameRegisteredFlags(t *testing.T) {
-	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	NewOptions().AddFlags(fs)
-	ref := regexp.MustCompile(`--([a-z0-9][a-z0-9-]*[a-z0-9])`)
-	var checked int
-	fs.VisitAll(func(f *pflag.Flag) {
-		for _, m := range ref.FindAllStringSubmatch(f.Usage, -1) {
-			checked++
-			if fs.Lookup(m[1]) == nil {
-				t.Errorf("--%s help names --%s, which is not a flag of the operator", f.Name, m[1])
-			}
-		}
-	})
-	// Negative control: the check sees the references it must judge.
-	if checked == 0 {
-		t.Fatal("no flag help names another flag; the check matched nothing")
-	}
-	certFile := fs.Lookup(apiserver.FlagPrefix + "tls-cert-file")
-	if certFile == nil {
-		t.Fatal("no --apiserver-tls-cert-file")
-	}
-	for _, want := range []string{"--apiserver-cert-dir", "--apiserver-tls-private-key-file", "in memory"} {
-		if !strings.Contains(certFile.Usage, want) {
-			t.Errorf("--apiserver-tls-cert-file help %q does not mention %q", certFile.Usage, want)
-		}
-	}
-}
-
-func TestLeasingValidateReportsEveryProblem(t *testing.T) {
-	_, err := parse(t, "--discovery-bind-address=nonsense", "--max-leases-per-proxy=0", "--max-lease-ttl=1m",
-		"--default-lease-ttl=5m", "--cooldown-window=0s", "--lease-queue-max=0", "--apiserver-max-wait=2m")
-	if err == nil {
-		t.Fatal("invalid options accepted")
-	}
-	for _, want := range []string{"--discovery-bind-address", "--max-leases-per-proxy: must be at least 1",
-		"--default-lease-ttl 5m0s exceeds --max-lease-ttl 1m0s", "--cooldown-window: must be positive",
-		"--lease-queue-max: must be at least 1", "--apiserver-max-wait"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not mention %q", err, want)
-		}
-	}
-	// Negative control: the same flags with valid values pass.
-	if _, err := parse(t, "--discovery-bind-address=0", "--max-leases-per-proxy=2", "--max-lease-ttl=1m",
-		"--default-lease-ttl=30s", "--cooldown-window=1s", "--lease-queue-max=1", "--apiserver-max-wait=20s"); err != nil {
-		t.Errorf("valid options rejected: %v", err)
-	}
-}
 
 // Tokens in these tests all contain "s3cret", so that a test can check that
 // no error message ever holds one.
 const secretMark = "s3cret"
 
-// tokenFileErrors flattens a ParseDiscoveryTokens error into its
+// tokenFileErrors flattens a ParseTokens error into its
 // *TokenFileError values.
 func tokenFileErrors(t *testing.T, err error) []TokenFileError {
 	t.Helper()
@@ -133,7 +36,7 @@ func tokenFileErrors(t *testing.T, err error) []TokenFileError {
 	return out
 }
 
-func TestParseDiscoveryTokens(t *testing.T) {
+func TestParseTokens(t *testing.T) {
 	const (
 		notLabel = "the identity must be a DNS label: 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 		badToken = "the token must be printable ASCII without spaces (it travels in an Authorization header)"
@@ -152,9 +55,9 @@ func TestParseDiscoveryTokens(t *testing.T) {
 		{name: "one entry with a comma keeps its identity", file: "s3cret,crawler-a\n",
 			want: map[string]string{"s3cret": "crawler-a"}},
 		{name: "single bare token: identity discovery (.dev/discovery-token)", file: "  s3cret\n",
-			want: map[string]string{"s3cret": discovery.DefaultIdentity}},
+			want: map[string]string{"s3cret": DefaultIdentity}},
 		{name: "single bare token after a comment and a BOM", file: "\ufeff# dev\ns3cret\n",
-			want: map[string]string{"s3cret": discovery.DefaultIdentity}},
+			want: map[string]string{"s3cret": DefaultIdentity}},
 		{name: "token with base64 punctuation", file: "s3cret+/=~._-x,a1\n", want: map[string]string{"s3cret+/=~._-x": "a1"}},
 		{name: "identity of 63 characters", file: "s3cret," + strings.Repeat("a", 63) + "\n",
 			want: map[string]string{"s3cret": strings.Repeat("a", 63)}},
@@ -204,7 +107,7 @@ func TestParseDiscoveryTokens(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseDiscoveryTokens([]byte(tt.file))
+			got, err := ParseTokens([]byte(tt.file))
 			if d := cmp.Diff(tt.want, got); d != "" {
 				t.Errorf("tokens (-want +got):\n%s", d)
 			}
@@ -271,15 +174,15 @@ func TestDiscoveryTokens(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := DefaultLeasingOptions()
-			o.DiscoveryTokenFile = tt.file
+			o := DefaultServingOptions()
+			o.TokenFile = tt.file
 			getenv := func(k string) string {
-				if k == DiscoveryTokenEnv {
+				if k == TokenEnv {
 					return tt.env
 				}
 				return ""
 			}
-			got, err := o.DiscoveryTokens(getenv)
+			got, err := o.Tokens(getenv)
 			if d := cmp.Diff(tt.want, got); d != "" {
 				t.Errorf("tokens (-want +got):\n%s", d)
 			}
@@ -301,7 +204,7 @@ func TestDiscoveryTokens(t *testing.T) {
 
 // The token file shown in docs/api.md is one the operator accepts.
 func TestDocsTokenFileExample(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "api.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "api.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,11 +213,11 @@ func TestDocsTokenFileExample(t *testing.T) {
 	if !ok || !closed {
 		t.Fatal("docs/api.md has no ```text block with the token file example")
 	}
-	tokens, err := ParseDiscoveryTokens([]byte(example))
+	tokens, err := ParseTokens([]byte(example))
 	if err != nil {
 		t.Fatalf("the documented token file is rejected: %v", err)
 	}
-	if d := cmp.Diff([]string{"crawler-a", "crawler-b"}, tokenIdentities(tokens)); d != "" {
+	if d := cmp.Diff([]string{"crawler-a", "crawler-b"}, Identities(tokens)); d != "" {
 		t.Errorf("identities of the documented token file (-want +got):\n%s", d)
 	}
 }

@@ -1,4 +1,4 @@
-package app
+package leasing
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
-	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/flowcontrol"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
@@ -17,7 +15,7 @@ import (
 // The adapter between the wait queue (pkg/flowcontrol) and the lease store
 // (pkg/lease), as the flowcontrol package documentation prescribes. The two
 // packages share no types; the two lease APIs (discovery, apiserver) see the
-// result through their identical Waiter interfaces.
+// result through their Waiter interfaces, which *Waiter satisfies.
 
 // LeaseController is the wait queue over the lease store.
 type LeaseController = flowcontrol.Controller[lease.AcquireRequest, *lease.Lease]
@@ -78,23 +76,22 @@ func NewLeaseController(store LeaseStore, clk clock.WithDelayedExecution, opts f
 	return flowcontrol.NewController[lease.AcquireRequest, *lease.Lease](leaseDispatcher{store: store}, clk, opts)
 }
 
-// LeaseWaiter serves waiting lease requests of both lease APIs through the
-// wait queue, translating its outcomes into the errors their Waiter
-// contracts name.
-type LeaseWaiter struct {
+// Waiter serves waiting lease requests of both lease APIs through the wait
+// queue, translating its outcomes into the errors their Waiter contracts
+// name.
+type Waiter struct {
 	ctl   *LeaseController
 	store LeaseStore
 }
 
-var (
-	_ discovery.Waiter = (*LeaseWaiter)(nil)
-	_ apiserver.Waiter = (*LeaseWaiter)(nil)
-)
-
-// NewLeaseWaiter returns a waiter over ctl and the store ctl dispatches to.
-func NewLeaseWaiter(ctl *LeaseController, store LeaseStore) *LeaseWaiter {
-	return &LeaseWaiter{ctl: ctl, store: store}
+// NewWaiter returns a waiter over ctl and the store ctl dispatches to.
+func NewWaiter(ctl *LeaseController, store LeaseStore) *Waiter {
+	return &Waiter{ctl: ctl, store: store}
 }
+
+// AnonymousFlow is the flow of a request that names neither a flow nor a
+// holder (the HTTP API with authentication off).
+const AnonymousFlow = "anonymous"
 
 // errShuttingDown answers requests that meet a queue shutting down. It is
 // not a flowcontrol.RejectedError: that type has a RetryAfter method, which
@@ -112,13 +109,13 @@ var errShuttingDown = errors.New("the lease wait queue is shutting down")
 //   - the store refused the request as it stands (TTL, name taken): the
 //     store's error, wrapped, without the RetryAfter method;
 //   - shutting down: errShuttingDown.
-func (w *LeaseWaiter) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
+func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
 	flow := req.Flow
 	if flow == "" {
 		flow = req.Holder
 	}
 	if flow == "" {
-		flow = discovery.AnonymousIdentity
+		flow = AnonymousFlow
 	}
 	outcome, l, err := w.ctl.EnqueueAndWait(ctx, flowcontrol.Request[lease.AcquireRequest]{
 		Flow:     flow,

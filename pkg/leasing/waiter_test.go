@@ -1,4 +1,4 @@
-package app
+package leasing
 
 import (
 	"context"
@@ -21,7 +21,7 @@ type waiterEnv struct {
 	clk   *clocktesting.FakeClock
 	store *lease.Store
 	ctl   *LeaseController
-	w     *LeaseWaiter
+	w     *Waiter
 }
 
 func newWaiterEnv(t *testing.T, opts flowcontrol.Options) *waiterEnv {
@@ -40,7 +40,7 @@ func newWaiterEnv(t *testing.T, opts flowcontrol.Options) *waiterEnv {
 		defer cancel()
 		_ = ctl.Shutdown(ctx)
 	})
-	return &waiterEnv{clk: clk, store: store, ctl: ctl, w: NewLeaseWaiter(ctl, store)}
+	return &waiterEnv{clk: clk, store: store, ctl: ctl, w: NewWaiter(ctl, store)}
 }
 
 // hold takes the only proxy directly, as a request without a wait would.

@@ -1,0 +1,72 @@
+package leasing
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/proxy-operator/proxy-operator/pkg/flowcontrol/flowcontrolmetrics"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// Leasing is the lease store with the wait queue in front of it, as both
+// lease APIs use them.
+type Leasing struct {
+	// Store holds the leases and cooldowns; feed it Proxies with
+	// lease.NewProxySync on the manager's Proxy informer.
+	Store *lease.Store
+	// Waiter serves requests that may wait (discovery.Waiter,
+	// apiserver.Waiter).
+	Waiter *Waiter
+
+	ctl          *LeaseController
+	queueMetrics *flowcontrolmetrics.Metrics
+	stopHook     func()
+}
+
+// Clock is what the store (its sweep ticker) and the queue (its timer) need;
+// clock.RealClock and the fake clocks of k8s.io/utils/clock/testing have it.
+type Clock interface {
+	clock.WithTicker
+	AfterFunc(d time.Duration, f func()) clock.Timer
+}
+
+// New builds the store and the queue for opts on clk. Nothing runs until
+// the Runnables are started.
+func New(opts Options, clk Clock) (*Leasing, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("leasing: %w", err)
+	}
+	store, err := lease.New(opts.StoreOptions(), clk)
+	if err != nil {
+		return nil, fmt.Errorf("creating lease store: %w", err)
+	}
+	qm := flowcontrolmetrics.New()
+	ctl := NewLeaseController(store, clk, opts.queueOptions(qm))
+	return &Leasing{
+		Store:        store,
+		Waiter:       NewWaiter(ctl, store),
+		ctl:          ctl,
+		queueMetrics: qm,
+		// Capacity the store observes wakes the queue.
+		stopHook: store.OnCapacity(ctl.OnCapacity),
+	}, nil
+}
+
+// Collectors are the metrics of the store and the queue
+// (proxy_operator_leases_active and the flow-control metrics), for the
+// caller to register.
+func (l *Leasing) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{lease.NewActiveLeasesCollector(l.Store), l.queueMetrics}
+}
+
+// Runnables are the store's sweep and the queue's shutdown, none
+// leader-elected: lease state lives in this process, so every replica serves
+// its own. At stop the queue evicts every waiter (answered 503), so the API
+// servers' graceful shutdown does not wait out long waits.
+func (l *Leasing) Runnables() []manager.Runnable {
+	return []manager.Runnable{l.Store, &queueRunnable{ctl: l.ctl, stopHook: l.stopHook}}
+}

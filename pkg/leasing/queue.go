@@ -1,0 +1,34 @@
+package leasing
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// queueShutdownTimeout bounds waiting for evicted waiters to return at stop.
+const queueShutdownTimeout = 10 * time.Second
+
+// queueRunnable shuts the wait queue down when the manager stops:
+// every waiter is evicted (answered 503) so the API servers' graceful
+// shutdown does not wait out long waits.
+type queueRunnable struct {
+	ctl      *LeaseController
+	stopHook func()
+}
+
+// Start waits for ctx to end, then unhooks the queue from the store and
+// shuts it down.
+func (r *queueRunnable) Start(ctx context.Context) error {
+	<-ctx.Done()
+	r.stopHook()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queueShutdownTimeout)
+	defer cancel()
+	if err := r.ctl.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutting down the lease wait queue: %w", err)
+	}
+	return nil
+}
+
+// NeedLeaderElection is false: every replica serves its own leases.
+func (r *queueRunnable) NeedLeaderElection() bool { return false }
