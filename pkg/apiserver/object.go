@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,7 +47,7 @@ func buildObject(l *lease.Lease, tmpl *leasingv1alpha1.ProxyLease, rvBase uint64
 	obj.DeletionGracePeriodSeconds = nil
 
 	obj.Spec.Target = l.Target
-	ttl := ttlSeconds(l.TTL)
+	ttl := l.TTLSeconds()
 	obj.Spec.TTLSeconds = &ttl
 
 	acquired := metav1.NewTime(l.AcquiredAt)
@@ -72,15 +71,6 @@ func buildObject(l *lease.Lease, tmpl *leasingv1alpha1.ProxyLease, rvBase uint64
 		obj.Status.Proxy.LatencyMillis = &ms
 	}
 	return obj
-}
-
-// ttlSeconds rounds a TTL up to whole seconds (the API's unit).
-func ttlSeconds(d time.Duration) int32 {
-	s := (d + time.Second - 1) / time.Second
-	if s > 1<<31-1 {
-		return 1<<31 - 1
-	}
-	return int32(s)
 }
 
 // templateOf keeps what buildObject takes from the API request.

@@ -180,7 +180,9 @@ func (r *leaseREST) acquire(ctx context.Context, namespace, holder string, pl *l
 	}
 	var l *lease.Lease
 	var err error
-	if pl.Spec.WaitSeconds > 0 && r.waiter != nil {
+	if r.waiter != nil {
+		// Every request goes through the queue (no wait: a deadline of now),
+		// so none overtakes a waiter owed the capacity.
 		deadline := r.clock.Now().Add(time.Duration(pl.Spec.WaitSeconds) * time.Second)
 		l, err = r.waiter.Wait(ctx, req, int(pl.Spec.Priority), deadline)
 	} else {

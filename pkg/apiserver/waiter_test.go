@@ -72,10 +72,11 @@ func TestWaitingCreateGoesThroughTheWaiter(t *testing.T) {
 	if diff := cmp.Diff(want, w.calls); diff != "" {
 		t.Errorf("waiter calls (-want +got):\n%s", diff)
 	}
-	// Negative control: without waitSeconds the store is asked directly.
+	// Without waitSeconds the request goes through the waiter too, with a
+	// deadline of now: no create bypasses the queue's fairness.
 	f.mustCreate(ctx, newLease("direct"))
-	if len(w.calls) != 1 {
-		t.Errorf("a create without waitSeconds went to the waiter")
+	if len(w.calls) != 2 || !w.calls[1].Deadline.Equal(epoch) {
+		t.Errorf("waiter calls %+v, want a second one with deadline %s", w.calls, epoch)
 	}
 	// Over the server's maximum wait: 422.
 	_, err := f.create(ctx, newLease("long", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.WaitSeconds = 31 }))

@@ -72,7 +72,7 @@ func toWireLease(l *lease.Lease) wire.Lease {
 		LeaseID:    l.ID,
 		Proxy:      toWireProxy(l.Proxy),
 		ExpiresAt:  l.ExpiresAt.UTC(),
-		TTLSeconds: int64(l.TTL / time.Second),
+		TTLSeconds: int64(l.TTLSeconds()),
 	}
 }
 
@@ -161,7 +161,10 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		Flow:      flowFor(identity, req.Flow),
 	}
 	var l *lease.Lease
-	if req.WaitSeconds > 0 && s.opts.Waiter != nil {
+	if s.opts.Waiter != nil {
+		// Every request goes through the queue, a request without a wait
+		// with a deadline of now: it is granted only when that cannot
+		// overtake a waiter owed the capacity.
 		deadline := s.opts.Clock.Now().Add(time.Duration(req.WaitSeconds) * time.Second)
 		l, err = s.opts.Waiter.Wait(r.Context(), lreq, int(req.Priority), deadline)
 	} else {

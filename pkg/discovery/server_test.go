@@ -303,10 +303,10 @@ func TestEndpoints(t *testing.T) {
 					t.Errorf("waiter calls (-want +got):\n%s", diff)
 				}
 			}},
-		{name: "no wait does not use the waiter", method: "POST", path: "/v1/leases", body: `{}`, status: 201,
+		{name: "no wait goes through the waiter with a deadline of now (no fairness bypass)", method: "POST", path: "/v1/leases", body: `{}`, status: 201,
 			check: func(t *testing.T, e *env, r response) {
-				if len(e.waiter.calls) != 0 {
-					t.Errorf("waiter called: %+v", e.waiter.calls)
+				if len(e.waiter.calls) != 1 || !e.waiter.calls[0].Deadline.Equal(t0) {
+					t.Errorf("waiter calls %+v, want one with deadline %s", e.waiter.calls, t0)
 				}
 			}},
 		{name: "queue full is 429 with Retry-After", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30}`, status: 429, code: wire.CodeQueueFull,

@@ -236,14 +236,16 @@ func (c *Core[R, G]) Enqueue(req Request[R]) (Outcome, G, *Ticket[R, G], error) 
 	if now.IsZero() {
 		now = c.clock.Now()
 	}
-	if err := c.checkLimitsLocked(req.Priority, fq); err != nil {
-		c.unlock()
-		return OutcomeRejectedCapacity, zero, nil, err
-	}
+	// A request that may not wait (its deadline is now: a request without
+	// a wait) is never queued, so the queue limits are not its answer.
 	if !req.Deadline.IsZero() && !now.Before(req.Deadline) {
 		err := c.rejectLocked(OutcomeRejectedOther, "", ErrDeadline)
 		c.unlock()
 		return OutcomeRejectedOther, zero, nil, err
+	}
+	if err := c.checkLimitsLocked(req.Priority, fq); err != nil {
+		c.unlock()
+		return OutcomeRejectedCapacity, zero, nil, err
 	}
 	t := c.queueLocked(req, now, fq)
 	c.afterChangeLocked(now)

@@ -9,6 +9,15 @@
 // comes from an injected clock, and every call first applies the expiries and
 // cooldown ends that are due, so correctness never depends on the sweep.
 //
+// Only the holder changes a lease through ReleaseAs, ReportAs and RenewAs
+// (ended leases included); AnyHolder is for callers authorized elsewhere.
+//
+// Files: store.go (the Store, its options), index.go (the availability
+// index, selection and no-match counts), acquire.go (granting), leases.go
+// (release, report, renew and reads of leases), fleet.go (the proxies),
+// expiry.go (expiry and cooldown heaps, tombstones, the sweep), notify.go
+// (events to subscribers, capacity hooks).
+//
 // Consumers: pkg/discovery (HTTP API), pkg/apiserver (ProxyLease resource,
 // through Subscribe and Snapshot), pkg/flowcontrol (waiting requests, through
 // TryAcquire, OnCapacity, HeldBy and NextChange).

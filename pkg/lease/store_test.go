@@ -795,3 +795,19 @@ func TestOnlyTheHolderChangesALease(t *testing.T) {
 		t.Errorf("ReleaseAs(AnyHolder) = %v, %v; want true, nil", ok, err)
 	}
 }
+
+// Both lease APIs show a TTL through Lease.TTLSeconds: rounded up, so a
+// lease never looks shorter than it is (the HTTP API used to truncate).
+func TestTTLSeconds(t *testing.T) {
+	for _, tt := range []struct {
+		ttl  time.Duration
+		want int32
+	}{
+		{0, 0}, {time.Nanosecond, 1}, {time.Second, 1}, {1500 * time.Millisecond, 2},
+		{5 * time.Minute, 300}, {1 << 62, 1<<31 - 1},
+	} {
+		if got := (&Lease{TTL: tt.ttl}).TTLSeconds(); got != tt.want {
+			t.Errorf("TTLSeconds(%s) = %d, want %d", tt.ttl, got, tt.want)
+		}
+	}
+}

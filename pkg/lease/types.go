@@ -187,3 +187,13 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	return o, nil
 }
+
+// TTLSeconds is the lease's TTL as both lease APIs show it: whole seconds,
+// rounded up (a TTL of 1.5s is 2, never 1 nor 0), at most 2^31-1.
+func (l *Lease) TTLSeconds() int32 {
+	s := (l.TTL + time.Second - 1) / time.Second
+	if s > 1<<31-1 {
+		return 1<<31 - 1
+	}
+	return int32(s)
+}

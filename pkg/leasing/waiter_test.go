@@ -241,3 +241,33 @@ func TestQueueShutdownRejectionLooksLikeQueueFull(t *testing.T) {
 		t.Errorf("Wait after shutdown = %v, want errShuttingDown without RetryAfter", err)
 	}
 }
+
+// A request without a wait (a deadline of now) is granted at once when a
+// proxy is free, answered no match at once when none is, and never queued:
+// not even a full queue makes it a 429.
+func TestLeaseWaiterWithoutAWait(t *testing.T) {
+	e := newWaiterEnv(t, flowcontrol.Options{MaxQueuedPerFlow: 1, MaxQueuedPerBand: 1, MaxQueued: 1})
+	now := e.clk.Now()
+	l, err := e.w.Wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Holder: "http:a", Flow: "http:a"}, 0, now)
+	if err != nil {
+		t.Fatalf("Wait without a wait on a free proxy: %v", err)
+	}
+	// The proxy is taken; one request waits, which fills the queue.
+	ch := e.waitAsync(context.Background(), lease.AcquireRequest{Namespace: "ns", Holder: "http:b", Flow: "http:b"}, now.Add(time.Minute))
+	e.waitQueued(t, 1)
+
+	_, err = e.w.Wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Holder: "http:c", Flow: "http:c"}, 0, now)
+	var nm *lease.NoMatchError
+	var ra retryAfterer
+	if !errors.As(err, &nm) || nm.AtCapacity != 1 || errors.As(err, &ra) {
+		t.Errorf("Wait without a wait, proxy taken, queue full = %v; want no match with the counts, not queue full", err)
+	}
+	if n := e.ctl.Stats().Waiting; n != 1 {
+		t.Errorf("%d requests waiting, want 1: a request without a wait must not queue", n)
+	}
+	// The waiter, not a later request without a wait, gets the release.
+	e.store.Release(l.ID)
+	if r := receive(t, ch); r.err != nil || r.l.Holder != "http:b" {
+		t.Fatalf("the waiter after the release: %+v, %v", r.l, r.err)
+	}
+}

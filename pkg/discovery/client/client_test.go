@@ -24,11 +24,20 @@ type queueFull struct{}
 func (queueFull) Error() string             { return "band queue full" }
 func (queueFull) RetryAfter() time.Duration { return 4 * time.Second }
 
-type fullWaiter struct{ calls int }
+// fullWaiter is a wait queue that is full: a request that would wait is
+// rejected; one without a wait (deadline now) is answered by the store.
+type fullWaiter struct {
+	calls int
+	store *lease.Store
+	clock *clocktesting.FakeClock
+}
 
 var _ discovery.Waiter = (*fullWaiter)(nil)
 
-func (w *fullWaiter) Wait(context.Context, lease.AcquireRequest, int, time.Time) (*lease.Lease, error) {
+func (w *fullWaiter) Wait(_ context.Context, req lease.AcquireRequest, _ int, deadline time.Time) (*lease.Lease, error) {
+	if !deadline.After(w.clock.Now()) {
+		return w.store.Acquire(req)
+	}
 	w.calls++
 	return nil, queueFull{}
 }
@@ -45,7 +54,7 @@ func newServer(t *testing.T) (*httptest.Server, *lease.Store, *clocktesting.Fake
 	store.UpsertProxy(lease.ProxyInfo{Namespace: "a", Name: "p1", URL: "http://127.0.0.1:3128", Host: "127.0.0.1", Port: 3128,
 		Attributes: map[string]string{"region": "eu"}, LatencyMillis: 3, Healthy: true})
 	store.UpsertProxy(lease.ProxyInfo{Namespace: "a", Name: "p2", Attributes: map[string]string{"region": "us"}, Healthy: false})
-	w := &fullWaiter{}
+	w := &fullWaiter{store: store, clock: fc}
 	s, err := discovery.New(discovery.Options{Tokens: map[string]string{"tok": discovery.DefaultIdentity, "other-tok": "other"},
 		Leaser: store, Lister: store, Waiter: w, Clock: fc})
 	if err != nil {

@@ -1,0 +1,138 @@
+package lease
+
+import (
+	"container/heap"
+	"fmt"
+	"time"
+)
+
+func (s *Store) ttlFor(ttl time.Duration) (time.Duration, error) {
+	switch {
+	case ttl < 0:
+		return 0, ErrNegativeTTL
+	case ttl == 0:
+		return s.opts.DefaultTTL, nil
+	case ttl > s.opts.MaxTTL:
+		return 0, &TTLError{Requested: ttl, Max: s.opts.MaxTTL}
+	}
+	return ttl, nil
+}
+
+// Acquire grants a lease on the best eligible proxy: healthy, in the
+// namespace, matching the selector, under MaxLeasesPerProxy, not cooling down
+// for the target (nor for every target); the best is the one with the fewest
+// live leases, then the lowest latency, then the name. Selection walks an
+// index in that order, so its cost does not grow with the fleet.
+//
+// Errors: *NoMatchError (IsNoMatch) with counts, *TTLError (IsTTLTooLong),
+// ErrNegativeTTL, *AlreadyExistsError (a named request colliding with a live lease).
+func (s *Store) Acquire(req AcquireRequest) (*Lease, error) { return s.acquire(req, true) }
+
+// TryAcquire is Acquire without the diagnostic counts: on no match it returns
+// ErrNoMatch, cheaply. Flow control calls it while dispatching waiters.
+func (s *Store) TryAcquire(req AcquireRequest) (*Lease, error) { return s.acquire(req, false) }
+
+func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
+	ttl, err := s.ttlFor(req.TTL)
+	if err != nil {
+		return nil, fmt.Errorf("acquiring a lease: %w", err)
+	}
+	var p pending
+	s.mu.Lock()
+	now := s.now()
+	s.advanceLocked(now, &p)
+	if req.Name != "" && req.Namespace != "" {
+		if _, taken := s.names[ProxyKey{Namespace: req.Namespace, Name: req.Name}]; taken {
+			s.unlockAndNotify(&p)
+			return nil, &AlreadyExistsError{Namespace: req.Namespace, Name: req.Name}
+		}
+	}
+	e := s.selectLocked(&req, now)
+	if s.afterSelect != nil {
+		s.afterSelect()
+	}
+	if e == nil {
+		err := ErrNoMatch
+		if explain {
+			err = s.explainLocked(&req, now)
+		}
+		s.unlockAndNotify(&p)
+		return nil, err
+	}
+	if req.Name != "" && req.Namespace == "" {
+		if _, taken := s.names[ProxyKey{Namespace: e.info.Namespace, Name: req.Name}]; taken {
+			s.unlockAndNotify(&p)
+			return nil, &AlreadyExistsError{Namespace: e.info.Namespace, Name: req.Name}
+		}
+	}
+	le, err := s.grantLocked(e, &req, ttl, now, &p)
+	if err != nil {
+		s.unlockAndNotify(&p)
+		return nil, err
+	}
+	out := le.Lease
+	s.unlockAndNotify(&p)
+	return &out, nil
+}
+
+// Diagnose returns, without acquiring anything, the counts Acquire would put
+// in its NoMatchError for req right now (flow control uses it to explain a
+// wait that ran out).
+func (s *Store) Diagnose(req AcquireRequest) *NoMatchError {
+	var p pending
+	s.mu.Lock()
+	now := s.now()
+	s.advanceLocked(now, &p)
+	c := s.explainLocked(&req, now)
+	s.unlockAndNotify(&p)
+	return c
+}
+
+func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duration, now time.Time, p *pending) (*leaseEntry, error) {
+	ns := e.info.Namespace
+	var id string
+	for attempt := 0; ; attempt++ {
+		if attempt == 8 {
+			return nil, fmt.Errorf("acquiring a lease: the ID generator keeps returning IDs in use (last %q)", id)
+		}
+		id = s.opts.NewID()
+		_, live := s.leases[id]
+		_, ended := s.tombs[id]
+		_, named := s.names[ProxyKey{Namespace: ns, Name: id}]
+		if !live && !ended && !(named && req.Name == "") {
+			break
+		}
+	}
+	name := req.Name
+	if name == "" {
+		name = id
+	}
+	if s.onGrant != nil {
+		s.onGrant(e, req, now)
+	}
+	s.revision++
+	le := &leaseEntry{
+		Lease: Lease{
+			ID:         id,
+			Namespace:  ns,
+			Name:       name,
+			Holder:     req.Holder,
+			Flow:       req.Flow,
+			Target:     req.Target,
+			Proxy:      e.info,
+			AcquiredAt: now,
+			ExpiresAt:  now.Add(ttl),
+			TTL:        ttl,
+			Revision:   s.revision,
+		},
+		proxy:        e,
+		expiresNanos: now.Add(ttl).UnixNano(),
+	}
+	s.leases[id] = le
+	s.names[ProxyKey{Namespace: ns, Name: name}] = id
+	s.flows[req.Flow]++
+	heap.Push(&s.expiries, le)
+	s.setLeasesLocked(e, e.leases+1)
+	s.emitLocked(p, Added, Acquired, le)
+	return le, nil
+}

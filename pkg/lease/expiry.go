@@ -1,0 +1,208 @@
+package lease
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+type tombstone struct {
+	proxy  ProxyKey
+	target string
+	holder string
+	until  time.Time
+}
+
+type tombRef struct {
+	id    string
+	until time.Time
+}
+
+type cooldownItem struct {
+	e      *proxyEntry
+	target string
+	until  time.Time
+}
+
+// advanceLocked applies everything due at now: lease expiries (in expiry
+// order), cooldown ends, and forgetting ended leases past their report window.
+func (s *Store) advanceLocked(now time.Time, p *pending) {
+	for len(s.expiries) > 0 && !s.expiries[0].ExpiresAt.After(now) {
+		le := heap.Pop(&s.expiries).(*leaseEntry)
+		s.endLocked(le, le.ExpiresAt, Expired, p)
+	}
+	for len(s.cools) > 0 && !s.cools[0].until.After(now) {
+		it := heap.Pop(&s.cools).(*cooldownItem)
+		e := it.e
+		if cur, ok := e.cooldowns[it.target]; !ok || !cur.Equal(it.until) {
+			continue // superseded by a later cooldown for the same pair
+		}
+		delete(e.cooldowns, it.target)
+		if it.target == "" {
+			e.globalCooling = false
+			s.indexLocked(e)
+		}
+		p.capacity = p.capacity || e.indexed
+		s.forgetIfUnusedLocked(e)
+	}
+	for s.tombHead < len(s.tombQ) && !s.tombQ[s.tombHead].until.After(now) {
+		r := s.tombQ[s.tombHead]
+		s.tombQ[s.tombHead] = tombRef{}
+		s.tombHead++
+		if t, ok := s.tombs[r.id]; ok && t.until.Equal(r.until) {
+			delete(s.tombs, r.id)
+		}
+	}
+	if s.tombHead > 256 && s.tombHead*2 > len(s.tombQ) {
+		n := copy(s.tombQ, s.tombQ[s.tombHead:])
+		clear(s.tombQ[n:])
+		s.tombQ = s.tombQ[:n]
+		s.tombHead = 0
+	}
+}
+
+// endLocked removes a live lease (already popped from the expiry heap) and
+// remembers it for reports until endedAt + CooldownWindow.
+func (s *Store) endLocked(le *leaseEntry, endedAt time.Time, reason Reason, p *pending) {
+	delete(s.leases, le.ID)
+	if nk := (ProxyKey{Namespace: le.Namespace, Name: le.Name}); s.names[nk] == le.ID {
+		delete(s.names, nk)
+	}
+	if n := s.flows[le.Flow] - 1; n > 0 {
+		s.flows[le.Flow] = n
+	} else {
+		delete(s.flows, le.Flow)
+	}
+	until := endedAt.Add(s.opts.CooldownWindow)
+	s.tombs[le.ID] = tombstone{proxy: le.proxy.key, target: le.Target, holder: le.Holder, until: until}
+	s.tombQ = append(s.tombQ, tombRef{id: le.ID, until: until})
+	e := le.proxy
+	s.setLeasesLocked(e, e.leases-1)
+	p.capacity = p.capacity || e.indexed
+	s.forgetIfUnusedLocked(e)
+	s.revision++
+	le.Revision = s.revision
+	s.emitLocked(p, Deleted, reason, le)
+}
+
+func (s *Store) coolLocked(e *proxyEntry, target string, until time.Time) {
+	if cur, ok := e.cooldowns[target]; ok && !until.After(cur) {
+		return
+	}
+	if e.cooldowns == nil {
+		e.cooldowns = map[string]time.Time{}
+	}
+	e.cooldowns[target] = until
+	heap.Push(&s.cools, &cooldownItem{e: e, target: target, until: until})
+	if target == "" && !e.globalCooling {
+		s.unindexLocked(e)
+		e.globalCooling = true
+	}
+}
+
+// NextChange returns the earliest future time at which capacity may appear
+// by itself (a lease expiry or a cooldown end), or the zero time when nothing
+// is scheduled. Flow control arms its timer on it and calls Sweep (or any
+// store method) when it fires.
+func (s *Store) NextChange() time.Time {
+	var p pending
+	s.mu.Lock()
+	s.advanceLocked(s.now(), &p)
+	for len(s.cools) > 0 {
+		it := s.cools[0]
+		if cur, ok := it.e.cooldowns[it.target]; ok && cur.Equal(it.until) {
+			break
+		}
+		heap.Pop(&s.cools) // superseded
+	}
+	var next time.Time
+	if len(s.expiries) > 0 {
+		next = s.expiries[0].ExpiresAt
+	}
+	if len(s.cools) > 0 && (next.IsZero() || s.cools[0].until.Before(next)) {
+		next = s.cools[0].until
+	}
+	s.unlockAndNotify(&p)
+	return next
+}
+
+// Sweep applies every expiry and cooldown end due now (emitting their events
+// and hooks) and frees ended leases past their report window.
+func (s *Store) Sweep() {
+	var p pending
+	s.mu.Lock()
+	s.advanceLocked(s.now(), &p)
+	s.unlockAndNotify(&p)
+}
+
+// Start runs the sweep every SweepInterval until ctx ends. It is a manager
+// Runnable that every replica runs (see NeedLeaderElection).
+func (s *Store) Start(ctx context.Context) error {
+	log.FromContext(ctx).Info("lease sweep started", "sweepInterval", s.opts.SweepInterval)
+	t := s.clock.NewTicker(s.opts.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+			s.Sweep()
+		}
+	}
+}
+
+// NeedLeaderElection is false: lease state is per process and the sweep only
+// frees memory, so every replica runs it.
+func (s *Store) NeedLeaderElection() bool { return false }
+
+type leaseHeap []*leaseEntry
+
+func (h leaseHeap) Len() int { return len(h) }
+
+func (h leaseHeap) Less(i, j int) bool {
+	if h[i].expiresNanos != h[j].expiresNanos {
+		return h[i].expiresNanos < h[j].expiresNanos
+	}
+	return h[i].ID < h[j].ID
+}
+
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIndex = i
+	h[j].heapIndex = j
+}
+
+func (h *leaseHeap) Push(x any) {
+	le := x.(*leaseEntry)
+	le.heapIndex = len(*h)
+	*h = append(*h, le)
+}
+
+func (h *leaseHeap) Pop() any {
+	old := *h
+	le := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	le.heapIndex = -1
+	return le
+}
+
+type coolHeap []*cooldownItem
+
+func (h coolHeap) Len() int { return len(h) }
+
+func (h coolHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+
+func (h coolHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+
+func (h *coolHeap) Push(x any) { *h = append(*h, x.(*cooldownItem)) }
+
+func (h *coolHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return it
+}

@@ -1,0 +1,249 @@
+package lease
+
+import (
+	"container/heap"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Release ends a live lease. It is idempotent: it reports whether this call
+// ended the lease (false for unknown, already released or expired IDs). A
+// released lease stays reportable for CooldownWindow.
+func (s *Store) Release(id string) bool {
+	ok, _ := s.ReleaseAs(AnyHolder, id)
+	return ok
+}
+
+// ReleaseAs is Release on behalf of holder: a live lease held by another
+// holder is left alone and the answer is a *NotHolderError. AnyHolder
+// releases whoever holds it.
+func (s *Store) ReleaseAs(holder, id string) (bool, error) {
+	var p pending
+	s.mu.Lock()
+	now := s.now()
+	s.advanceLocked(now, &p)
+	le := s.leases[id]
+	if le != nil && !mayChange(holder, le.Holder) {
+		s.unlockAndNotify(&p)
+		return false, &NotHolderError{ID: id}
+	}
+	if le != nil {
+		heap.Remove(&s.expiries, le.heapIndex)
+		s.endLocked(le, now, Released, &p)
+	}
+	s.unlockAndNotify(&p)
+	return le != nil, nil
+}
+
+// AnyHolder is the holder argument of a caller whose right to change any
+// lease was decided elsewhere (Kubernetes RBAC on ProxyLeases).
+const AnyHolder = ""
+
+// mayChange reports whether caller may change a lease held by holder.
+func mayChange(caller, holder string) bool { return caller == AnyHolder || caller == holder }
+
+// Report records how a request through the leased proxy went. rate_limited
+// and banned put the (proxy, target) pair in cooldown for CooldownWindow
+// (extending, never shortening, a running one). The target falls back from
+// the report to the lease's target to "" (every target of that proxy). A
+// lease that ended (released or expired) stays reportable for CooldownWindow
+// after it ended: a late report lands exactly when the proxy is being
+// rate-limited.
+//
+// Errors: ErrInvalidResult (checked first), ErrUnknownLease.
+func (s *Store) Report(id, result, target string) error {
+	return s.ReportAs(AnyHolder, id, result, target)
+}
+
+// ReportAs is Report on behalf of holder: a report on a lease (live or
+// ended) of another holder records nothing and is a *NotHolderError.
+func (s *Store) ReportAs(holder, id, result, target string) error {
+	if !ValidResult(result) {
+		return fmt.Errorf("reporting %q on lease %s: %w", result, id, ErrInvalidResult)
+	}
+	var p pending
+	s.mu.Lock()
+	now := s.now()
+	s.advanceLocked(now, &p)
+	var e *proxyEntry
+	var leaseTarget string
+	le := s.leases[id]
+	if le != nil {
+		if !mayChange(holder, le.Holder) {
+			s.unlockAndNotify(&p)
+			return &NotHolderError{ID: id}
+		}
+		e, leaseTarget = le.proxy, le.Target
+	} else if t, ok := s.tombs[id]; ok && t.until.After(now) {
+		if !mayChange(holder, t.holder) {
+			s.unlockAndNotify(&p)
+			return &NotHolderError{ID: id}
+		}
+		e, leaseTarget = s.entryLocked(t.proxy), t.target
+	} else {
+		s.unlockAndNotify(&p)
+		return fmt.Errorf("reporting on lease %s: %w", id, ErrUnknownLease)
+	}
+	if target == "" {
+		target = leaseTarget
+	}
+	if result != ResultOK {
+		s.coolLocked(e, target, now.Add(s.opts.CooldownWindow))
+	}
+	s.forgetIfUnusedLocked(e)
+	if le != nil {
+		s.revision++
+		le.LastResult = result
+		le.Revision = s.revision
+		s.emitLocked(&p, Modified, Reported, le)
+	}
+	s.unlockAndNotify(&p)
+	return nil
+}
+
+// Renew sets a live lease to expire ttl from now (zero: its current TTL). The
+// new expiry is never beyond MaxTTL from now: a longer ttl is a *TTLError.
+// Errors: ErrNegativeTTL, *TTLError, ErrLeaseEnded (released or expired
+// recently), ErrUnknownLease.
+func (s *Store) Renew(id string, ttl time.Duration) (*Lease, error) {
+	return s.RenewAs(AnyHolder, id, ttl)
+}
+
+// RenewAs is Renew on behalf of holder: a live lease of another holder is
+// left as it is and the answer is a *NotHolderError.
+func (s *Store) RenewAs(holder, id string, ttl time.Duration) (*Lease, error) {
+	if ttl != 0 {
+		if _, err := s.ttlFor(ttl); err != nil {
+			return nil, fmt.Errorf("renewing lease %s: %w", id, err)
+		}
+	}
+	var p pending
+	s.mu.Lock()
+	now := s.now()
+	s.advanceLocked(now, &p)
+	le := s.leases[id]
+	if le == nil {
+		t, ended := s.tombs[id]
+		s.unlockAndNotify(&p)
+		if ended && t.until.After(now) {
+			if !mayChange(holder, t.holder) {
+				return nil, &NotHolderError{ID: id}
+			}
+			return nil, fmt.Errorf("renewing lease %s: %w", id, ErrLeaseEnded)
+		}
+		return nil, fmt.Errorf("renewing lease %s: %w", id, ErrUnknownLease)
+	}
+	if !mayChange(holder, le.Holder) {
+		s.unlockAndNotify(&p)
+		return nil, &NotHolderError{ID: id}
+	}
+	if ttl == 0 {
+		ttl = min(le.TTL, s.opts.MaxTTL)
+	}
+	le.TTL = ttl
+	le.ExpiresAt = now.Add(ttl)
+	le.expiresNanos = le.ExpiresAt.UnixNano()
+	heap.Fix(&s.expiries, le.heapIndex)
+	s.revision++
+	le.Revision = s.revision
+	s.emitLocked(&p, Modified, Renewed, le)
+	out := le.Lease
+	s.unlockAndNotify(&p)
+	return &out, nil
+}
+
+// Get returns a live lease by ID.
+func (s *Store) Get(id string) (Lease, bool) {
+	var p pending
+	s.mu.Lock()
+	s.advanceLocked(s.now(), &p)
+	var out Lease
+	le, ok := s.leases[id]
+	if ok {
+		out = le.Lease
+	}
+	s.unlockAndNotify(&p)
+	return out, ok
+}
+
+// GetByName returns a live lease by namespace and name.
+func (s *Store) GetByName(namespace, name string) (Lease, bool) {
+	var p pending
+	s.mu.Lock()
+	s.advanceLocked(s.now(), &p)
+	var out Lease
+	id, ok := s.names[ProxyKey{Namespace: namespace, Name: name}]
+	if ok {
+		out = s.leases[id].Lease
+	}
+	s.unlockAndNotify(&p)
+	return out, ok
+}
+
+// List returns the live leases of a namespace ("" = all), sorted by
+// namespace and name.
+func (s *Store) List(namespace string) []Lease {
+	out, _ := s.Snapshot(namespace)
+	return out
+}
+
+// Snapshot is List plus the store revision it reflects. A watch that calls
+// Subscribe first and Snapshot second sees every change exactly once by
+// dropping events whose Revision is not above the snapshot's.
+func (s *Store) Snapshot(namespace string) ([]Lease, uint64) {
+	var p pending
+	s.mu.Lock()
+	s.advanceLocked(s.now(), &p)
+	out := make([]Lease, 0, len(s.leases))
+	for _, le := range s.leases {
+		if namespace == "" || le.Namespace == namespace {
+			out = append(out, le.Lease)
+		}
+	}
+	rev := s.revision
+	s.unlockAndNotify(&p)
+	slices.SortFunc(out, func(a, b Lease) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out, rev
+}
+
+// Counts returns the number of live leases per proxy (proxies without leases
+// are absent). Cost: O(live leases).
+func (s *Store) Counts() map[ProxyKey]int {
+	var p pending
+	s.mu.Lock()
+	s.advanceLocked(s.now(), &p)
+	out := make(map[ProxyKey]int, len(s.leases))
+	for _, le := range s.leases {
+		out[le.proxy.key]++
+	}
+	s.unlockAndNotify(&p)
+	return out
+}
+
+// Active returns the number of live leases.
+func (s *Store) Active() int {
+	var p pending
+	s.mu.Lock()
+	s.advanceLocked(s.now(), &p)
+	n := len(s.leases)
+	s.unlockAndNotify(&p)
+	return n
+}
+
+// HeldBy returns the number of live leases of a flow, in O(1) (amortised
+// over the expiries it applies).
+func (s *Store) HeldBy(flow string) int {
+	var p pending
+	s.mu.Lock()
+	s.advanceLocked(s.now(), &p)
+	n := s.flows[flow]
+	s.unlockAndNotify(&p)
+	return n
+}
