@@ -58,6 +58,7 @@ func buildObject(l *lease.Lease, tmpl *leasingv1alpha1.ProxyLease, rvBase uint64
 		AcquireTime:    &acquired,
 		ExpireTime:     &expires,
 		LastResult:     leasingv1alpha1.ReportResult(l.LastResult),
+		Conditions:     []metav1.Condition{proxyHealthyCondition(l)},
 		Proxy: &leasingv1alpha1.LeasedProxy{
 			Name:       l.Proxy.Name,
 			URL:        l.Proxy.URL,
@@ -71,6 +72,28 @@ func buildObject(l *lease.Lease, tmpl *leasingv1alpha1.ProxyLease, rvBase uint64
 		obj.Status.Proxy.LatencyMillis = &ms
 	}
 	return obj
+}
+
+// proxyHealthyCondition is the ProxyHealthy condition of a lease: its
+// proxy's health now, since the grant or the last change of it.
+func proxyHealthyCondition(l *lease.Lease) metav1.Condition {
+	since := l.AcquiredAt
+	if l.ProxyChangedAt.After(since) {
+		since = l.ProxyChangedAt
+	}
+	c := metav1.Condition{
+		Type:               leasingv1alpha1.ConditionProxyHealthy,
+		Status:             metav1.ConditionTrue,
+		Reason:             leasingv1alpha1.ReasonProxyHealthy,
+		Message:            "the proxy passes its health probes",
+		LastTransitionTime: metav1.NewTime(since),
+	}
+	if !l.Proxy.Healthy {
+		c.Status = metav1.ConditionFalse
+		c.Reason = leasingv1alpha1.ReasonProxyUnhealthy
+		c.Message = "the proxy fails its health probes; move to another proxy or wait for it to recover"
+	}
+	return c
 }
 
 // templateOf keeps what buildObject takes from the API request.

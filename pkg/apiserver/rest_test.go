@@ -9,11 +9,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -118,6 +120,8 @@ func TestCreateAcquiresAndFillsStatusAndMetadata(t *testing.T) {
 			Name: "px-1", URL: "http://127.0.0.9:3128", Host: "127.0.0.9", Port: 3128,
 			Attributes: map[string]string{"region": "eu"}, LatencyMillis: ptr.To[int64](12),
 		},
+		Conditions: []metav1.Condition{{Type: leasingv1alpha1.ConditionProxyHealthy, Status: metav1.ConditionTrue,
+			Reason: leasingv1alpha1.ReasonProxyHealthy, Message: "the proxy passes its health probes", LastTransitionTime: metav1.Time{Time: epoch}}},
 	}
 	if diff := cmp.Diff(want, got.Status); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
@@ -686,5 +690,48 @@ func TestStoreErrorsMap(t *testing.T) {
 		if got := r.acquireError(pl, tt.err); !tt.check(got) {
 			t.Errorf("%v mapped to %v", tt.err, got)
 		}
+	}
+}
+
+// A ProxyLease follows its proxy: the store's ProxyChanged event makes the
+// object show the new address and a ProxyHealthy=False condition, and a
+// watcher receives it as MODIFIED; a deleted Proxy deletes the lease.
+func TestProxyLeaseFollowsItsProxy(t *testing.T) {
+	f := newFixture(t, lease.Options{}, proxy("team-a", "px-1", map[string]string{"region": "eu"}))
+	ctx := ctxFor("team-a", "alice")
+	got := f.mustCreate(ctx, newLease("crawl-1"))
+	w, err := f.rest.Watch(ctx, &metainternalversion.ListOptions{ResourceVersion: got.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	f.store.UpsertProxy(lease.ProxyInfo{Namespace: "team-a", Name: got.Status.Proxy.Name, URL: "http://127.0.0.99:3128",
+		Host: "127.0.0.99", Port: 3128, Attributes: got.Status.Proxy.Attributes, Healthy: false})
+	ev := nextWatchEvent(t, w)
+	pl := ev.Object.(*leasingv1alpha1.ProxyLease)
+	c := meta.FindStatusCondition(pl.Status.Conditions, leasingv1alpha1.ConditionProxyHealthy)
+	if ev.Type != watch.Modified || pl.Status.Proxy.URL != "http://127.0.0.99:3128" || c == nil || c.Status != metav1.ConditionFalse ||
+		c.Reason != leasingv1alpha1.ReasonProxyUnhealthy {
+		t.Errorf("after the replacement and a failed probe: %s %+v %+v; want MODIFIED, the new URL, ProxyHealthy=False", ev.Type, pl.Status.Proxy, c)
+	}
+	obj, err := f.rest.Get(ctx, "crawl-1", &metav1.GetOptions{})
+	if err != nil || obj.(*leasingv1alpha1.ProxyLease).Status.Proxy.URL != "http://127.0.0.99:3128" {
+		t.Errorf("Get after the replacement = %v, %v", obj, err)
+	}
+	f.store.RemoveProxy(lease.ProxyKey{Namespace: "team-a", Name: got.Status.Proxy.Name})
+	if ev := nextWatchEvent(t, w); ev.Type != watch.Deleted {
+		t.Errorf("event after the Proxy was deleted = %s, want DELETED", ev.Type)
+	}
+}
+
+func nextWatchEvent(t *testing.T, w watch.Interface) watch.Event {
+	t.Helper()
+	select {
+	case ev := <-w.ResultChan():
+		return ev
+	case <-time.After(5 * time.Second):
+		t.Fatal("no watch event within 5s")
+		return watch.Event{}
 	}
 }

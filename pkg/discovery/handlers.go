@@ -69,10 +69,11 @@ func toWireProxy(p lease.ProxyInfo) wire.Proxy {
 
 func toWireLease(l *lease.Lease) wire.Lease {
 	return wire.Lease{
-		LeaseID:    l.ID,
-		Proxy:      toWireProxy(l.Proxy),
-		ExpiresAt:  l.ExpiresAt.UTC(),
-		TTLSeconds: int64(l.TTLSeconds()),
+		LeaseID:      l.ID,
+		Proxy:        toWireProxy(l.Proxy),
+		ProxyHealthy: l.Proxy.Healthy,
+		ExpiresAt:    l.ExpiresAt.UTC(),
+		TTLSeconds:   int64(l.TTLSeconds()),
 	}
 }
 
@@ -229,6 +230,32 @@ func writeNotHolder(w http.ResponseWriter, err error) {
 	writeError(w, http.StatusForbidden, wire.CodeForbidden, err.Error())
 }
 
+// getLease shows one of the caller's leases as it is now: where its proxy is
+// (a replaced instance's new address) and whether it is healthy.
+func (s *Server) getLease(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	l, err := s.opts.Leaser.GetAs(holderOf(r), id)
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, toWireLease(&l))
+	case lease.IsNotHolder(err):
+		writeNotHolder(w, err)
+	case lease.IsLeaseEnded(err):
+		writeError(w, http.StatusGone, wire.CodeLeaseEnded, "lease "+strconv.Quote(id)+": "+endedMessage(err))
+	default:
+		writeError(w, http.StatusNotFound, wire.CodeUnknownLease, "no lease "+strconv.Quote(id))
+	}
+}
+
+// endedMessage says why a lease ended and what to do.
+func endedMessage(err error) string {
+	var e *lease.EndedError
+	if errors.As(err, &e) {
+		return e.Error() + "; acquire a new one"
+	}
+	return "released or expired; acquire a new one"
+}
+
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if _, err := s.opts.Leaser.ReleaseAs(holderOf(r), r.PathValue("id")); lease.IsNotHolder(err) {
 		writeNotHolder(w, err)
@@ -283,7 +310,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	case lease.IsUnknownLease(err):
 		writeError(w, http.StatusNotFound, wire.CodeUnknownLease, "no lease "+strconv.Quote(r.PathValue("id")))
 	case lease.IsLeaseEnded(err):
-		writeError(w, http.StatusGone, wire.CodeLeaseEnded, "lease "+strconv.Quote(r.PathValue("id"))+" was released or expired; acquire a new one")
+		writeError(w, http.StatusGone, wire.CodeLeaseEnded, "lease "+strconv.Quote(r.PathValue("id"))+": "+endedMessage(err))
 	case lease.IsTTLTooLong(err), lease.IsNegativeTTL(err):
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, err.Error())
 	default:

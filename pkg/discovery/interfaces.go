@@ -16,6 +16,9 @@ type Leaser interface {
 	// Release ends a lease; idempotent, reports whether this call ended it.
 	// The handlers use it only for a lease they just granted.
 	Release(id string) bool
+	// GetAs returns a live lease of holder; errors: *lease.NotHolderError,
+	// lease.ErrLeaseEnded (with lease.EndReason), lease.ErrUnknownLease.
+	GetAs(holder, id string) (lease.Lease, error)
 	// ReleaseAs ends a lease of holder; another holder's live lease stays
 	// and the error is a *lease.NotHolderError.
 	ReleaseAs(holder, id string) (bool, error)

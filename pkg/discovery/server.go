@@ -181,6 +181,7 @@ func (s *Server) routes() []route {
 		{http.MethodGet, "/openapi.json", s.openAPI},
 		{http.MethodGet, "/v1/proxies", s.listProxies},
 		{http.MethodPost, "/v1/leases", s.acquire},
+		{http.MethodGet, "/v1/leases/{id}", s.getLease},
 		{http.MethodDelete, "/v1/leases/{id}", s.release},
 		{http.MethodPost, "/v1/leases/{id}/report", s.report},
 		{http.MethodPost, "/v1/leases/{id}/renew", s.renew},

@@ -219,7 +219,7 @@ func TestEndpoints(t *testing.T) {
 			check: func(t *testing.T, e *env, r response) {
 				var got wire.Lease
 				strictDecode(t, r.body, &got)
-				want := wire.Lease{LeaseID: "lease-1", TTLSeconds: 300, ExpiresAt: t0.Add(5 * time.Minute),
+				want := wire.Lease{LeaseID: "lease-1", TTLSeconds: 300, ExpiresAt: t0.Add(5 * time.Minute), ProxyHealthy: true,
 					Proxy: wire.Proxy{Name: "eu-1", Namespace: "a", URL: "http://10.0.0.1:3128", Host: "10.0.0.1", Port: 3128, Attributes: map[string]string{"region": "eu"}, LatencyMillis: 10}}
 				if diff := cmp.Diff(want, got); diff != "" {
 					t.Errorf("lease (-want +got):\n%s", diff)
@@ -431,7 +431,7 @@ func TestEndpoints(t *testing.T) {
 		{name: "wrong method", method: "GET", path: "/v1/leases", status: 405, code: wire.CodeMethodNotAllowed,
 			header: map[string]string{"Allow": "POST"}},
 		{name: "wrong method on a lease", method: "PUT", path: "/v1/leases/x", status: 405, code: wire.CodeMethodNotAllowed,
-			header: map[string]string{"Allow": "DELETE"}},
+			header: map[string]string{"Allow": "DELETE, GET, HEAD"}},
 		{name: "openapi", method: "GET", path: "/openapi.json", status: 200,
 			check: func(t *testing.T, e *env, r response) {
 				if !bytes.Equal(r.body, openAPIDocument) || r.header.Get("Content-Type") != "application/json" {
@@ -638,5 +638,50 @@ func TestOnlyTheHolderChangesALease(t *testing.T) {
 	// a lease that is gone (it frees nothing).
 	if r := e.do("DELETE", "/v1/leases/"+l.LeaseID, "", alice); r.status != http.StatusNoContent {
 		t.Errorf("release of an ended lease by another identity = %d %s, want 204", r.status, r.body)
+	}
+}
+
+// A lease follows its proxy: GET /v1/leases/{id} shows a replaced
+// instance's new address and the proxy's health, to its holder only; once
+// the Proxy is deleted the lease is 410 with the reason, on GET and renew.
+func TestLeaseFollowsItsProxy(t *testing.T) {
+	e := newEnv(t)
+	l := e.acquire(`{"selector":{"region":"us"},"ttlSeconds":60}`)
+	own := "Bearer " + token
+	get := func() (int, wire.Lease, wire.Error) {
+		r := e.do("GET", "/v1/leases/"+l.LeaseID, "", own)
+		var wl wire.Lease
+		var we wire.Error
+		if r.status == http.StatusOK {
+			strictDecode(t, r.body, &wl)
+		} else {
+			strictDecode(t, r.body, &we)
+		}
+		return r.status, wl, we
+	}
+	if code, got, _ := get(); code != http.StatusOK || got.Proxy.URL != "http://10.0.0.2:3128" || !got.ProxyHealthy {
+		t.Fatalf("GET of a fresh lease = %d %+v", code, got)
+	}
+	// The instance is replaced (new address), then turns unhealthy.
+	e.store.UpsertProxy(lease.ProxyInfo{Namespace: "a", Name: "us-1", URL: "http://10.0.0.9:3128", Host: "10.0.0.9", Port: 3128,
+		Attributes: map[string]string{"region": "us"}, LatencyMillis: 20, Healthy: false})
+	code, got, _ := get()
+	if code != http.StatusOK || got.Proxy.URL != "http://10.0.0.9:3128" || got.Proxy.Host != "10.0.0.9" || got.ProxyHealthy {
+		t.Errorf("GET after the replacement and a failed probe = %d %+v; want the new address, proxyHealthy false", code, got)
+	}
+	if r := e.do("GET", "/v1/leases/"+l.LeaseID, "", "Bearer "+aliceToken); r.status != http.StatusForbidden {
+		t.Errorf("GET by another identity = %d %s, want 403", r.status, r.body)
+	}
+	if r := e.do("GET", "/v1/leases/nope", "", own); r.status != http.StatusNotFound {
+		t.Errorf("GET of an unknown lease = %d %s, want 404", r.status, r.body)
+	}
+	e.store.RemoveProxy(lease.ProxyKey{Namespace: "a", Name: "us-1"})
+	code, _, we := get()
+	if code != http.StatusGone || we.Error != wire.CodeLeaseEnded || !strings.Contains(we.Message, "proxy was deleted") {
+		t.Errorf("GET after the Proxy was deleted = %d %+v; want 410 lease_ended saying the proxy was deleted", code, we)
+	}
+	r := e.do("POST", "/v1/leases/"+l.LeaseID+"/renew", `{}`, own)
+	if r.status != http.StatusGone || !strings.Contains(string(r.body), "proxy was deleted") {
+		t.Errorf("renew after the Proxy was deleted = %d %s; want 410 saying why", r.status, r.body)
 	}
 }

@@ -43,6 +43,34 @@ func IsUnknownLease(err error) bool { return errors.Is(err, ErrUnknownLease) }
 // (still remembered for reports, but it can no longer be extended).
 var ErrLeaseEnded = errors.New("lease ended")
 
+// EndedError is the ErrLeaseEnded of one lease, with why it ended.
+type EndedError struct{ Reason Reason }
+
+func (e *EndedError) Error() string {
+	switch e.Reason {
+	case ProxyDeleted:
+		return "lease ended: its proxy was deleted"
+	case Expired:
+		return "lease ended: it expired"
+	case Released:
+		return "lease ended: it was released"
+	}
+	return "lease ended"
+}
+
+// Is makes errors.Is(err, ErrLeaseEnded) true.
+func (e *EndedError) Is(target error) bool { return target == ErrLeaseEnded }
+
+// EndReason returns why the lease of an ErrLeaseEnded error ended ("" if
+// err does not say).
+func EndReason(err error) Reason {
+	var e *EndedError
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}
+
 // IsLeaseEnded reports whether err is (or wraps) ErrLeaseEnded.
 func IsLeaseEnded(err error) bool { return errors.Is(err, ErrLeaseEnded) }
 

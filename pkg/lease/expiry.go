@@ -12,6 +12,8 @@ type tombstone struct {
 	proxy  ProxyKey
 	target string
 	holder string
+	// reason is why the lease ended (Released, Expired, ProxyDeleted).
+	reason Reason
 	until  time.Time
 }
 
@@ -76,7 +78,7 @@ func (s *Store) endLocked(le *leaseEntry, endedAt time.Time, reason Reason, p *p
 		delete(s.flows, le.Flow)
 	}
 	until := endedAt.Add(s.opts.CooldownWindow)
-	s.tombs[le.ID] = tombstone{proxy: le.proxy.key, target: le.Target, holder: le.Holder, until: until}
+	s.tombs[le.ID] = tombstone{proxy: le.proxy.key, target: le.Target, holder: le.Holder, reason: reason, until: until}
 	s.tombQ = append(s.tombQ, tombRef{id: le.ID, until: until})
 	e := le.proxy
 	s.setLeasesLocked(e, e.leases-1)

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"container/heap"
 	"context"
 	"maps"
 	"slices"
@@ -25,6 +26,7 @@ func (s *Store) UpsertProxy(info ProxyInfo) {
 	}
 	wasIndexed := e.indexed
 	attrsChanged := e.removed || !maps.Equal(e.info.Attributes, info.Attributes)
+	follow := !e.removed && e.leases > 0 && e.info.leaseVisible(info)
 	s.unindexLocked(e)
 	if !e.removed {
 		s.removeMembersLocked(e)
@@ -37,17 +39,44 @@ func (s *Store) UpsertProxy(info ProxyInfo) {
 	// Capacity appears when the proxy becomes available, or when its
 	// attributes change (a waiting selector may match it now).
 	p.capacity = p.capacity || (e.indexed && (!wasIndexed || attrsChanged))
+	if follow {
+		s.followProxyLocked(e, &p)
+	}
 	s.unlockAndNotify(&p)
 }
 
-// RemoveProxy takes a proxy out of the fleet. Its live leases stay until
-// released or expired (the holder finds out when the proxy stops answering);
-// its cooldowns are kept in case a proxy of the same name comes back.
+// followProxyLocked shows the proxy's new address and health on each of its
+// live leases (a replaced instance has a new address): holders and watchers
+// learn it as a Modified event.
+func (s *Store) followProxyLocked(e *proxyEntry, p *pending) {
+	for _, le := range s.leases {
+		if le.proxy != e {
+			continue
+		}
+		le.Proxy = e.info.clone()
+		le.ProxyChangedAt = s.now()
+		s.revision++
+		le.Revision = s.revision
+		s.emitLocked(p, Modified, ProxyChanged, le)
+	}
+}
+
+// RemoveProxy takes a proxy out of the fleet. Its live leases end (reason
+// ProxyDeleted: a renewal answers that the lease ended because its proxy was
+// deleted); its cooldowns are kept in case a proxy of the same name comes
+// back.
 func (s *Store) RemoveProxy(key ProxyKey) {
 	var p pending
 	s.mu.Lock()
-	s.advanceLocked(s.now(), &p)
+	now := s.now()
+	s.advanceLocked(now, &p)
 	if e := s.proxies[key]; e != nil && !e.removed {
+		for _, le := range s.leases {
+			if le.proxy == e {
+				heap.Remove(&s.expiries, le.heapIndex)
+				s.endLocked(le, now, ProxyDeleted, &p)
+			}
+		}
 		s.unindexLocked(e)
 		s.removeMembersLocked(e)
 		e.removed = true

@@ -131,7 +131,7 @@ func (s *Store) RenewAs(holder, id string, ttl time.Duration) (*Lease, error) {
 			if !mayChange(holder, t.holder) {
 				return nil, &NotHolderError{ID: id}
 			}
-			return nil, fmt.Errorf("renewing lease %s: %w", id, ErrLeaseEnded)
+			return nil, fmt.Errorf("renewing lease %s: %w", id, &EndedError{Reason: t.reason})
 		}
 		return nil, fmt.Errorf("renewing lease %s: %w", id, ErrUnknownLease)
 	}
@@ -166,6 +166,31 @@ func (s *Store) Get(id string) (Lease, bool) {
 	}
 	s.unlockAndNotify(&p)
 	return out, ok
+}
+
+// GetAs returns a live lease of holder (AnyHolder: anyone's). Errors:
+// *NotHolderError (another holder's lease, live or ended), an *EndedError
+// (IsLeaseEnded; ended within the report window, with why),
+// ErrUnknownLease.
+func (s *Store) GetAs(holder, id string) (Lease, error) {
+	var p pending
+	s.mu.Lock()
+	now := s.now()
+	s.advanceLocked(now, &p)
+	defer s.unlockAndNotify(&p)
+	if le, ok := s.leases[id]; ok {
+		if !mayChange(holder, le.Holder) {
+			return Lease{}, &NotHolderError{ID: id}
+		}
+		return le.Lease, nil
+	}
+	if t, ok := s.tombs[id]; ok && t.until.After(now) {
+		if !mayChange(holder, t.holder) {
+			return Lease{}, &NotHolderError{ID: id}
+		}
+		return Lease{}, fmt.Errorf("lease %s: %w", id, &EndedError{Reason: t.reason})
+	}
+	return Lease{}, fmt.Errorf("lease %s: %w", id, ErrUnknownLease)
 }
 
 // GetByName returns a live lease by namespace and name.

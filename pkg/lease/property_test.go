@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -36,8 +37,12 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 		return px(ns, fmt.Sprintf("p%02d", i), int64(i%5), "zone", []string{"x", "y", "z"}[i%3])
 	}
 	const fleetSize = 12
+	// removals counts, per proxy, the RemoveProxy calls completed: a lease
+	// may end early only when its proxy was removed after it was granted.
+	removals := map[ProxyKey]*atomic.Int64{}
 	for i := range fleetSize {
 		s.UpsertProxy(fleet(i))
+		removals[fleet(i).Key()] = &atomic.Int64{}
 	}
 
 	var granted sync.Map // lease ID → worker
@@ -50,6 +55,14 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 			type held struct {
 				id      string
 				expires time.Time
+				proxy   ProxyKey
+				// removals of its proxy read before it was acquired
+				removals int64
+			}
+			// lost: h is gone before its expiry while its proxy was not
+			// removed since it was acquired.
+			lost := func(h held) bool {
+				return fc.Now().Before(h.expires) && removals[h.proxy].Load() == h.removals
 			}
 			var mine []held
 			check := func(step int, what string) {
@@ -74,13 +87,17 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 					if rng.IntN(2) == 0 {
 						req.Selector = map[string]string{"zone": []string{"x", "y", "z"}[rng.IntN(3)]}
 					}
+					before := map[ProxyKey]int64{}
+					for k, n := range removals {
+						before[k] = n.Load()
+					}
 					l, err := s.Acquire(req)
 					switch {
 					case err == nil:
 						if prev, dup := granted.LoadOrStore(l.ID, w); dup {
 							record(fmt.Sprintf("lease %s granted twice (workers %v and %d)", l.ID, prev, w))
 						}
-						mine = append(mine, held{l.ID, l.ExpiresAt})
+						mine = append(mine, held{l.ID, l.ExpiresAt, l.Proxy.Key(), before[l.Proxy.Key()]})
 					case !IsNoMatch(err):
 						record(fmt.Sprintf("acquire: %v", err))
 					}
@@ -89,7 +106,7 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 					i := rng.IntN(len(mine))
 					h := mine[i]
 					mine = append(mine[:i], mine[i+1:]...)
-					if !s.Release(h.id) && fc.Now().Before(h.expires) {
+					if !s.Release(h.id) && lost(h) {
 						record(fmt.Sprintf("lease %s lost: release found nothing before its expiry", h.id))
 					}
 				case op < 65 && len(mine) > 0:
@@ -109,7 +126,7 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 					case err == nil:
 						mine[i].expires = l.ExpiresAt
 					case ttl > 10*time.Minute && IsTTLTooLong(err):
-					case (IsLeaseEnded(err) || IsUnknownLease(err)) && !fc.Now().Before(mine[i].expires):
+					case (IsLeaseEnded(err) || IsUnknownLease(err)) && !lost(mine[i]):
 					default:
 						record(fmt.Sprintf("renew %s ttl %s: %v", mine[i].id, ttl, err))
 					}
@@ -129,12 +146,13 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 						s.UpsertProxy(p)
 					case 2:
 						s.RemoveProxy(p.Key())
+						removals[p.Key()].Add(1) // after: see held.removals
 						s.UpsertProxy(p)
 					}
 				default:
 					what = "reads"
 					for _, h := range mine {
-						if _, ok := s.Get(h.id); !ok && fc.Now().Before(h.expires) {
+						if _, ok := s.Get(h.id); !ok && lost(h) {
 							record(fmt.Sprintf("lease %s lost: Get found nothing before its expiry", h.id))
 						}
 					}

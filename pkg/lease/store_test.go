@@ -478,13 +478,16 @@ func TestFleetChanges(t *testing.T) {
 	if _, err := s.Acquire(AcquireRequest{}); !IsNoMatch(err) {
 		t.Errorf("unhealthy proxy offered: %v", err)
 	}
-	// A removed proxy with a live lease: the lease stays, the count too, and
-	// a proxy re-added under the same name still respects capacity.
+	// A removed proxy with a live lease: the lease ends (its renewal says
+	// why), the count goes, and a proxy re-added under the same name is free.
 	s.RemoveProxy(ProxyKey{Namespace: "ns", Name: "q"})
-	if _, ok := s.Get(l.ID); !ok {
-		t.Error("lease on a removed proxy vanished")
+	if _, ok := s.Get(l.ID); ok {
+		t.Error("lease on a removed proxy still live")
 	}
-	if got := s.Counts()[ProxyKey{Namespace: "ns", Name: "q"}]; got != 1 {
+	if _, err := s.Renew(l.ID, 0); !IsLeaseEnded(err) || EndReason(err) != ProxyDeleted {
+		t.Errorf("renew of a lease whose proxy was removed = %v, want lease ended, reason ProxyDeleted", err)
+	}
+	if got := s.Counts()[ProxyKey{Namespace: "ns", Name: "q"}]; got != 0 {
 		t.Errorf("count on removed proxy = %d", got)
 	}
 	list, _ := s.ListProxies(context.Background(), "")
@@ -492,10 +495,6 @@ func TestFleetChanges(t *testing.T) {
 		t.Errorf("ListProxies = %+v, want only p", list)
 	}
 	s.UpsertProxy(px("ns", "q", 5, "zone", "x"))
-	if _, err := s.Acquire(AcquireRequest{}); !IsNoMatch(err) {
-		t.Errorf("re-added proxy at capacity offered: %v", err)
-	}
-	s.Release(l.ID)
 	if l2 := mustAcquire(t, s, AcquireRequest{}); l2.Proxy.Name != "q" {
 		t.Errorf("got %s, want q", l2.Proxy.Name)
 	}
@@ -809,5 +808,60 @@ func TestTTLSeconds(t *testing.T) {
 		if got := (&Lease{TTL: tt.ttl}).TTLSeconds(); got != tt.want {
 			t.Errorf("TTLSeconds(%s) = %d, want %d", tt.ttl, got, tt.want)
 		}
+	}
+}
+
+// A lease follows its proxy: a new address (the instance was replaced) and
+// a health change show on the live lease as a Modified event with reason
+// ProxyChanged; a latency change does not (it would flood watchers); a
+// deleted Proxy ends the lease with reason ProxyDeleted.
+func TestLeaseFollowsItsProxy(t *testing.T) {
+	s, _ := newTestStore(t, Options{MaxTTL: time.Hour, CooldownWindow: time.Minute})
+	p := px("ns", "p", 10)
+	s.UpsertProxy(p)
+	l := mustAcquire(t, s, AcquireRequest{Namespace: "ns", Holder: "h"})
+	var events []Event
+	cancel := s.Subscribe(func(ev Event) { events = append(events, ev) })
+	defer cancel()
+
+	moved := p
+	moved.URL, moved.Host = "http://127.0.0.5:3128", "127.0.0.5"
+	s.UpsertProxy(moved)
+	slow := moved
+	slow.LatencyMillis = 99
+	s.UpsertProxy(slow)
+	sick := slow
+	sick.Healthy = false
+	s.UpsertProxy(sick)
+
+	got, ok := s.Get(l.ID)
+	if !ok || got.Proxy.URL != moved.URL || got.Proxy.Host != moved.Host || got.Proxy.Healthy {
+		t.Fatalf("lease after its proxy moved and turned unhealthy: %+v (live %v)", got.Proxy, ok)
+	}
+	type ev struct {
+		Type   EventType
+		Reason Reason
+		URL    string
+		Health bool
+	}
+	var seen []ev
+	for _, e := range events {
+		seen = append(seen, ev{e.Type, e.Reason, e.Lease.Proxy.URL, e.Lease.Proxy.Healthy})
+	}
+	want := []ev{
+		{Modified, ProxyChanged, moved.URL, true},
+		{Modified, ProxyChanged, moved.URL, false},
+	}
+	if d := cmp.Diff(want, seen); d != "" {
+		t.Errorf("events (-want +got):\n%s", d)
+	}
+
+	events = nil
+	s.RemoveProxy(p.Key())
+	if len(events) != 1 || events[0].Type != Deleted || events[0].Reason != ProxyDeleted {
+		t.Errorf("events when the Proxy is deleted = %+v, want one Deleted/ProxyDeleted", events)
+	}
+	if _, err := s.RenewAs("h", l.ID, 0); EndReason(err) != ProxyDeleted {
+		t.Errorf("renew after the Proxy was deleted = %v, want ended with reason ProxyDeleted", err)
 	}
 }

@@ -36,6 +36,13 @@ func (p ProxyInfo) clone() ProxyInfo {
 	return p
 }
 
+// leaseVisible reports whether p and q differ in what a holder must learn:
+// where the proxy is, and whether it is healthy (not its latency, which
+// changes with every report and would flood watchers).
+func (p ProxyInfo) leaseVisible(q ProxyInfo) bool {
+	return p.URL != q.URL || p.Host != q.Host || p.Port != q.Port || p.Healthy != q.Healthy
+}
+
 func (p ProxyInfo) equal(q ProxyInfo) bool {
 	return p.Namespace == q.Namespace && p.Name == q.Name && p.URL == q.URL && p.Host == q.Host &&
 		p.Port == q.Port && p.LatencyMillis == q.LatencyMillis && p.Healthy == q.Healthy &&
@@ -76,8 +83,11 @@ type Lease struct {
 	// Proxy is the proxy as it was when the lease was granted.
 	Proxy      ProxyInfo
 	AcquiredAt time.Time
-	ExpiresAt  time.Time
-	TTL        time.Duration
+	// ProxyChangedAt is when the proxy's address or health last changed
+	// while leased (zero: not since the grant).
+	ProxyChangedAt time.Time
+	ExpiresAt      time.Time
+	TTL            time.Duration
 	// LastResult is the result of the most recent report on this lease ("" if none).
 	LastResult string
 	// Revision is the store revision of the last change to this lease; it
@@ -117,6 +127,12 @@ const (
 	Expired  Reason = "Expired"
 	Renewed  Reason = "Renewed"
 	Reported Reason = "Reported"
+	// ProxyChanged: the leased proxy's address or health changed (its
+	// instance was replaced, it turned unhealthy or recovered); the lease
+	// now shows the new values.
+	ProxyChanged Reason = "ProxyChanged"
+	// ProxyDeleted: the leased Proxy was deleted, which ended the lease.
+	ProxyDeleted Reason = "ProxyDeleted"
 )
 
 // Event is one change to a lease, delivered to Subscribe callbacks in

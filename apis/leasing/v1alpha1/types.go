@@ -79,7 +79,21 @@ type ProxyLeaseStatus struct {
 	// LastResult is the result of the most recent report on this lease.
 	// +optional
 	LastResult ReportResult `json:"lastResult,omitempty"`
+	// Conditions: ProxyHealthy says whether the leased proxy passes its
+	// health probes now (False: move to another proxy or wait).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// ConditionProxyHealthy is the condition type of the leased proxy's health,
+// with reason ReasonProxyHealthy or ReasonProxyUnhealthy.
+const (
+	ConditionProxyHealthy = "ProxyHealthy"
+	ReasonProxyHealthy    = "ProbesSucceed"
+	ReasonProxyUnhealthy  = "ProbesFail"
+)
 
 // LeasedProxy describes the proxy a lease grants.
 type LeasedProxy struct {

@@ -6,6 +6,7 @@
 package v1alpha1
 
 import (
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -167,6 +168,13 @@ func (in *ProxyLeaseStatus) DeepCopyInto(out *ProxyLeaseStatus) {
 	if in.ExpireTime != nil {
 		in, out := &in.ExpireTime, &out.ExpireTime
 		*out = (*in).DeepCopy()
+	}
+	if in.Conditions != nil {
+		in, out := &in.Conditions, &out.Conditions
+		*out = make([]v1.Condition, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	return
 }

@@ -158,6 +158,17 @@ func (c *Client) Release(ctx context.Context, leaseID string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/leases/"+url.PathEscape(leaseID), nil, nil, http.StatusNoContent, nil)
 }
 
+// Get shows one of the caller's leases as it is now (its proxy's current
+// address and health). A lease that ended is IsLeaseEnded, its message
+// saying why.
+func (c *Client) Get(ctx context.Context, leaseID string) (*wire.Lease, error) {
+	var out wire.Lease
+	if err := c.do(ctx, http.MethodGet, "/v1/leases/"+url.PathEscape(leaseID), nil, nil, http.StatusOK, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Report tells the server how requests through the leased proxy went
 // (wire.ResultOK, ResultRateLimited, ResultBanned); target "" = the lease's.
 func (c *Client) Report(ctx context.Context, leaseID, result, target string) error {

@@ -86,7 +86,7 @@ func TestClientAgainstServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &wire.Lease{LeaseID: "id/1", TTLSeconds: 60, ExpiresAt: t0.Add(time.Minute), Proxy: wire.Proxy{
+	want := &wire.Lease{LeaseID: "id/1", TTLSeconds: 60, ExpiresAt: t0.Add(time.Minute), ProxyHealthy: true, Proxy: wire.Proxy{
 		Name: "p1", Namespace: "a", URL: "http://127.0.0.1:3128", Host: "127.0.0.1", Port: 3128, Attributes: map[string]string{"region": "eu"}, LatencyMillis: 3}}
 	if diff := cmp.Diff(want, l); diff != "" {
 		t.Errorf("lease (-want +got):\n%s", diff)
@@ -211,6 +211,12 @@ func TestClientForbidden(t *testing.T) {
 	}
 	if _, ok := store.Get(l.LeaseID); !ok {
 		t.Error("another identity's calls ended the lease")
+	}
+	if got, err := holder.Get(ctx, l.LeaseID); err != nil || got.LeaseID != l.LeaseID || got.Proxy.Name != "p1" || !got.ProxyHealthy {
+		t.Errorf("Get by the holder = %+v, %v", got, err)
+	}
+	if _, err := other.Get(ctx, l.LeaseID); !client.IsForbidden(err) {
+		t.Errorf("Get by another identity = %v, want forbidden", err)
 	}
 	if client.IsForbidden(holder.Release(ctx, l.LeaseID)) {
 		t.Error("the holder's own release is forbidden")

@@ -116,10 +116,14 @@ type ProxyList struct {
 
 // Lease is the body of a granted (201) or renewed (200) lease.
 type Lease struct {
-	LeaseID    string    `json:"leaseID"`
-	Proxy      Proxy     `json:"proxy"`
-	ExpiresAt  time.Time `json:"expiresAt"`
-	TTLSeconds int64     `json:"ttlSeconds"`
+	LeaseID string `json:"leaseID"`
+	// Proxy is where the leased proxy is now: a replaced instance's new
+	// address shows here (GET /v1/leases/{id}).
+	Proxy Proxy `json:"proxy"`
+	// ProxyHealthy is false while the leased proxy fails its health probes.
+	ProxyHealthy bool      `json:"proxyHealthy"`
+	ExpiresAt    time.Time `json:"expiresAt"`
+	TTLSeconds   int64     `json:"ttlSeconds"`
 }
 
 // Health is the body of GET /healthz.
