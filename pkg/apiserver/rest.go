@@ -128,10 +128,12 @@ func (r *leaseREST) Create(ctx context.Context, obj runtime.Object, createValida
 		pl.Name = r.names.GenerateName(pl.GenerateName)
 	}
 	if errs := r.validateCreate(pl); len(errs) > 0 {
+		r.invalid()
 		return nil, apierrors.NewInvalid(proxyLeaseKind, pl.Name, errs)
 	}
 	if createValidation != nil {
 		if err := createValidation(ctx, pl); err != nil {
+			r.invalid()
 			return nil, err
 		}
 	}
@@ -151,6 +153,13 @@ func (r *leaseREST) Create(ctx context.Context, obj runtime.Object, createValida
 			continue
 		}
 		return nil, r.acquireError(pl, err)
+	}
+}
+
+// invalid counts a create refused before it reached the lease path.
+func (r *leaseREST) invalid() {
+	if r.waiter != nil {
+		r.waiter.Invalid()
 	}
 }
 

@@ -42,11 +42,16 @@ type LeaseStore interface {
 
 var _ LeaseStore = (*lease.Store)(nil)
 
-// Waiter grants a lease, waiting until deadline for a free proxy when none is
-// free now (pkg/flowcontrol; the same shape as discovery.Waiter, so one
-// adapter serves both APIs). It is optional: without one, spec.waitSeconds
-// above 0 is rejected with 422.
+// Waiter is the lease path every ProxyLease create goes through, one
+// without spec.waitSeconds with a deadline of now (*leasing.Door implements
+// it, over the wait queue; it counts every outcome and gives back a grant
+// whose caller left). It is optional (tests): without one, requests go to
+// the store directly, nothing is counted, and spec.waitSeconds above 0 is
+// rejected with 422.
 type Waiter interface {
+	// Invalid counts a request refused as invalid before it reached the
+	// queue.
+	Invalid()
 	// Wait returns a lease for req, granted now or when capacity appears
 	// before deadline. priority picks the band (higher first); req.Flow is the
 	// fairness flow. Errors:

@@ -17,6 +17,7 @@ import (
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 type waitCall struct {
@@ -34,6 +35,10 @@ type fakeWaiter struct {
 }
 
 var _ Waiter = (*fakeWaiter)(nil)
+
+// Invalid is counted by the door in production; these tests wrap the fake in
+// one where they check counts.
+func (w *fakeWaiter) Invalid() {}
 
 func (w *fakeWaiter) Wait(_ context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
 	w.calls = append(w.calls, waitCall{Req: req, Priority: priority, Deadline: deadline})
@@ -145,3 +150,28 @@ func TestServerSideApplyCreatesThenRenews(t *testing.T) {
 		t.Errorf("PUT of a missing lease: %v, want NotFound", err)
 	}
 }
+
+// ProxyLease creates are counted once, by the Kubernetes door of the lease
+// path: granted, no_match, and bad_request for one refused by validation.
+func TestCreatesAreCountedByTheKubernetesDoor(t *testing.T) {
+	f := newFixture(t, lease.Options{}, proxy("ns", "px", nil))
+	rec := &outcomes{}
+	f.rest.waiter = leasing.NewDoor(leasing.APIKubernetes, &fakeWaiter{store: f.store}, f.store.Release, rec)
+	f.rest.maxWaitSeconds = 30
+	ctx := ctxFor("ns", "carol")
+	f.mustCreate(ctx, newLease("one"))
+	if _, err := f.create(ctx, newLease("two")); !apierrors.IsConflict(err) {
+		t.Fatalf("second lease on the only proxy: %v, want 409", err)
+	}
+	if _, err := f.create(ctx, newLease("long", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.WaitSeconds = 31 })); !apierrors.IsInvalid(err) {
+		t.Fatalf("waitSeconds over the maximum: %v, want 422", err)
+	}
+	want := []string{"kubernetes/granted", "kubernetes/no_match", "kubernetes/bad_request"}
+	if d := cmp.Diff(want, rec.got); d != "" {
+		t.Errorf("counted (-want +got):\n%s", d)
+	}
+}
+
+type outcomes struct{ got []string }
+
+func (o *outcomes) LeaseRequest(api, outcome string) { o.got = append(o.got, api+"/"+outcome) }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // fakeMetrics records every outcome.
@@ -14,11 +15,16 @@ type fakeMetrics struct {
 	outcomes []string
 }
 
-var _ LeaseMetrics = (*fakeMetrics)(nil)
+var _ leasing.Recorder = (*fakeMetrics)(nil)
 
-func (m *fakeMetrics) LeaseRequest(outcome string) {
+// LeaseRequest records the outcome; every request of these tests comes
+// through the HTTP door.
+func (m *fakeMetrics) LeaseRequest(api, outcome string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if api != leasing.APIHTTP {
+		outcome = api + ":" + outcome
+	}
 	m.outcomes = append(m.outcomes, outcome)
 }
 
@@ -70,8 +76,6 @@ type fakeWaiter struct {
 	calls   []waitCall
 	nextErr error
 }
-
-var _ Waiter = (*fakeWaiter)(nil)
 
 func (f *fakeWaiter) Wait(_ context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
 	f.mu.Lock()

@@ -143,12 +143,12 @@ type retryAfter interface {
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	data, ok := readBody(w, r)
 	if !ok {
-		s.opts.Metrics.LeaseRequest(OutcomeBadRequest)
+		s.invalid()
 		return
 	}
 	req, err := DecodeAcquireRequest(data, s.limits())
 	if err != nil {
-		s.opts.Metrics.LeaseRequest(OutcomeBadRequest)
+		s.invalid()
 		writeDecodeError(w, err)
 		return
 	}
@@ -175,22 +175,21 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		s.acquireFailed(w, r, err)
 		return
 	}
-	if r.Context().Err() != nil {
-		// The client left while we waited: nobody will use or release this lease.
-		s.opts.Leaser.Release(l.ID)
-		s.opts.Metrics.LeaseRequest(OutcomeCancelled)
-		return
-	}
-	s.opts.Metrics.LeaseRequest(OutcomeGranted)
 	w.Header().Set("Location", "/v1/leases/"+l.ID)
 	writeJSON(w, http.StatusCreated, toWireLease(l))
+}
+
+// invalid counts a malformed POST /v1/leases, which never reaches the queue.
+func (s *Server) invalid() {
+	if s.opts.Waiter != nil {
+		s.opts.Waiter.Invalid()
+	}
 }
 
 func (s *Server) acquireFailed(w http.ResponseWriter, r *http.Request, err error) {
 	var ra retryAfter
 	switch {
 	case lease.IsNoMatch(err):
-		s.opts.Metrics.LeaseRequest(OutcomeNoMatch)
 		var nm lease.NoMatchError
 		if c := (*lease.NoMatchError)(nil); errors.As(err, &c) {
 			nm = *c
@@ -204,19 +203,15 @@ func (s *Server) acquireFailed(w http.ResponseWriter, r *http.Request, err error
 			Unhealthy:  &nm.Unhealthy,
 		})
 	case errors.As(err, &ra):
-		s.opts.Metrics.LeaseRequest(OutcomeRejected)
 		secs := int64(math.Ceil(ra.RetryAfter().Seconds()))
 		w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
 		writeError(w, http.StatusTooManyRequests, wire.CodeQueueFull, "the wait queue is full: "+err.Error())
 	case lease.IsTTLTooLong(err), lease.IsNegativeTTL(err):
 		// Validation catches these first; kept so a store with other limits still answers 400.
-		s.opts.Metrics.LeaseRequest(OutcomeBadRequest)
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, err.Error())
 	case r.Context().Err() != nil && errors.Is(err, r.Context().Err()):
-		s.opts.Metrics.LeaseRequest(OutcomeCancelled)
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled")
 	default:
-		s.opts.Metrics.LeaseRequest(OutcomeError)
 		log.FromContext(r.Context()).Error(err, "acquiring a lease")
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error())
 	}

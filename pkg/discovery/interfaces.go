@@ -10,12 +10,9 @@ import (
 // Leaser is the part of the lease store the handlers use; *lease.Store
 // implements it.
 type Leaser interface {
-	// Acquire grants a lease now or fails with a *lease.NoMatchError
+	// Acquire grants a lease now (only without a Waiter) or fails with a *lease.NoMatchError
 	// (lease.IsNoMatch), a *lease.TTLError or lease.ErrNegativeTTL.
 	Acquire(req lease.AcquireRequest) (*lease.Lease, error)
-	// Release ends a lease; idempotent, reports whether this call ended it.
-	// The handlers use it only for a lease they just granted.
-	Release(id string) bool
 	// GetAs returns a live lease of holder; errors: *lease.NotHolderError,
 	// lease.ErrLeaseEnded (with lease.EndReason), lease.ErrUnknownLease.
 	GetAs(holder, id string) (lease.Lease, error)
@@ -47,10 +44,15 @@ type Lister interface {
 
 var _ Lister = (*lease.Store)(nil)
 
-// Waiter queues lease requests that may wait (waitSeconds > 0);
-// pkg/flowcontrol implements it. Without a Waiter such requests are
-// answered at once like any other.
+// Waiter is the lease path of POST /v1/leases: every request goes through
+// it, one without a wait with a deadline of now (*leasing.Door implements
+// it, over the wait queue; it counts every outcome and gives back a grant
+// whose caller left). Without a Waiter (tests) requests go to the Leaser
+// directly and nothing is counted.
 type Waiter interface {
+	// Invalid counts a request refused as malformed before it reached the
+	// queue.
+	Invalid()
 	// Wait returns a lease for req, granted now or when capacity appears
 	// before deadline. priority picks the band (higher first); req.Flow is the
 	// fairness flow. Errors, which decide the HTTP answer:
@@ -62,24 +64,3 @@ type Waiter interface {
 	//   - anything else (shutting down) → 503.
 	Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error)
 }
-
-// LeaseMetrics counts POST /v1/leases outcomes (lease_requests_total{outcome});
-// pkg/metrics implements it.
-type LeaseMetrics interface {
-	// LeaseRequest counts one request with one of the Outcome* values.
-	LeaseRequest(outcome string)
-}
-
-// Outcomes of POST /v1/leases.
-const (
-	OutcomeGranted    = "granted"
-	OutcomeNoMatch    = "no_match"
-	OutcomeBadRequest = "bad_request"
-	OutcomeRejected   = "rejected" // 429: wait queue full
-	OutcomeCancelled  = "cancelled"
-	OutcomeError      = "error"
-)
-
-type noMetrics struct{}
-
-func (noMetrics) LeaseRequest(string) {}

@@ -41,10 +41,9 @@ type Options struct {
 	Leaser Leaser
 	// Lister reads the fleet (required).
 	Lister Lister
-	// Waiter queues requests with waitSeconds > 0 (optional).
+	// Waiter is the lease path every POST /v1/leases goes through (the
+	// production server always has one: a *leasing.Door).
 	Waiter Waiter
-	// Metrics counts lease requests (optional).
-	Metrics LeaseMetrics
 	// Clock for wait deadlines (default: real).
 	Clock clock.PassiveClock
 	// MaxWait bounds waitSeconds (default 5m).
@@ -84,9 +83,6 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Addr == "" {
 		opts.Addr = DefaultAddr
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = noMetrics{}
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 const (
@@ -63,12 +64,12 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	e := &env{t: t, store: store, clock: fc, metrics: &fakeMetrics{}, lister: &fakeLister{inner: store}}
 	e.waiter = &fakeWaiter{store: store}
 	o := Options{
-		Tokens:  map[string]string{token: DefaultIdentity, aliceToken: "alice"},
-		Leaser:  store,
-		Lister:  e.lister,
-		Waiter:  e.waiter,
-		Metrics: e.metrics,
-		Clock:   fc,
+		Tokens: map[string]string{token: DefaultIdentity, aliceToken: "alice"},
+		Leaser: store,
+		Lister: e.lister,
+		// The door the operator wires, over a waiter the tests steer.
+		Waiter: leasing.NewDoor(leasing.APIHTTP, e.waiter, store.Release, e.metrics),
+		Clock:  fc,
 	}
 	for _, f := range opts {
 		f(&o)
@@ -215,7 +216,7 @@ func TestEndpoints(t *testing.T) {
 
 		// POST /v1/leases
 		{name: "acquire with defaults", method: "POST", path: "/v1/leases", body: `{}`, status: 201,
-			header: map[string]string{"Location": "/v1/leases/lease-1"}, outcomes: []string{OutcomeGranted},
+			header: map[string]string{"Location": "/v1/leases/lease-1"}, outcomes: []string{leasing.OutcomeGranted},
 			check: func(t *testing.T, e *env, r response) {
 				var got wire.Lease
 				strictDecode(t, r.body, &got)
@@ -229,8 +230,8 @@ func TestEndpoints(t *testing.T) {
 					t.Errorf("stored lease %+v", l)
 				}
 			}},
-		{name: "acquire with an empty body", method: "POST", path: "/v1/leases", status: 201, outcomes: []string{OutcomeGranted}},
-		{name: "acquire by selector, target, ttl, flow", method: "POST", path: "/v1/leases", status: 201, outcomes: []string{OutcomeGranted},
+		{name: "acquire with an empty body", method: "POST", path: "/v1/leases", status: 201, outcomes: []string{leasing.OutcomeGranted}},
+		{name: "acquire by selector, target, ttl, flow", method: "POST", path: "/v1/leases", status: 201, outcomes: []string{leasing.OutcomeGranted},
 			body: `{"selector":{"region":"us"},"namespace":"a","target":"example.com","ttlSeconds":60,"flow":"batch"}`, auth: "Bearer " + aliceToken,
 			check: func(t *testing.T, e *env, r response) {
 				var got wire.Lease
@@ -251,13 +252,13 @@ func TestEndpoints(t *testing.T) {
 			}},
 		{name: "ttl over the maximum", method: "POST", path: "/v1/leases", body: `{"ttlSeconds":7200}`, status: 400,
 			wantErr:  &wire.Error{Error: wire.CodeTTLTooLong, Message: "ttlSeconds 7200 exceeds the maximum 3600 (--max-lease-ttl=1h0m0s)", MaxTTLSeconds: int64p(3600)},
-			outcomes: []string{OutcomeBadRequest}},
+			outcomes: []string{leasing.OutcomeBadRequest}},
 		{name: "huge ttl", method: "POST", path: "/v1/leases", body: `{"ttlSeconds":9223372036854775807}`, status: 400, code: wire.CodeTTLTooLong},
 		{name: "negative ttl", method: "POST", path: "/v1/leases", body: `{"ttlSeconds":-1}`, status: 400, code: wire.CodeInvalidRequest},
 		{name: "negative wait", method: "POST", path: "/v1/leases", body: `{"waitSeconds":-5}`, status: 400, code: wire.CodeInvalidRequest},
 		{name: "wait over the maximum", method: "POST", path: "/v1/leases", body: `{"waitSeconds":301}`, status: 400, code: wire.CodeInvalidRequest},
 		{name: "unknown field", method: "POST", path: "/v1/leases", body: `{"ttl":5}`, status: 400,
-			wantErr: &wire.Error{Error: wire.CodeInvalidJSON, Message: `unknown field "ttl"`}, outcomes: []string{OutcomeBadRequest}},
+			wantErr: &wire.Error{Error: wire.CodeInvalidJSON, Message: `unknown field "ttl"`}, outcomes: []string{leasing.OutcomeBadRequest}},
 		{name: "trailing data", method: "POST", path: "/v1/leases", body: `{} {}`, status: 400, code: wire.CodeInvalidJSON},
 		{name: "not an object", method: "POST", path: "/v1/leases", body: `[]`, status: 400, code: wire.CodeInvalidJSON},
 		{name: "null", method: "POST", path: "/v1/leases", body: `null`, status: 400, code: wire.CodeInvalidJSON},
@@ -270,14 +271,14 @@ func TestEndpoints(t *testing.T) {
 		{name: "too many selector pairs", method: "POST", path: "/v1/leases", body: manyPairs(33), status: 400, code: wire.CodeInvalidRequest},
 		{name: "no match: unknown attribute", method: "POST", path: "/v1/leases", body: `{"selector":{"region":"mars"}}`, status: 409,
 			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(0), AtCapacity: intp(0), InCooldown: intp(0), Unhealthy: intp(0)},
-			outcomes: []string{OutcomeNoMatch}},
+			outcomes: []string{leasing.OutcomeNoMatch}},
 		{name: "no match: additive counts", method: "POST", path: "/v1/leases", body: `{"selector":{"region":"eu"},"target":"t"}`, status: 409,
 			setup: func(e *env) string {
 				e.acquire(`{"selector":{"region":"eu"}}`) // a/eu-1 busy; b/eu-2 unhealthy
 				return ""
 			},
 			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(2), AtCapacity: intp(1), InCooldown: intp(0), Unhealthy: intp(1)},
-			outcomes: []string{OutcomeGranted, OutcomeNoMatch}},
+			outcomes: []string{leasing.OutcomeGranted, leasing.OutcomeNoMatch}},
 		{name: "no match: cooldown counted", method: "POST", path: "/v1/leases", body: `{"namespace":"a","selector":{"region":"eu"},"target":"t"}`, status: 409,
 			setup: func(e *env) string {
 				l := e.acquire(`{"namespace":"a","selector":{"region":"eu"},"target":"t"}`)
@@ -286,14 +287,14 @@ func TestEndpoints(t *testing.T) {
 				return ""
 			},
 			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(1), AtCapacity: intp(0), InCooldown: intp(1), Unhealthy: intp(0)},
-			outcomes: []string{OutcomeGranted, OutcomeNoMatch}},
+			outcomes: []string{leasing.OutcomeGranted, leasing.OutcomeNoMatch}},
 		{name: "body over 64 KiB", method: "POST", path: "/v1/leases", body: `{"target":"` + strings.Repeat("x", 70000) + `"}`, status: 413, code: wire.CodeBodyTooLarge},
 		{name: "body over 64 KiB, unauthenticated: limit comes first", method: "POST", path: "/v1/leases", auth: "-",
 			body: `{"target":"` + strings.Repeat("x", 70000) + `"}`, status: 413, code: wire.CodeBodyTooLarge},
 
 		// waiting
 		{name: "wait goes through the waiter", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30,"priority":2,"flow":"f"}`, status: 201,
-			outcomes: []string{OutcomeGranted},
+			outcomes: []string{leasing.OutcomeGranted},
 			check: func(t *testing.T, e *env, r response) {
 				want := []waitCall{{
 					Req:      lease.AcquireRequest{TTL: 0, Holder: "http:discovery", Flow: "http:discovery/f"},
@@ -315,19 +316,19 @@ func TestEndpoints(t *testing.T) {
 				return ""
 			},
 			header:   map[string]string{"Retry-After": "3"},
-			outcomes: []string{OutcomeRejected}},
+			outcomes: []string{leasing.OutcomeRejected}},
 		{name: "wait deadline is 409 with the waiter's counts", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30}`, status: 409,
 			setup: func(e *env) string {
 				e.waiter.nextErr = fmt.Errorf("deadline: %w", &lease.NoMatchError{Considered: 2, AtCapacity: 2})
 				return ""
 			},
 			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(2), AtCapacity: intp(2), InCooldown: intp(0), Unhealthy: intp(0)},
-			outcomes: []string{OutcomeNoMatch}},
+			outcomes: []string{leasing.OutcomeNoMatch}},
 		{name: "waiter shutting down is 503", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30}`, status: 503, code: wire.CodeUnavailable,
 			setup:    func(e *env) string { e.waiter.nextErr = errors.New("flow control shutting down"); return "" },
-			outcomes: []string{OutcomeError}},
-		{name: "without a waiter, a wait is an immediate acquire", opts: []envOption{withoutWaiter()}, method: "POST", path: "/v1/leases",
-			body: `{"waitSeconds":30,"selector":{"region":"mars"}}`, status: 409, code: wire.CodeNoMatch, outcomes: []string{OutcomeNoMatch}},
+			outcomes: []string{leasing.OutcomeError}},
+		{name: "without a waiter, a wait is an immediate acquire (uncounted: counting is the door's)", opts: []envOption{withoutWaiter()}, method: "POST", path: "/v1/leases",
+			body: `{"waitSeconds":30,"selector":{"region":"mars"}}`, status: 409, code: wire.CodeNoMatch},
 
 		// DELETE /v1/leases/{id}
 		{name: "release", method: "DELETE", path: "/v1/leases/{id}", status: 204,
@@ -547,17 +548,17 @@ func TestCancelledWaitReleasesLateGrant(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req := httptest.NewRequest("POST", "/v1/leases", strings.NewReader(`{"waitSeconds":30}`)).WithContext(ctx)
 	req.Header.Set("Authorization", "Bearer "+token)
-	e.server.opts.Waiter = waiterFunc(func(ctx context.Context, r lease.AcquireRequest, _ int, _ time.Time) (*lease.Lease, error) {
+	e.server.opts.Waiter = leasing.NewDoor(leasing.APIHTTP, waiterFunc(func(ctx context.Context, r lease.AcquireRequest, _ int, _ time.Time) (*lease.Lease, error) {
 		l, err := e.store.Acquire(r)
 		cancel() // the client goes away right after the grant
 		return l, err
-	})
+	}), e.store.Release, e.metrics)
 	rec := httptest.NewRecorder()
 	e.server.Handler().ServeHTTP(rec, req)
 	if n := e.store.Active(); n != 0 {
 		t.Errorf("%d leases left after the client left", n)
 	}
-	if diff := cmp.Diff([]string{OutcomeCancelled}, e.metrics.take()); diff != "" {
+	if diff := cmp.Diff([]string{leasing.OutcomeCancelled}, e.metrics.take()); diff != "" {
 		t.Errorf("outcomes (-want +got):\n%s", diff)
 	}
 }

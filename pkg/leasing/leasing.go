@@ -25,6 +25,7 @@ type Leasing struct {
 	ctl          *LeaseController
 	queueMetrics *flowcontrolmetrics.Metrics
 	stopHook     func()
+	stopHeld     func()
 }
 
 // Clock is what the store (its sweep ticker) and the queue (its timer) need;
@@ -45,7 +46,9 @@ func New(opts Options, clk Clock) (*Leasing, error) {
 		return nil, fmt.Errorf("creating lease store: %w", err)
 	}
 	qm := flowcontrolmetrics.New()
-	ctl := NewLeaseController(store, clk, opts.queueOptions(qm))
+	qopts := opts.queueOptions(qm)
+	qopts.HeldChangeNotifications = true
+	ctl := NewLeaseController(store, clk, qopts)
 	return &Leasing{
 		Store:        store,
 		Waiter:       NewWaiter(ctl, store),
@@ -53,7 +56,21 @@ func New(opts Options, clk Clock) (*Leasing, error) {
 		queueMetrics: qm,
 		// Capacity the store observes wakes the queue.
 		stopHook: store.OnCapacity(ctl.OnCapacity),
+		stopHeld: ReportHeldChanges(store, ctl),
 	}, nil
+}
+
+// ReportHeldChanges tells ctl of every change of a flow's held leases (a
+// grant, a release, an expiry, a lease ended with its Proxy), so that with
+// Options.HeldChangeNotifications a dispatch round re-reads Held only for
+// the flows that changed instead of for every waiting flow. It returns the
+// cancel of the subscription.
+func ReportHeldChanges(store *lease.Store, ctl *LeaseController) (cancel func()) {
+	return store.Subscribe(func(ev lease.Event) {
+		if ev.Type == lease.Added || ev.Type == lease.Deleted {
+			ctl.HeldChanged(ev.Lease.Flow)
+		}
+	})
 }
 
 // Collectors are the metrics of the store and the queue
@@ -68,5 +85,5 @@ func (l *Leasing) Collectors() []prometheus.Collector {
 // its own. At stop the queue evicts every waiter (answered 503), so the API
 // servers' graceful shutdown does not wait out long waits.
 func (l *Leasing) Runnables() []manager.Runnable {
-	return []manager.Runnable{l.Store, &queueRunnable{ctl: l.ctl, stopHook: l.stopHook}}
+	return []manager.Runnable{l.Store, &queueRunnable{ctl: l.ctl, stopHook: func() { l.stopHook(); l.stopHeld() }}}
 }

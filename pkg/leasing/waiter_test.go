@@ -3,6 +3,7 @@ package leasing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -269,5 +270,87 @@ func TestLeaseWaiterWithoutAWait(t *testing.T) {
 	e.store.Release(l.ID)
 	if r := receive(t, ch); r.err != nil || r.l.Holder != "http:b" {
 		t.Fatalf("the waiter after the release: %+v, %v", r.l, r.err)
+	}
+}
+
+// With HeldChangeNotifications a round trusts the held counts it was told
+// about, so every change of them must be reported. A holds two leases and B
+// one (granted after A's, so A was served less recently); both wait; A
+// releases one. A and B then hold one each, and the tie goes to A, served
+// less recently. A queue told nothing of the release still counts A at two
+// and grants B: the negative control shows the check sees the difference.
+func TestHeldChangesReachTheQueue(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		report bool
+		want   string
+	}{
+		{"reported", true, "http:a"},
+		{"not reported (broken wiring)", false, "http:b"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			store, err := lease.New(lease.Options{MaxTTL: time.Hour}, clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				host := fmt.Sprintf("127.0.0.%d", i+2)
+				store.UpsertProxy(lease.ProxyInfo{Namespace: "ns", Name: fmt.Sprintf("p%d", i), URL: "http://" + host + ":3128", Host: host, Port: 3128, Healthy: true})
+			}
+			ctl := NewLeaseController(store, clk, flowcontrol.Options{HeldChangeNotifications: true})
+			stop := store.OnCapacity(ctl.OnCapacity)
+			t.Cleanup(stop)
+			if tt.report {
+				t.Cleanup(ReportHeldChanges(store, ctl))
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = ctl.Shutdown(ctx)
+			})
+			w := NewWaiter(ctl, store)
+			now := clk.Now()
+			req := func(flow string) lease.AcquireRequest {
+				return lease.AcquireRequest{Namespace: "ns", Holder: flow, Flow: flow}
+			}
+			a1, err := w.Wait(context.Background(), req("http:a"), 0, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Wait(context.Background(), req("http:a"), 0, now); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Wait(context.Background(), req("http:b"), 0, now); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				l   *lease.Lease
+				err error
+			}
+			got := make(chan result, 2)
+			for _, flow := range []string{"http:a", "http:b"} {
+				go func() {
+					l, err := w.Wait(context.Background(), req(flow), 0, now.Add(time.Minute))
+					got <- result{l, err}
+				}()
+				deadline := time.Now().Add(5 * time.Second)
+				for ctl.Stats().Waiting != map[string]int{"http:a": 1, "http:b": 2}[flow] {
+					if time.Now().After(deadline) {
+						t.Fatal("requests did not queue")
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			store.Release(a1.ID)
+			select {
+			case r := <-got:
+				if r.err != nil || r.l.Flow != tt.want {
+					t.Errorf("the freed proxy went to %+v (%v), want flow %s", r.l, r.err, tt.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no waiter was granted the released proxy")
+			}
+		})
 	}
 }

@@ -3,7 +3,7 @@
 // registry), scrape-time collectors that read the manager cache, and fed
 // vectors whose methods satisfy the small recorder interfaces other packages
 // declare (provider.RequestRecorder, health.ProbeMetrics,
-// discovery.LeaseMetrics) structurally.
+// leasing.Recorder, gc.Recorder) structurally.
 //
 // Only the composition root (cmd/proxy-operator) imports this package; the
 // packages it observes must not. It imports the API types for listing

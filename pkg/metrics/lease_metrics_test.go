@@ -7,81 +7,68 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/proxy-operator/proxy-operator/pkg/discovery"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/metrics"
 )
 
-// Metrics feeds the discovery handlers without pkg/discovery knowing it.
-var _ discovery.LeaseMetrics = (*metrics.Metrics)(nil)
-
-// discoveryOutcomes is what the composition root passes as LeaseOutcomes.
-func discoveryOutcomes() []string {
-	return []string{discovery.OutcomeGranted, discovery.OutcomeNoMatch, discovery.OutcomeBadRequest,
-		discovery.OutcomeRejected, discovery.OutcomeCancelled, discovery.OutcomeError}
-}
+// Metrics feeds the lease path's doors without pkg/leasing knowing it.
+var _ leasing.Recorder = (*metrics.Metrics)(nil)
 
 const leaseRequestsHeader = `
-# HELP lease_requests_total POST /v1/leases requests of the HTTP discovery API by outcome.
+# HELP lease_requests_total Lease requests by API (http: POST /v1/leases, kubernetes: ProxyLease create) and outcome.
 # TYPE lease_requests_total counter
 `
 
 func TestLeaseRequests(t *testing.T) {
+	type req struct{ api, outcome string }
 	tests := []struct {
 		name     string
+		apis     []string // Options.LeaseAPIs
 		outcomes []string // Options.LeaseOutcomes
-		requests []string // LeaseRequest calls
-		want     string   // "" = no series at all
+		requests []req
+		want     string // "" = no series at all
 	}{
 		{
-			name:     "every known outcome is exported at 0 before any request",
-			outcomes: discoveryOutcomes(),
+			name: "every api and outcome pair is exported at 0 before any request",
+			apis: leasing.APIs(), outcomes: []string{leasing.OutcomeGranted, leasing.OutcomeNoMatch},
 			want: `
-lease_requests_total{outcome="bad_request"} 0
-lease_requests_total{outcome="cancelled"} 0
-lease_requests_total{outcome="error"} 0
-lease_requests_total{outcome="granted"} 0
-lease_requests_total{outcome="no_match"} 0
-lease_requests_total{outcome="rejected"} 0
+lease_requests_total{api="http",outcome="granted"} 0
+lease_requests_total{api="http",outcome="no_match"} 0
+lease_requests_total{api="kubernetes",outcome="granted"} 0
+lease_requests_total{api="kubernetes",outcome="no_match"} 0
 `,
 		},
 		{
-			name:     "counts per outcome, an unlisted outcome gets its own series",
-			outcomes: discoveryOutcomes(),
-			requests: []string{discovery.OutcomeGranted, discovery.OutcomeGranted, discovery.OutcomeNoMatch,
-				discovery.OutcomeRejected, discovery.OutcomeCancelled, discovery.OutcomeGranted, "novel"},
+			name: "counts per api and outcome; an unlisted outcome gets its own series",
+			apis: leasing.APIs(), outcomes: []string{leasing.OutcomeGranted},
+			requests: []req{{leasing.APIHTTP, leasing.OutcomeGranted}, {leasing.APIKubernetes, leasing.OutcomeGranted},
+				{leasing.APIKubernetes, leasing.OutcomeGranted}, {leasing.APIHTTP, "novel"}},
 			want: `
-lease_requests_total{outcome="bad_request"} 0
-lease_requests_total{outcome="cancelled"} 1
-lease_requests_total{outcome="error"} 0
-lease_requests_total{outcome="granted"} 3
-lease_requests_total{outcome="no_match"} 1
-lease_requests_total{outcome="novel"} 1
-lease_requests_total{outcome="rejected"} 1
+lease_requests_total{api="http",outcome="granted"} 1
+lease_requests_total{api="http",outcome="novel"} 1
+lease_requests_total{api="kubernetes",outcome="granted"} 2
 `,
 		},
 		{
-			// Negative control: the zeros above come from LeaseOutcomes,
+			// Negative control: the zeros above come from the options,
 			// not from New.
-			name:     "without LeaseOutcomes only counted outcomes exist",
-			requests: []string{discovery.OutcomeError, discovery.OutcomeBadRequest, discovery.OutcomeError},
+			name:     "without the options only counted pairs exist",
+			requests: []req{{leasing.APIHTTP, leasing.OutcomeError}, {leasing.APIHTTP, leasing.OutcomeError}},
 			want: `
-lease_requests_total{outcome="bad_request"} 1
-lease_requests_total{outcome="error"} 2
+lease_requests_total{api="http",outcome="error"} 2
 `,
 		},
-		{
-			name: "nothing listed, nothing counted: no series",
-		},
+		{name: "nothing listed, nothing counted: no series"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
-			m, err := metrics.New(reg, nil, metrics.Options{LeaseOutcomes: tt.outcomes})
+			m, err := metrics.New(reg, nil, metrics.Options{LeaseAPIs: tt.apis, LeaseOutcomes: tt.outcomes})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, o := range tt.requests {
-				m.LeaseRequest(o)
+			for _, r := range tt.requests {
+				m.LeaseRequest(r.api, r.outcome)
 			}
 			want := ""
 			if tt.want != "" {
@@ -100,7 +87,7 @@ func TestLeaseRequestsRegisteredByNew(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metrics.LeaseRequestsName, Help: "a duplicate",
-	}, []string{"outcome"}))
+	}, []string{"api", "outcome"}))
 	if _, err := metrics.New(reg, nil, metrics.Options{}); err == nil {
 		t.Fatal("New registered next to another lease_requests_total; want a registration error")
 	}

@@ -21,8 +21,9 @@ const (
 	// when it prunes its state (Forget).
 	HealthcheckDurationName = "healthcheck_duration_seconds"
 	HealthcheckFailuresName = "healthcheck_failures_total"
-	// LeaseRequestsName is fed by the HTTP discovery API: one count per
-	// POST /v1/leases answer, by outcome (LeaseRequest).
+	// LeaseRequestsName is fed by the lease path (pkg/leasing's doors): one
+	// count per lease request of either API, by api and outcome
+	// (LeaseRequest).
 	LeaseRequestsName = "lease_requests_total"
 	// GCDeletedName, GCSweepsName and GCLastCompleteSweepName are fed by
 	// the orphan collector (GCDeleted, GCSweep).
@@ -39,11 +40,13 @@ type Options struct {
 	// ScrapeTimeout bounds listing Proxies during a scrape
 	// (default DefaultScrapeTimeout).
 	ScrapeTimeout time.Duration
-	// LeaseOutcomes are the outcomes of lease_requests_total exported at 0
-	// from the start, so that a rate over an outcome that has not happened
-	// yet reads 0 instead of nothing. The caller passes the discovery API's
-	// outcomes: this package must not import pkg/discovery. An outcome not
-	// listed still gets its series at its first count.
+	// LeaseAPIs and LeaseOutcomes are the api and outcome values of
+	// lease_requests_total exported at 0 from the start (every pair), so
+	// that a rate over an outcome that has not happened yet reads 0 instead
+	// of nothing. The caller passes leasing.APIs() and leasing.Outcomes():
+	// this package must not import pkg/leasing. A value not listed still
+	// gets its series at its first count.
+	LeaseAPIs     []string
 	LeaseOutcomes []string
 	// GCResults are the results of proxy_operator_gc_sweeps_total and
 	// GCProviders the providers of proxy_operator_gc_deleted_total, both
@@ -69,7 +72,8 @@ type Metrics struct {
 // proxy_operator_proxies{phase} collector, which lists Proxies from reader
 // (the manager's cache) at every scrape, and the
 // provider_requests_total{provider,op,result}, the health probe vectors and
-// lease_requests_total{outcome} (its opts.LeaseOutcomes at 0). A nil reader
+// lease_requests_total{api,outcome} (every pair of opts.LeaseAPIs and
+// opts.LeaseOutcomes at 0). A nil reader
 // leaves the Proxy collector out.
 func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metrics, error) {
 	if reg == nil {
@@ -94,8 +98,8 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 		}, []string{"proxy"}),
 		leaseRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: LeaseRequestsName,
-			Help: "POST /v1/leases requests of the HTTP discovery API by outcome.",
-		}, []string{"outcome"}),
+			Help: "Lease requests by API (http: POST /v1/leases, kubernetes: ProxyLease create) and outcome.",
+		}, []string{"api", "outcome"}),
 		gcDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: GCDeletedName,
 			Help: "Orphaned instances the garbage collector deleted, by provider.",
@@ -109,8 +113,10 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 			Help: "Unix time of the last complete garbage-collection sweep (0: none yet).",
 		}),
 	}
-	for _, o := range opts.LeaseOutcomes {
-		m.leaseRequests.WithLabelValues(o)
+	for _, a := range opts.LeaseAPIs {
+		for _, o := range opts.LeaseOutcomes {
+			m.leaseRequests.WithLabelValues(a, o)
+		}
 	}
 	for _, r := range opts.GCResults {
 		m.gcSweeps.WithLabelValues(r)
@@ -137,10 +143,10 @@ func (m *Metrics) ProviderRequest(provider, op, result string) {
 	m.providerRequests.WithLabelValues(provider, op, result).Inc()
 }
 
-// LeaseRequest counts one POST /v1/leases answer of the HTTP discovery API;
-// it satisfies discovery.LeaseMetrics.
-func (m *Metrics) LeaseRequest(outcome string) {
-	m.leaseRequests.WithLabelValues(outcome).Inc()
+// LeaseRequest counts one lease request of api; it satisfies
+// leasing.Recorder.
+func (m *Metrics) LeaseRequest(api, outcome string) {
+	m.leaseRequests.WithLabelValues(api, outcome).Inc()
 }
 
 // GCDeleted counts one orphan deleted; it satisfies gc.Recorder.

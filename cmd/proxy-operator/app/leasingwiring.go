@@ -18,23 +18,15 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
-// leaseOutcomes are the outcomes of POST /v1/leases: Run passes them to
-// metrics.New (metrics.Options.LeaseOutcomes) so that every
-// lease_requests_total{outcome} series exists from the start.
-func leaseOutcomes() []string {
-	return []string{discovery.OutcomeGranted, discovery.OutcomeNoMatch, discovery.OutcomeBadRequest,
-		discovery.OutcomeRejected, discovery.OutcomeCancelled, discovery.OutcomeError}
-}
-
 // setupLeasing builds the lease store and the wait queue (pkg/leasing) and
 // everything that serves them, and adds them to mgr, none of them
 // leader-elected (lease state lives in this process, so every replica serves
 // its own): the store fed by the manager's Proxy informer, the HTTP
-// discovery API (unless --discovery-bind-address=0) counting its POST
-// /v1/leases outcomes on leaseMetrics, and the aggregated ProxyLease API
-// server (unless --apiserver-secure-port=0). reg receives the store's and
+// discovery API (unless --discovery-bind-address=0) and the aggregated
+// ProxyLease API server (unless --apiserver-secure-port=0), each through its
+// leasing.Door, which counts its requests on leaseMetrics. reg receives the store's and
 // the queue's collectors.
-func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics discovery.LeaseMetrics) error {
+func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics leasing.Recorder) error {
 	logger := log.FromContext(ctx)
 	tokens, err := o.Discovery.Tokens(os.Getenv)
 	if err != nil {
@@ -67,7 +59,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if len(tokens) > 0 {
 			logger.Info("discovery API accepts bearer tokens", "identities", discovery.Identities(tokens))
 		}
-		srv, err := newDiscoveryServer(&o.Discovery, tokens, l.Store, l.Waiter, leaseMetrics, clk)
+		srv, err := newDiscoveryServer(&o.Discovery, tokens, l.Store, l.Door(leasing.APIHTTP, leaseMetrics), clk)
 		if err != nil {
 			return err
 		}
@@ -81,7 +73,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	if o.APIServer.Enabled() {
 		// Delegated authn/authz read kube-system/extension-apiserver-authentication
 		// here, so kube-apiserver must be reachable (as for the manager).
-		srv, err := apiserver.New(o.APIServer, apiserver.Deps{Store: l.Store, Waiter: l.Waiter, RESTConfig: cfg, Clock: clk})
+		srv, err := apiserver.New(o.APIServer, apiserver.Deps{Store: l.Store, Waiter: l.Door(leasing.APIKubernetes, leaseMetrics), RESTConfig: cfg, Clock: clk})
 		if err != nil {
 			return fmt.Errorf("creating aggregated API server: %w", err)
 		}
@@ -96,16 +88,15 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 
 // newDiscoveryServer builds the HTTP discovery API as Run serves it: every
 // configured token authenticates as its identity, which becomes the holder
-// and default flow of its leases. waiter and m may be nil.
+// and default flow of its leases. waiter may be nil (tests).
 func newDiscoveryServer(o *discovery.ServingOptions, tokens map[string]string, store *lease.Store, waiter discovery.Waiter,
-	m discovery.LeaseMetrics, clk clock.PassiveClock) (*discovery.Server, error) {
+	clk clock.PassiveClock) (*discovery.Server, error) {
 	srv, err := discovery.New(discovery.Options{
 		Addr:    o.Addr,
 		Tokens:  tokens,
 		Leaser:  store,
 		Lister:  store,
 		Waiter:  waiter,
-		Metrics: m,
 		Clock:   clk,
 		MaxWait: o.MaxWait,
 	})

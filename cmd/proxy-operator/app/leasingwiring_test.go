@@ -31,16 +31,6 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
-// The lease servers keep their state in the process, so every outcome the
-// discovery API reports must be exported from the start.
-func TestLeaseOutcomes(t *testing.T) {
-	want := []string{discovery.OutcomeGranted, discovery.OutcomeNoMatch, discovery.OutcomeBadRequest,
-		discovery.OutcomeRejected, discovery.OutcomeCancelled, discovery.OutcomeError}
-	if d := cmp.Diff(want, leaseOutcomes()); d != "" {
-		t.Errorf("leaseOutcomes (-want +got):\n%s", d)
-	}
-}
-
 // tokenLease is what one POST /v1/leases with a bearer token came to: the
 // status and, when granted, the holder and flow the store recorded.
 type tokenLease struct {
@@ -125,7 +115,7 @@ func TestDiscoveryServerTellsTokensApart(t *testing.T) {
 				store.UpsertProxy(lease.ProxyInfo{Namespace: "ns", Name: fmt.Sprintf("p%d", i), URL: "http://" + host + ":3128",
 					Host: host, Port: 3128, Healthy: true})
 			}
-			srv, err := newDiscoveryServer(&o, tokens, store, nil, nil, clk)
+			srv, err := newDiscoveryServer(&o, tokens, store, nil, clk)
 			if err != nil {
 				t.Fatal(err)
 			}

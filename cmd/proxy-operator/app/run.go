@@ -24,6 +24,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/gc"
 	"github.com/proxy-operator/proxy-operator/pkg/health"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/metrics"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
@@ -81,7 +82,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	}
 
 	m, err := metrics.New(ctrlmetrics.Registry, mgr.GetCache(), metrics.Options{
-		LeaseOutcomes: leaseOutcomes(), GCResults: gc.Results(), GCProviders: o.Providers,
+		LeaseAPIs: leasing.APIs(), LeaseOutcomes: leasing.Outcomes(), GCResults: gc.Results(), GCProviders: o.Providers,
 	})
 	if err != nil {
 		return err

@@ -34,6 +34,8 @@ type fullWaiter struct {
 
 var _ discovery.Waiter = (*fullWaiter)(nil)
 
+func (w *fullWaiter) Invalid() {}
+
 func (w *fullWaiter) Wait(_ context.Context, req lease.AcquireRequest, _ int, deadline time.Time) (*lease.Lease, error) {
 	if !deadline.After(w.clock.Now()) {
 		return w.store.Acquire(req)

@@ -357,6 +357,13 @@ func (h *harness) proxyLease(t *testing.T) {
 	if pl := h.mustKubectl(t, "get", "proxyleases", "-o", "name"); strings.Contains(pl, name) {
 		t.Errorf("deleted ProxyLease still listed:\n%s", pl)
 	}
+	// Both APIs' requests are counted, each under its api label.
+	if v := metric(t, h.env.MetricsURL, `lease_requests_total{api="kubernetes",outcome="granted"}`); v != "1" {
+		t.Errorf(`lease_requests_total{api="kubernetes",outcome="granted"} = %q, want 1`, v)
+	}
+	if v := metric(t, h.env.MetricsURL, `lease_requests_total{api="http",outcome="granted"}`); v == "" || v == "0" {
+		t.Errorf(`lease_requests_total{api="http",outcome="granted"} = %q, want the HTTP grants of the steps before`, v)
+	}
 }
 
 func (h *harness) mustKubectl(t *testing.T, args ...string) string {
