@@ -34,8 +34,10 @@ func (s *Server) addLocked(k key, pb *computepb.Instance, created time.Time) *in
 		defer s.mu.Unlock()
 		in.addr, in.stop, in.startErr = addr, stop, err
 		close(in.ready)
-		if in.deleting && stop != nil {
-			// Deleted while booting: stop what just started.
+		if in.deleting {
+			// Deleted while booting: stop what just started (or, for a
+			// backend with nothing to stop, mark it stopped), so that the
+			// next poll finds it gone.
 			s.stopBackendLocked(in)
 		}
 	}()

@@ -1,6 +1,7 @@
 package gcefake
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -217,5 +218,46 @@ func TestPlant(t *testing.T) {
 	_, list := do(t, http.MethodGet, base+"/compute/v1/projects/p1/aggregated/instances?filter=labels.proxy-operator-tag%3Dt1", "")
 	if got := list["items"].(map[string]any)["zones/us-east1-b"].(map[string]any)["instances"]; got == nil {
 		t.Errorf("planted instance not listed: %v", list)
+	}
+}
+
+// gatedBackend starts an instance only when the test releases it, and has
+// nothing to stop (as NoBackend).
+type gatedBackend struct{ release chan struct{} }
+
+func (b gatedBackend) Start(ctx context.Context, _, _ string) (string, func() error, error) {
+	<-b.release
+	return "127.0.2.9:3128", nil, nil
+}
+
+// An instance deleted while its backend is still starting is gone once the
+// start finishes (it used to stay STOPPING forever with a backend that has
+// nothing to stop).
+func TestDeleteWhileBooting(t *testing.T) {
+	b := gatedBackend{release: make(chan struct{})}
+	s := New(Options{Backend: b})
+	base, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	zone := base + "/compute/v1/projects/p1/zones/us-central1-a/instances"
+	if code, _ := do(t, http.MethodPost, zone, insertBody); code != 200 {
+		t.Fatalf("insert: %d", code)
+	}
+	if code, _ := do(t, http.MethodDelete, zone+"/proxy-abc", ""); code != 200 {
+		t.Fatalf("delete while booting: %d", code)
+	}
+	close(b.release)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		code, _ := do(t, http.MethodGet, zone+"/proxy-abc", "")
+		if code == http.StatusNotFound {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an instance deleted while booting still answers %d after its start finished", code)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -56,6 +56,8 @@ class Lease:
     expires_at: str
     ttl_seconds: int
     target: str = ""
+    #: False while the leased proxy fails its health probes (None: the server did not say).
+    proxy_healthy: Optional[bool] = None
     #: When the client received it (``time.monotonic()``), for renewal timing.
     received_at: float = field(default_factory=time.monotonic)
 
@@ -71,7 +73,8 @@ class Lease:
     @classmethod
     def from_json(cls, d: Mapping[str, Any], target: str = "") -> "Lease":
         return cls(lease_id=d["leaseID"], proxy=Proxy.from_json(d.get("proxy") or {}),
-                   expires_at=d.get("expiresAt", ""), ttl_seconds=int(d.get("ttlSeconds", 0) or 0), target=target)
+                   expires_at=d.get("expiresAt", ""), ttl_seconds=int(d.get("ttlSeconds", 0) or 0), target=target,
+                   proxy_healthy=d.get("proxyHealthy"))
 
 
 class Client:
@@ -144,6 +147,13 @@ class Client:
                     raise
                 attempt += 1
                 self._sleep(e.retry_after)
+
+    def get(self, lease: "Lease | str") -> Lease:
+        """``GET /v1/leases/{id}``: the lease as it is now. Its proxy's address follows a replaced
+        instance and ``proxy_healthy`` its probes; a lease whose Proxy was deleted raises
+        ``LeaseEnded`` saying so."""
+        lease_id, target = _id_and_target(lease)
+        return Lease.from_json(self._call("GET", f"/v1/leases/{_quote(lease_id)}", None), target=target)
 
     def renew(self, lease: "Lease | str", ttl_seconds: int = 0) -> Lease:
         """``POST /v1/leases/{id}/renew``: extends a live lease (``0``: its current TTL)."""

@@ -90,7 +90,8 @@ class NoMatch(APIError):
 
 
 class LeaseEnded(APIError):
-    """410 ``lease_ended``: the lease was released or expired; lease again."""
+    """410 ``lease_ended``: the lease was released, expired or its Proxy was deleted (the message
+    says which); lease again."""
 
 
 class BodyTooLarge(APIError):

@@ -107,6 +107,20 @@ class ClientTest(unittest.TestCase):
             ("GET", "/v1/proxies?attr.tier=standard&healthy=true&namespace=default", None),
         ], paths)
 
+    def test_get_shows_the_lease_as_it_is_now(self):
+        moved = dict(LEASE, proxy=dict(LEASE["proxy"], url="http://127.0.0.9:3128", host="127.0.0.9"), proxyHealthy=False)
+        self.api.answer("GET", "/v1/leases/abc123", 200, moved)
+        self.api.answer("GET", "/v1/leases/abc123", 410, {"error": "lease_ended",
+                                                          "message": "lease \"abc123\": lease ended: its proxy was deleted; acquire a new one"})
+        lease = po.Lease.from_json(dict(LEASE, proxyHealthy=True), target="example.com")
+        self.assertTrue(lease.proxy_healthy)
+        now = self.client.get(lease)
+        self.assertEqual(("http://127.0.0.9:3128", False, "example.com"), (now.url, now.proxy_healthy, now.target))
+        with self.assertRaises(po.LeaseEnded) as cm:
+            self.client.get("abc123")
+        self.assertIn("proxy was deleted", cm.exception.message)
+        self.assertEqual([("GET", "/v1/leases/abc123")] * 2, [(m, p) for m, p, _, _ in self.api.requests])
+
     def test_every_error_code_has_its_exception(self):
         cases = [
             (400, "invalid_json", po.InvalidRequest),
