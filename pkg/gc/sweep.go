@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -137,15 +138,7 @@ func (s *Sweeper) sweepProvider(ctx context.Context, name string, p provider.Pro
 			unreachable[sc] = true
 		}
 	}
-	slices.SortFunc(insts, func(a, b provider.Instance) int {
-		switch {
-		case a.ProviderID < b.ProviderID:
-			return -1
-		case a.ProviderID > b.ProviderID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(insts, func(a, b provider.Instance) int { return strings.Compare(a.ProviderID, b.ProviderID) })
 	now := s.cfg.Clock.Now()
 	for _, inst := range insts {
 		v := decide(inst, s.cfg.Tag, live, unreachable, now, s.cfg.MinAge)

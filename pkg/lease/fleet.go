@@ -49,16 +49,25 @@ func (s *Store) UpsertProxy(info ProxyInfo) {
 // live leases (a replaced instance has a new address): holders and watchers
 // learn it as a Modified event.
 func (s *Store) followProxyLocked(e *proxyEntry, p *pending) {
-	for _, le := range s.leases {
-		if le.proxy != e {
-			continue
-		}
+	for _, le := range s.leasesOnLocked(e) {
 		le.Proxy = e.info.clone()
 		le.ProxyChangedAt = s.now()
 		s.revision++
 		le.Revision = s.revision
 		s.emitLocked(p, Modified, ProxyChanged, le)
 	}
+}
+
+// leasesOnLocked returns the live leases on e. It scans every lease: only
+// address or health changes and removals of a leased proxy call it.
+func (s *Store) leasesOnLocked(e *proxyEntry) []*leaseEntry {
+	var out []*leaseEntry
+	for _, le := range s.leases {
+		if le.proxy == e {
+			out = append(out, le)
+		}
+	}
+	return out
 }
 
 // RemoveProxy takes a proxy out of the fleet. Its live leases end (reason
@@ -71,11 +80,9 @@ func (s *Store) RemoveProxy(key ProxyKey) {
 	now := s.now()
 	s.advanceLocked(now, &p)
 	if e := s.proxies[key]; e != nil && !e.removed {
-		for _, le := range s.leases {
-			if le.proxy == e {
-				heap.Remove(&s.expiries, le.heapIndex)
-				s.endLocked(le, now, ProxyDeleted, &p)
-			}
+		for _, le := range s.leasesOnLocked(e) {
+			heap.Remove(&s.expiries, le.heapIndex)
+			s.endLocked(le, now, ProxyDeleted, &p)
 		}
 		s.unindexLocked(e)
 		s.removeMembersLocked(e)
