@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // fakeForwardProxy answers proxied requests itself (the target is never
@@ -51,7 +54,13 @@ func TestRun(t *testing.T) {
 			}
 			store.UpsertProxy(lease.ProxyInfo{Namespace: "crawl", Name: "squid-1", URL: proxySrv.URL,
 				Attributes: map[string]string{"region": "eu"}, Healthy: true})
-			s, err := discovery.New(discovery.Options{Tokens: discovery.SingleToken("tok"), Leaser: store, Lister: store})
+			leases := leasing.NewWithStore(store, leasing.DefaultOptions(), clock.RealClock{})
+			defer func() { _ = leases.Shutdown(context.Background()) }()
+			svc, err := leases.Service(leasing.APIHTTP, discovery.DefaultMaxWait, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := discovery.New(discovery.Options{Tokens: discovery.SingleToken("tok"), Service: svc})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,7 +94,10 @@ func TestRun(t *testing.T) {
 
 func TestRunNoProxy(t *testing.T) {
 	store, _ := lease.New(lease.Options{}, nil)
-	s, _ := discovery.New(discovery.Options{Tokens: discovery.SingleToken("tok"), Leaser: store, Lister: store})
+	leases := leasing.NewWithStore(store, leasing.DefaultOptions(), clock.RealClock{})
+	defer func() { _ = leases.Shutdown(context.Background()) }()
+	svc, _ := leases.Service(leasing.APIHTTP, discovery.DefaultMaxWait, nil)
+	s, _ := discovery.New(discovery.Options{Tokens: discovery.SingleToken("tok"), Service: svc})
 	api := httptest.NewServer(s.Handler())
 	defer api.Close()
 	err := run(context.Background(), config{discoveryURL: api.URL, token: "tok", target: "http://site.test/"}, &bytes.Buffer{})

@@ -19,6 +19,7 @@ import (
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // maxWatcherBacklog is how many events a watcher may fall behind (beyond its
@@ -70,7 +71,6 @@ type leaseCache struct {
 	clock        clock.PassiveClock
 	reportWindow time.Duration
 	historySize  int
-	kick         chan struct{}
 
 	mu    sync.Mutex
 	ready bool
@@ -91,13 +91,12 @@ type leaseCache struct {
 
 // newLeaseCache subscribes to store and loads its current leases. The
 // returned func unsubscribes and closes every watcher.
-func newLeaseCache(store LeaseStore, clk clock.PassiveClock, historySize int) (*leaseCache, func()) {
+func newLeaseCache(svc *leasing.Service, clk clock.PassiveClock, historySize int) (*leaseCache, func()) {
 	c := &leaseCache{
 		rvBase:       uint64(clk.Now().UnixMicro()),
 		clock:        clk,
-		reportWindow: store.Options().CooldownWindow,
+		reportWindow: svc.CooldownWindow(),
 		historySize:  historySize,
-		kick:         make(chan struct{}, 1),
 		entries:      map[string]*cacheEntry{},
 		byName:       map[leaseKey]*cacheEntry{},
 		pending:      map[leaseKey]*leasingv1alpha1.ProxyLease{},
@@ -107,8 +106,8 @@ func newLeaseCache(store LeaseStore, clk clock.PassiveClock, historySize int) (*
 	}
 	// Subscribe before the snapshot, drop what the snapshot already reflects:
 	// every change is seen exactly once.
-	cancel := store.Subscribe(c.onEvent)
-	leases, rev := store.Snapshot("")
+	cancel := svc.Watch(c.onEvent)
+	leases, rev := svc.List("")
 	c.mu.Lock()
 	for i := range leases {
 		c.insertLocked(&leases[i], nil)
@@ -141,12 +140,6 @@ func (c *leaseCache) onEvent(ev lease.Event) {
 		return
 	}
 	c.applyLocked(ev)
-	if ev.Type != lease.Deleted {
-		select { // a new or renewed lease may expire before anything else
-		case c.kick <- struct{}{}:
-		default:
-		}
-	}
 }
 
 func (c *leaseCache) insertLocked(l *lease.Lease, tmpl *leasingv1alpha1.ProxyLease) *cacheEntry {
@@ -586,29 +579,3 @@ func (w *cacheWatcher) Stop() {
 
 // ResultChan delivers the events.
 func (w *cacheWatcher) ResultChan() <-chan watch.Event { return w.result }
-
-// runExpiry sweeps the store when its next lease expiry is due, so watchers
-// see DELETED at expiry rather than at the store's next periodic sweep.
-func (c *leaseCache) runExpiry(ctx context.Context, store LeaseStore, clk clock.WithTicker) {
-	for {
-		var timerC <-chan time.Time
-		var timer clock.Timer
-		if next := store.NextChange(); !next.IsZero() {
-			timer = clk.NewTimer(max(next.Sub(clk.Now()), 0))
-			timerC = timer.C()
-		}
-		select {
-		case <-ctx.Done():
-			if timer != nil {
-				timer.Stop()
-			}
-			return
-		case <-c.kick:
-			if timer != nil {
-				timer.Stop()
-			}
-		case <-timerC:
-			store.Sweep()
-		}
-	}
-}

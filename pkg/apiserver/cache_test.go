@@ -90,22 +90,16 @@ func TestWatchSeesCreateRenewReportDeleteAndExpiry(t *testing.T) {
 	quiet(t, w)
 }
 
-func TestExpiryLoopSendsDeletedAtExpiry(t *testing.T) {
+// The store's own timer (Store.Start) delivers an expiry at its instant,
+// with no API call to observe it: watchers see DELETED then.
+func TestStoreTimerSendsDeletedAtExpiry(t *testing.T) {
 	f := newFixture(t, lease.Options{SweepInterval: time.Hour}, proxy("ns", "px", nil))
 	ctx, cancel := context.WithCancel(ctxFor("ns", "u"))
 	defer cancel()
-	go f.cache.runExpiry(ctx, f.store, f.clock)
+	go func() { _ = f.store.Start(ctx) }()
 	w := f.watch(ctx, &metainternalversion.ListOptions{Watch: true, ResourceVersion: fmt.Sprint(f.cache.resourceVersion())})
 	f.mustCreate(ctx, newLease("l", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.TTLSeconds = ptr.To[int32](10) }))
 	next(t, w, 1)
-	// Wait until the loop has armed its timer for the expiry, then reach it.
-	deadline := time.Now().Add(5 * time.Second)
-	for !f.clock.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("expiry loop never armed a timer")
-		}
-		time.Sleep(time.Millisecond)
-	}
 	f.clock.Step(9 * time.Second)
 	quiet(t, w)
 	f.clock.Step(time.Second)
@@ -250,7 +244,7 @@ func TestCacheSeesLeasesThatExistedBeforeIt(t *testing.T) {
 	if _, err := f.store.Acquire(lease.AcquireRequest{Namespace: "ns", Name: "old", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	late, closeLate := newLeaseCache(f.store, f.clock, 8)
+	late, closeLate := newLeaseCache(f.rest.svc, f.clock, 8)
 	defer closeLate()
 	items, rev := late.list("ns", predicateFor(nil))
 	if len(items) != 1 || items[0].Name != "old" || rev != f.cache.resourceVersion() {
@@ -266,7 +260,7 @@ func TestResourceVersionsOfARestartedOperatorAreNotResumed(t *testing.T) {
 	// The operator restarts a second later: a new store counting from 0 again.
 	after := newFixture(t, lease.Options{MaxLeasesPerProxy: 10}, proxy("ns", "px", nil))
 	after.clock.SetTime(epoch.Add(time.Second))
-	restarted, closeRestarted := newLeaseCache(after.store, after.clock, 64)
+	restarted, closeRestarted := newLeaseCache(after.rest.svc, after.clock, 64)
 	defer closeRestarted()
 	after.rest.cache = restarted
 	for i := 0; i < 5; i++ {

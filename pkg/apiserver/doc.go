@@ -1,7 +1,9 @@
 // Package apiserver is the operator's aggregated API server: a k8s.io/apiserver
 // GenericAPIServer, run as a controller-runtime Runnable that is not
 // leader-elected, serving the ProxyLease resource (leasing.crawl.example.com)
-// from the in-memory lease store that the HTTP discovery API also uses.
+// through the leasing Service (pkg/leasing) over the in-memory lease store
+// that the HTTP discovery API also uses; statusFor maps the Service's error
+// vocabulary to API statuses in one place.
 //
 // It owns: its own pflag set (every flag prefixed "apiserver-", so nothing
 // clashes with controller-runtime's --kubeconfig or the operator's flags), its

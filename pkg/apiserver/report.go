@@ -13,6 +13,7 @@ import (
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 var reportKind = leasingv1alpha1.Kind("ProxyLeaseReport")
@@ -21,7 +22,7 @@ var reportKind = leasingv1alpha1.Kind("ProxyLeaseReport")
 // a Pod eviction) records a result and is answered with a Status. A lease
 // that ended within the cooldown window still accepts reports.
 type reportREST struct {
-	store LeaseStore
+	svc   *leasing.Service
 	cache *leaseCache
 }
 
@@ -56,7 +57,6 @@ func (r *reportREST) Create(ctx context.Context, name string, obj runtime.Object
 			return nil, err
 		}
 	}
-	r.store.Sweep()
 	id, ok := r.cache.reportableID(leaseKey{namespace, name})
 	if !ok {
 		return nil, apierrors.NewNotFound(proxyLeaseResource, name)
@@ -64,15 +64,9 @@ func (r *reportREST) Create(ctx context.Context, name string, obj runtime.Object
 	if options != nil && dryrun.IsDryRun(options.DryRun) {
 		return reportStatus(name, rep, true), nil
 	}
-	if err := r.store.Report(id, string(rep.Result), rep.Target); err != nil {
-		switch {
-		case lease.IsUnknownLease(err):
-			return nil, apierrors.NewNotFound(proxyLeaseResource, name)
-		case lease.IsInvalidResult(err):
-			return nil, apierrors.NewInvalid(reportKind, name, leasingv1alpha1.ValidateProxyLeaseReport(rep))
-		default:
-			return nil, apierrors.NewInternalError(fmt.Errorf("reporting on lease %s/%s: %w", namespace, name, err))
-		}
+	// RBAC decides who may report on a ProxyLease.
+	if err := r.svc.Report(lease.AnyHolder, id, string(rep.Result), rep.Target); err != nil {
+		return nil, statusFor(reportKind, name, nil, err, nil)
 	}
 	return reportStatus(name, rep, false), nil
 }

@@ -13,16 +13,17 @@ import (
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/apiserver/pkg/util/dryrun"
-	"k8s.io/utils/clock"
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 var (
@@ -37,13 +38,9 @@ const generatedNameAttempts = 5
 // leaseREST is the storage of proxyleases: create acquires, delete releases,
 // update renews, get/list/watch read the cache.
 type leaseREST struct {
-	store  LeaseStore
-	waiter Waiter
-	cache  *leaseCache
-	clock  clock.PassiveClock
-	names  names.NameGenerator
-	// maxWaitSeconds is 0 without a Waiter.
-	maxWaitSeconds int32
+	svc   *leasing.Service
+	cache *leaseCache
+	names names.NameGenerator
 	// updateMu serialises renewals, whose template swap and store call must
 	// not interleave.
 	updateMu sync.Mutex
@@ -79,13 +76,6 @@ func (r *leaseREST) GetSingularName() string { return "proxylease" }
 
 // DeleteReturnsDeletedObject: delete answers with the released lease.
 func (r *leaseREST) DeleteReturnsDeletedObject() bool { return true }
-
-func (r *leaseREST) validationOptions() leasingv1alpha1.ValidationOptions {
-	return leasingv1alpha1.ValidationOptions{
-		MaxTTLSeconds:  int32(min(r.store.Options().MaxTTL/time.Second, 1<<31-1)),
-		MaxWaitSeconds: r.maxWaitSeconds,
-	}
-}
 
 func (r *leaseREST) ConvertToTable(ctx context.Context, obj, opts runtime.Object) (*metav1.Table, error) {
 	return r.table.ConvertToTable(ctx, obj, opts)
@@ -128,12 +118,12 @@ func (r *leaseREST) Create(ctx context.Context, obj runtime.Object, createValida
 		pl.Name = r.names.GenerateName(pl.GenerateName)
 	}
 	if errs := r.validateCreate(pl); len(errs) > 0 {
-		r.invalid()
+		r.svc.Invalid()
 		return nil, apierrors.NewInvalid(proxyLeaseKind, pl.Name, errs)
 	}
 	if createValidation != nil {
 		if err := createValidation(ctx, pl); err != nil {
-			r.invalid()
+			r.svc.Invalid()
 			return nil, err
 		}
 	}
@@ -147,24 +137,16 @@ func (r *leaseREST) Create(ctx context.Context, obj runtime.Object, createValida
 		if err == nil {
 			return r.objectFor(l, pl), nil
 		}
-		var exists *lease.AlreadyExistsError
-		if generated && errors.As(err, &exists) && attempt < generatedNameAttempts {
+		if generated && leasing.IsAlreadyExists(err) && attempt < generatedNameAttempts {
 			pl.Name = r.names.GenerateName(pl.GenerateName)
 			continue
 		}
-		return nil, r.acquireError(pl, err)
-	}
-}
-
-// invalid counts a create refused before it reached the lease path.
-func (r *leaseREST) invalid() {
-	if r.waiter != nil {
-		r.waiter.Invalid()
+		return nil, leaseStatus(pl, err)
 	}
 }
 
 func (r *leaseREST) validateCreate(pl *leasingv1alpha1.ProxyLease) field.ErrorList {
-	errs := leasingv1alpha1.ValidateProxyLease(pl, r.validationOptions())
+	errs := leasingv1alpha1.ValidateProxyLease(pl)
 	if len(pl.Finalizers) > 0 {
 		errs = append(errs, field.Forbidden(field.NewPath("metadata", "finalizers"),
 			"ProxyLeases are released at once on delete; finalizers are not supported"))
@@ -176,34 +158,28 @@ func (r *leaseREST) acquire(ctx context.Context, namespace, holder string, pl *l
 	key := leaseKey{namespace, pl.Name}
 	tmpl := templateOf(pl)
 	if !r.cache.reserve(key, tmpl) {
-		return nil, &lease.AlreadyExistsError{Namespace: namespace, Name: pl.Name}
+		return nil, &leasing.Error{Reason: leasing.ReasonAlreadyExists}
 	}
-	req := lease.AcquireRequest{
-		Namespace: namespace,
-		Name:      pl.Name,
-		Selector:  pl.Spec.Selector,
-		Target:    pl.Spec.Target,
-		TTL:       time.Duration(*pl.Spec.TTLSeconds) * time.Second,
-		Holder:    holder,
-		Flow:      holder,
-	}
-	var l *lease.Lease
-	var err error
-	if r.waiter != nil {
-		// Every request goes through the queue (no wait: a deadline of now),
-		// so none overtakes a waiter owed the capacity.
-		deadline := r.clock.Now().Add(time.Duration(pl.Spec.WaitSeconds) * time.Second)
-		l, err = r.waiter.Wait(ctx, req, int(pl.Spec.Priority), deadline)
-	} else {
-		l, err = r.store.Acquire(req)
-	}
+	l, err := r.svc.Acquire(ctx, leasing.Request{
+		AcquireRequest: lease.AcquireRequest{
+			Namespace: namespace,
+			Name:      pl.Name,
+			Selector:  pl.Spec.Selector,
+			Target:    pl.Spec.Target,
+			TTL:       leasing.Seconds(int64(*pl.Spec.TTLSeconds)),
+			Holder:    holder,
+			Flow:      holder,
+		},
+		Wait:     leasing.Seconds(int64(pl.Spec.WaitSeconds)),
+		Priority: int(pl.Spec.Priority),
+	})
 	if err != nil {
 		r.cache.unreserve(key, tmpl)
 		return nil, err
 	}
 	if l.Namespace != namespace || l.Proxy.Namespace != namespace {
 		// Tenancy is the namespace: never hand out another namespace's proxy.
-		r.store.Release(l.ID)
+		_, _ = r.svc.Release(lease.AnyHolder, l.ID)
 		return nil, fmt.Errorf("lease store granted proxy %s/%s for namespace %q; released it", l.Proxy.Namespace, l.Proxy.Name, namespace)
 	}
 	return l, nil
@@ -219,38 +195,57 @@ func (r *leaseREST) objectFor(l *lease.Lease, pl *leasingv1alpha1.ProxyLease) *l
 	return buildObject(l, templateOf(pl), r.cache.rvBase)
 }
 
-func (r *leaseREST) acquireError(pl *leasingv1alpha1.ProxyLease, err error) error {
-	var noMatch *lease.NoMatchError
-	var ttl *lease.TTLError
-	var exists *lease.AlreadyExistsError
-	var retry interface{ RetryAfter() time.Duration }
+// leaseStatus is the answer to a failed request on ProxyLease pl.
+func leaseStatus(pl *leasingv1alpha1.ProxyLease, err error) error {
+	return statusFor(proxyLeaseKind, pl.Name, field.NewPath("spec"), err, func(e *leasing.Error) error {
+		why := ""
+		if pl.Spec.WaitSeconds > 0 {
+			why = fmt.Sprintf("no proxy became free within waitSeconds (%d)", pl.Spec.WaitSeconds)
+		}
+		return noMatchStatus(pl, &e.Counts, why)
+	})
+}
+
+// statusFor is the one place the leasing Service's error vocabulary becomes
+// Kubernetes API statuses, for object name of kind, whose request fields are
+// under root (nil: at the top); noMatch renders a ReasonNoMatch.
+func statusFor(kind schema.GroupKind, name string, root *field.Path, err error, noMatch func(*leasing.Error) error) error {
 	var status apierrors.APIStatus
-	switch {
-	case errors.As(err, &noMatch):
-		return noMatchStatus(pl, noMatch, "")
-	case lease.IsNoMatch(err): // a wait that ran out, without counts
-		return noMatchStatus(pl, &lease.NoMatchError{}, fmt.Sprintf("no proxy became free within waitSeconds (%d)", pl.Spec.WaitSeconds))
-	case errors.As(err, &exists):
-		return apierrors.NewAlreadyExists(proxyLeaseResource, pl.Name)
-	case errors.As(err, &ttl):
-		return apierrors.NewInvalid(proxyLeaseKind, pl.Name, field.ErrorList{
-			field.Invalid(field.NewPath("spec", "ttlSeconds"), *pl.Spec.TTLSeconds, ttl.Error()),
-		})
-	case errors.Is(err, lease.ErrNegativeTTL):
-		return apierrors.NewInvalid(proxyLeaseKind, pl.Name, field.ErrorList{
-			field.Invalid(field.NewPath("spec", "ttlSeconds"), *pl.Spec.TTLSeconds, err.Error()),
-		})
-	case errors.As(err, &retry):
-		secs := int((retry.RetryAfter() + time.Second - 1) / time.Second)
-		return apierrors.NewTooManyRequests(fmt.Sprintf("the wait queue for ProxyLease %s/%s is full: %v", pl.Namespace, pl.Name, err), max(secs, 1))
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return apierrors.NewTimeoutError(fmt.Sprintf("gave up waiting for a proxy for ProxyLease %s/%s: %v", pl.Namespace, pl.Name, err), 0)
-	case errors.As(err, &status):
+	if errors.As(err, &status) {
 		return err
-	case r.waiter != nil && pl.Spec.WaitSeconds > 0:
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("waiting for a proxy for ProxyLease %s/%s: %v", pl.Namespace, pl.Name, err))
 	}
-	return apierrors.NewInternalError(fmt.Errorf("acquiring a proxy for %s/%s: %w", pl.Namespace, pl.Name, err))
+	e := leasing.AsError(err)
+	switch e.Reason {
+	case leasing.ReasonNoMatch:
+		if noMatch != nil {
+			return noMatch(e)
+		}
+		return apierrors.NewConflict(proxyLeaseResource, name, err)
+	case leasing.ReasonQueueFull:
+		secs := int((e.RetryAfter + time.Second - 1) / time.Second)
+		return apierrors.NewTooManyRequests(fmt.Sprintf("the wait queue for %s %s is full: %v", kind.Kind, name, err), max(secs, 1))
+	case leasing.ReasonInvalid:
+		errs := make(field.ErrorList, 0, len(e.Fields))
+		for _, fe := range e.Fields {
+			c := *fe
+			if root != nil {
+				c.Field = root.Child(fe.Field).String()
+			}
+			errs = append(errs, &c)
+		}
+		return apierrors.NewInvalid(kind, name, errs)
+	case leasing.ReasonNotFound, leasing.ReasonEnded:
+		return apierrors.NewNotFound(proxyLeaseResource, name)
+	case leasing.ReasonForbidden:
+		return apierrors.NewForbidden(proxyLeaseResource, name, err)
+	case leasing.ReasonAlreadyExists:
+		return apierrors.NewAlreadyExists(proxyLeaseResource, name)
+	case leasing.ReasonCancelled:
+		return apierrors.NewTimeoutError(fmt.Sprintf("gave up waiting for a proxy for %s %s: %v", kind.Kind, name, err), 0)
+	case leasing.ReasonShuttingDown:
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s %s: %v", kind.Kind, name, err))
+	}
+	return apierrors.NewInternalError(fmt.Errorf("%s %s: %w", kind.Kind, name, err))
 }
 
 // Status cause types of the no-match Status: one per count, the message is
@@ -317,7 +312,6 @@ func selectorString(sel map[string]string) string {
 
 // Get returns a live lease.
 func (r *leaseREST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
-	r.store.Sweep() // expiries due now become DELETED events first
 	_, obj, _, ok := r.cache.get(leaseKey{genericapirequest.NamespaceValue(ctx), name})
 	if !ok {
 		return nil, apierrors.NewNotFound(proxyLeaseResource, name)
@@ -330,7 +324,6 @@ func (r *leaseREST) Get(ctx context.Context, name string, _ *metav1.GetOptions) 
 // the newest state: limit is ignored (the whole list is one page) and an
 // Exact resourceVersionMatch other than the newest is 410 Gone.
 func (r *leaseREST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
-	r.store.Sweep()
 	items, rev := r.cache.list(genericapirequest.NamespaceValue(ctx), predicateFor(options))
 	if options != nil && options.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
 		want, err := parseResourceVersion(options.ResourceVersion)
@@ -351,7 +344,6 @@ func (r *leaseREST) List(ctx context.Context, options *metainternalversion.ListO
 
 // Watch streams lease events; see leaseCache.watch.
 func (r *leaseREST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
-	r.store.Sweep()
 	return r.cache.watch(ctx, genericapirequest.NamespaceValue(ctx), options)
 }
 
@@ -361,7 +353,6 @@ func (r *leaseREST) Watch(ctx context.Context, options *metainternalversion.List
 // TTL is unchanged.
 func (r *leaseREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	r.store.Sweep()
 	namespace := genericapirequest.NamespaceValue(ctx)
 	r.updateMu.Lock()
 	id, old, oldTmpl, ok := r.cache.get(leaseKey{namespace, name})
@@ -403,7 +394,7 @@ func (r *leaseREST) Update(ctx context.Context, name string, objInfo rest.Update
 	pl.DeletionGracePeriodSeconds = nil
 	pl.Status = old.Status
 	leasingv1alpha1.SetDefaults_ProxyLease(pl)
-	errs := leasingv1alpha1.ValidateProxyLeaseUpdate(pl, old, r.validationOptions())
+	errs := leasingv1alpha1.ValidateProxyLeaseUpdate(pl, old)
 	if len(pl.Finalizers) > 0 {
 		errs = append(errs, field.Forbidden(field.NewPath("metadata", "finalizers"), "finalizers are not supported"))
 	}
@@ -421,20 +412,11 @@ func (r *leaseREST) Update(ctx context.Context, name string, objInfo rest.Update
 	if _, ok := r.cache.setTemplate(id, templateOf(pl)); !ok {
 		return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
 	}
-	l, err := r.store.Renew(id, time.Duration(*pl.Spec.TTLSeconds)*time.Second)
+	// RBAC decides who may update a ProxyLease, so any holder's may be renewed.
+	l, err := r.svc.Renew(lease.AnyHolder, id, leasing.Seconds(int64(*pl.Spec.TTLSeconds)))
 	if err != nil {
 		r.cache.setTemplate(id, oldTmpl)
-		var ttl *lease.TTLError
-		switch {
-		case lease.IsLeaseEnded(err), lease.IsUnknownLease(err):
-			return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
-		case errors.As(err, &ttl):
-			return nil, false, apierrors.NewInvalid(proxyLeaseKind, name, field.ErrorList{
-				field.Invalid(field.NewPath("spec", "ttlSeconds"), *pl.Spec.TTLSeconds, ttl.Error()),
-			})
-		default:
-			return nil, false, apierrors.NewInternalError(fmt.Errorf("renewing lease %s/%s: %w", namespace, name, err))
-		}
+		return nil, false, leaseStatus(pl, err)
 	}
 	return r.objectFor(l, pl), false, nil
 }
@@ -466,7 +448,6 @@ func (r *leaseREST) createFromUpdate(ctx context.Context, name string, objInfo r
 
 // Delete releases the lease.
 func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
-	r.store.Sweep()
 	id, obj, _, ok := r.cache.get(leaseKey{genericapirequest.NamespaceValue(ctx), name})
 	if !ok {
 		return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
@@ -489,7 +470,12 @@ func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation re
 	if options != nil && dryrun.IsDryRun(options.DryRun) {
 		return obj, true, nil
 	}
-	if !r.store.Release(id) {
+	// RBAC decides who may delete a ProxyLease, so any holder's may be released.
+	released, err := r.svc.Release(lease.AnyHolder, id)
+	if err != nil {
+		return nil, false, leaseStatus(obj, err)
+	}
+	if !released {
 		return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
 	}
 	return obj, true, nil
@@ -498,7 +484,6 @@ func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation re
 // DeleteCollection releases every lease the list options select.
 func (r *leaseREST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions,
 	listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
-	r.store.Sweep()
 	items, rev := r.cache.list(genericapirequest.NamespaceValue(ctx), predicateFor(listOptions))
 	out := &leasingv1alpha1.ProxyLeaseList{Items: []leasingv1alpha1.ProxyLease{}}
 	out.ResourceVersion = fmt.Sprint(rev)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -25,6 +26,7 @@ import (
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 var epoch = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -33,6 +35,8 @@ type fixture struct {
 	t      testing.TB
 	clock  *clocktesting.FakeClock
 	store  *lease.Store
+	queue  *fakeQueue
+	rec    *outcomes
 	rest   *leaseREST
 	report *reportREST
 	cache  *leaseCache
@@ -48,15 +52,20 @@ func newFixture(t testing.TB, opts lease.Options, proxies ...lease.ProxyInfo) *f
 	for _, p := range proxies {
 		store.UpsertProxy(p)
 	}
-	cache, closeCache := newLeaseCache(store, clk, 64)
+	q, rec := &fakeQueue{store: store}, &outcomes{}
+	svc, err := leasing.NewService(leasing.APIKubernetes, 30*time.Second, leasing.ServiceDeps{Store: store, Queue: q, Clock: clk, Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, closeCache := newLeaseCache(svc, clk, 64)
 	t.Cleanup(closeCache)
 	return &fixture{
-		t: t, clock: clk, store: store, cache: cache,
+		t: t, clock: clk, store: store, queue: q, rec: rec, cache: cache,
 		rest: &leaseREST{
-			store: store, cache: cache, clock: clk, names: names.SimpleNameGenerator,
+			svc: svc, cache: cache, names: names.SimpleNameGenerator,
 			table: tableConvertor{clock: clk},
 		},
-		report: &reportREST{store: store, cache: cache},
+		report: &reportREST{svc: svc, cache: cache},
 	}
 }
 
@@ -218,7 +227,7 @@ func TestCreateValidation(t *testing.T) {
 	}{
 		{"ttl zero", newLease("a", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.TTLSeconds = ptr.To[int32](0) }), []string{"spec.ttlSeconds"}},
 		{"ttl over max", newLease("a", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.TTLSeconds = ptr.To[int32](3601) }), []string{"spec.ttlSeconds"}},
-		{"wait without waiter", newLease("a", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.WaitSeconds = 5 }), []string{"spec.waitSeconds"}},
+		{"wait over the maximum", newLease("a", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.WaitSeconds = 31 }), []string{"spec.waitSeconds"}},
 		{"negative wait", newLease("a", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.WaitSeconds = -1 }), []string{"spec.waitSeconds"}},
 		{"target with space", newLease("a", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.Target = "a b" }), []string{"spec.target"}},
 		{"empty selector key", newLease("a", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.Selector = map[string]string{"": "x"} }), []string{"spec.selector"}},
@@ -297,34 +306,15 @@ func TestNamespaceIsolation(t *testing.T) {
 	}
 }
 
-// crossNamespaceStore is a store that wrongly grants another namespace's proxy.
-var _ LeaseStore = (*crossNamespaceStore)(nil)
-
-type crossNamespaceStore struct {
-	*lease.Store
-	released []string
-}
-
-func (s *crossNamespaceStore) Acquire(req lease.AcquireRequest) (*lease.Lease, error) {
-	req.Namespace = ""
-	return s.Store.Acquire(req)
-}
-
-func (s *crossNamespaceStore) Release(id string) bool {
-	s.released = append(s.released, id)
-	return s.Store.Release(id)
-}
-
 func TestCreateRefusesAProxyOfAnotherNamespace(t *testing.T) {
 	f := newFixture(t, lease.Options{}, proxy("team-a", "px-a", nil))
-	bad := &crossNamespaceStore{Store: f.store}
-	f.rest.store = bad
+	f.queue.crossNamespace = true // a queue that wrongly grants another namespace's proxy
 	_, err := f.create(ctxFor("team-b", "u"), newLease("b1"))
 	if err == nil || !apierrors.IsInternalError(err) {
 		t.Fatalf("err = %v, want an internal error", err)
 	}
-	if len(bad.released) != 1 || len(f.store.List("")) != 0 {
-		t.Errorf("the wrongly granted lease was not released: released %v, live %d", bad.released, len(f.store.List("")))
+	if len(f.queue.calls) != 1 || len(f.store.List("")) != 0 {
+		t.Errorf("the wrongly granted lease was not released: calls %v, live %d", f.queue.calls, len(f.store.List("")))
 	}
 }
 
@@ -672,22 +662,30 @@ func TestTable(t *testing.T) {
 	}
 }
 
-func TestStoreErrorsMap(t *testing.T) {
+// Every Reason of the leasing Service's vocabulary has its status, mapped in
+// statusFor alone.
+func TestServiceErrorsMap(t *testing.T) {
 	pl := newLease("x", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.TTLSeconds = ptr.To[int32](5) })
-	r := &leaseREST{}
 	tests := []struct {
 		err   error
 		check func(error) bool
+		text  string
 	}{
-		{&lease.AlreadyExistsError{Namespace: "ns", Name: "x"}, apierrors.IsAlreadyExists},
-		{&lease.TTLError{Requested: time.Hour, Max: time.Minute}, apierrors.IsInvalid},
-		{lease.ErrNegativeTTL, apierrors.IsInvalid},
-		{&lease.NoMatchError{Considered: 1, AtCapacity: 1}, apierrors.IsConflict},
-		{apierrors.NewTooManyRequests("queue full", 3), apierrors.IsTooManyRequests},
-		{errors.New("boom"), apierrors.IsInternalError},
+		{&leasing.Error{Reason: leasing.ReasonAlreadyExists}, apierrors.IsAlreadyExists, "already exists"},
+		{&leasing.Error{Reason: leasing.ReasonInvalid, Fields: field.ErrorList{field.Invalid(field.NewPath("ttlSeconds"), 7200, "too long")}},
+			apierrors.IsInvalid, "spec.ttlSeconds"},
+		{&leasing.Error{Reason: leasing.ReasonNoMatch, Counts: lease.NoMatchError{Considered: 1, AtCapacity: 1}}, apierrors.IsConflict, "at capacity 1"},
+		{&leasing.Error{Reason: leasing.ReasonQueueFull, RetryAfter: 2 * time.Second}, apierrors.IsTooManyRequests, "full"},
+		{&leasing.Error{Reason: leasing.ReasonNotFound}, apierrors.IsNotFound, "not found"},
+		{&leasing.Error{Reason: leasing.ReasonEnded, EndReason: lease.Expired}, apierrors.IsNotFound, "not found"},
+		{&leasing.Error{Reason: leasing.ReasonForbidden}, apierrors.IsForbidden, "forbidden"},
+		{&leasing.Error{Reason: leasing.ReasonCancelled}, apierrors.IsTimeout, "gave up"},
+		{&leasing.Error{Reason: leasing.ReasonShuttingDown}, apierrors.IsServiceUnavailable, "ShuttingDown"},
+		{apierrors.NewTooManyRequests("already a status", 3), apierrors.IsTooManyRequests, "already a status"},
+		{errors.New("boom"), apierrors.IsInternalError, "boom"},
 	}
 	for _, tt := range tests {
-		if got := r.acquireError(pl, tt.err); !tt.check(got) {
+		if got := leaseStatus(pl, tt.err); !tt.check(got) || !strings.Contains(got.Error(), tt.text) {
 			t.Errorf("%v mapped to %v", tt.err, got)
 		}
 	}

@@ -124,8 +124,8 @@ func TestOptionsDefaultsAndValidation(t *testing.T) {
 	}
 }
 
-func TestNewRequiresAStore(t *testing.T) {
-	if _, err := New(NewOptions(), Deps{}); err == nil || !strings.Contains(err.Error(), "Store") {
-		t.Errorf("New without a store: %v", err)
+func TestNewRequiresAService(t *testing.T) {
+	if _, err := New(NewOptions(), Deps{}); err == nil || !strings.Contains(err.Error(), "Service") {
+		t.Errorf("New without a service: %v", err)
 	}
 }

@@ -19,15 +19,15 @@ import (
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 	generatedopenapi "github.com/proxy-operator/proxy-operator/pkg/generated/openapi"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // Deps are what the server is built around.
 type Deps struct {
-	// Store is the lease store the HTTP discovery API also serves. Required.
-	Store LeaseStore
-	// Waiter serves spec.waitSeconds > 0 (pkg/flowcontrol). Optional: without
-	// it such requests are rejected with 422.
-	Waiter Waiter
+	// Service is this API's lease path over the lease store the HTTP
+	// discovery API also serves (required); its limits bound
+	// spec.ttlSeconds and spec.waitSeconds.
+	Service *leasing.Service
 	// RESTConfig reaches kube-apiserver for delegated authentication and
 	// authorization (TokenReview, SubjectAccessReview, the
 	// extension-apiserver-authentication ConfigMap) when neither
@@ -35,9 +35,9 @@ type Deps struct {
 	// --apiserver-authorization-kubeconfig is set; pass the manager's config.
 	// Nil: the in-cluster config.
 	RESTConfig *restclient.Config
-	// Clock drives expiry and the table's EXPIRES/AGE; nil means the real
-	// clock. Use the lease store's clock.
-	Clock clock.WithTicker
+	// Clock drives the table's EXPIRES/AGE and the resourceVersion base; nil
+	// means the real clock. Use the lease store's clock.
+	Clock clock.PassiveClock
 }
 
 // Server is the aggregated API server as a controller-runtime Runnable. Build
@@ -45,21 +45,19 @@ type Deps struct {
 // serves its own leases).
 type Server struct {
 	generic     *genericapiserver.GenericAPIServer
-	store       LeaseStore
 	cache       *leaseCache
 	closeCache  func()
-	clock       clock.WithTicker
 	caBundle    []byte
 	startedOnce sync.Once
 }
 
 // New builds the server: serving certificate, delegated authn/authz (this
 // reads kube-system/extension-apiserver-authentication, so kube-apiserver must
-// be reachable), OpenAPI, and the proxyleases storage over deps.Store. It does
+// be reachable), OpenAPI, and the proxyleases storage over deps.Service. It does
 // not listen until Start.
 func New(opts *Options, deps Deps) (_ *Server, retErr error) {
-	if deps.Store == nil {
-		return nil, errors.New("apiserver: Deps.Store is required")
+	if deps.Service == nil {
+		return nil, errors.New("apiserver: Deps.Service is required")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("apiserver options: %w", err)
@@ -113,31 +111,24 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 		return nil, fmt.Errorf("building the generic API server: %w", err)
 	}
 
-	cache, closeCache := newLeaseCache(deps.Store, clk, opts.WatchHistory)
-	var maxWait int32
-	if deps.Waiter != nil {
-		maxWait = int32(opts.MaxWait.Seconds())
-	}
+	cache, closeCache := newLeaseCache(deps.Service, clk, opts.WatchHistory)
 	leases := &leaseREST{
-		store:          deps.Store,
-		waiter:         deps.Waiter,
-		cache:          cache,
-		clock:          clk,
-		names:          names.SimpleNameGenerator,
-		maxWaitSeconds: maxWait,
-		table:          tableConvertor{clock: clk},
+		svc:   deps.Service,
+		cache: cache,
+		names: names.SimpleNameGenerator,
+		table: tableConvertor{clock: clk},
 	}
 	group := genericapiserver.NewDefaultAPIGroupInfo(leasingv1alpha1.GroupName, scheme, metav1.ParameterCodec, codecs)
 	group.VersionedResourcesStorageMap[leasingv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		leasingv1alpha1.ResourceProxyLeases:                                           leases,
-		leasingv1alpha1.ResourceProxyLeases + "/" + leasingv1alpha1.SubresourceReport: &reportREST{store: deps.Store, cache: cache},
+		leasingv1alpha1.ResourceProxyLeases + "/" + leasingv1alpha1.SubresourceReport: &reportREST{svc: deps.Service, cache: cache},
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		closeCache()
 		return nil, fmt.Errorf("installing %s: %w", leasingv1alpha1.GroupName, err)
 	}
 
-	s := &Server{generic: generic, store: deps.Store, cache: cache, closeCache: closeCache, clock: clk}
+	s := &Server{generic: generic, cache: cache, closeCache: closeCache}
 	if gen := opts.SecureServing.ServerCert.GeneratedCert; gen != nil {
 		s.caBundle = caOfChain(gen)
 	}
@@ -194,9 +185,6 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	logger := log.FromContext(ctx).WithName("apiserver")
 	defer s.closeCache()
-	expiryCtx, stopExpiry := context.WithCancel(ctx)
-	defer stopExpiry()
-	go s.cache.runExpiry(expiryCtx, s.store, s.clock)
 	go func() {
 		// Close the watches at once so the HTTP server's shutdown does not wait
 		// for them.

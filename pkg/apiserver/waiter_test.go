@@ -26,25 +26,26 @@ type waitCall struct {
 	Deadline time.Time
 }
 
-// fakeWaiter grants from the store at once, records calls and can fail the
+// fakeQueue grants from the store at once, records calls and can fail the
 // next call.
-type fakeWaiter struct {
+type fakeQueue struct {
 	store   *lease.Store
 	calls   []waitCall
 	nextErr error
+	// crossNamespace drops the request's namespace (a broken queue).
+	crossNamespace bool
 }
 
-var _ Waiter = (*fakeWaiter)(nil)
+var _ leasing.Queue = (*fakeQueue)(nil)
 
-// Invalid is counted by the door in production; these tests wrap the fake in
-// one where they check counts.
-func (w *fakeWaiter) Invalid() {}
-
-func (w *fakeWaiter) Wait(_ context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
+func (w *fakeQueue) Wait(_ context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
 	w.calls = append(w.calls, waitCall{Req: req, Priority: priority, Deadline: deadline})
 	if err := w.nextErr; err != nil {
 		w.nextErr = nil
 		return nil, err
+	}
+	if w.crossNamespace {
+		req.Namespace = ""
 	}
 	return w.store.Acquire(req)
 }
@@ -56,8 +57,7 @@ func (e retryAfterError) RetryAfter() time.Duration { return e.d }
 
 func TestWaitingCreateGoesThroughTheWaiter(t *testing.T) {
 	f := newFixture(t, lease.Options{MaxLeasesPerProxy: 10}, proxy("ns", "px", nil))
-	w := &fakeWaiter{store: f.store}
-	f.rest.waiter, f.rest.maxWaitSeconds = w, 30
+	w := f.queue
 	ctx := ctxFor("ns", "carol")
 	waiting := func(name string) *leasingv1alpha1.ProxyLease {
 		return newLease(name, func(pl *leasingv1alpha1.ProxyLease) {
@@ -98,7 +98,8 @@ func TestWaitingCreateGoesThroughTheWaiter(t *testing.T) {
 		{lease.ErrNoMatch, apierrors.IsConflict, "within waitSeconds (5)"},
 		{&lease.NoMatchError{Considered: 2, AtCapacity: 2}, apierrors.IsConflict, "at capacity 2"},
 		{fmt.Errorf("waiting: %w", context.Canceled), apierrors.IsTimeout, "gave up"},
-		{errors.New("shutting down"), apierrors.IsServiceUnavailable, "shutting down"},
+		{fmt.Errorf("waiting: %w", leasing.ErrShuttingDown), apierrors.IsServiceUnavailable, "shutting down"},
+		{errors.New("a bug"), apierrors.IsInternalError, "a bug"},
 	}
 	for i, tt := range tests {
 		w.nextErr = tt.err
@@ -155,9 +156,7 @@ func TestServerSideApplyCreatesThenRenews(t *testing.T) {
 // path: granted, no_match, and bad_request for one refused by validation.
 func TestCreatesAreCountedByTheKubernetesDoor(t *testing.T) {
 	f := newFixture(t, lease.Options{}, proxy("ns", "px", nil))
-	rec := &outcomes{}
-	f.rest.waiter = leasing.NewDoor(leasing.APIKubernetes, &fakeWaiter{store: f.store}, f.store.Release, rec)
-	f.rest.maxWaitSeconds = 30
+	rec := f.rec
 	ctx := ctxFor("ns", "carol")
 	f.mustCreate(ctx, newLease("one"))
 	if _, err := f.create(ctx, newLease("two")); !apierrors.IsConflict(err) {

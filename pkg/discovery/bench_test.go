@@ -31,7 +31,7 @@ func benchServer(b *testing.B, noop bool) (*httptest.Server, *http.Client) {
 		store.UpsertProxy(lease.ProxyInfo{Namespace: "ns", Name: fmt.Sprintf("p%04d", i), URL: "http://127.0.0.1:3128",
 			Host: "127.0.0.1", Port: 3128, Attributes: map[string]string{"zone": fmt.Sprintf("z%d", i%4)}, LatencyMillis: int64(i % 50), Healthy: true})
 	}
-	s, err := New(Options{Tokens: SingleToken("bench-token"), Leaser: store, Lister: store})
+	s, err := New(Options{Tokens: SingleToken("bench-token"), Service: realService(b, store)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -69,35 +67,20 @@ func describeJSONError(err error) string {
 	return strings.TrimPrefix(err.Error(), "json: ")
 }
 
-// Limits are the server-side bounds a request is validated against.
-type Limits struct {
-	// MaxTTL is --max-lease-ttl.
-	MaxTTL time.Duration
-	// MaxWait bounds waitSeconds.
-	MaxWait time.Duration
-}
-
-// DecodeAcquireRequest decodes and validates a POST /v1/leases body (empty = {}).
-// Errors are *RequestError.
-func DecodeAcquireRequest(data []byte, lim Limits) (wire.AcquireRequest, error) {
+// DecodeAcquireRequest decodes and checks a POST /v1/leases body (empty =
+// {}). Errors are *RequestError. The bounds of ttlSeconds and waitSeconds are
+// the leasing Service's to check.
+func DecodeAcquireRequest(data []byte) (wire.AcquireRequest, error) {
 	var req wire.AcquireRequest
 	if err := decodeStrict(data, &req, true); err != nil {
 		return req, err
 	}
-	return req, ValidateAcquireRequest(req, lim)
+	return req, ValidateAcquireRequest(req)
 }
 
-// ValidateAcquireRequest checks every field of an acquire request.
-func ValidateAcquireRequest(req wire.AcquireRequest, lim Limits) error {
-	if err := validateTTL(req.TTLSeconds, lim.MaxTTL); err != nil {
-		return err
-	}
-	switch {
-	case req.WaitSeconds < 0:
-		return badRequest(wire.CodeInvalidRequest, "waitSeconds must not be negative, got %d", req.WaitSeconds)
-	case req.WaitSeconds > int64(lim.MaxWait/time.Second):
-		return badRequest(wire.CodeInvalidRequest, "waitSeconds %d exceeds the maximum %d", req.WaitSeconds, int64(lim.MaxWait/time.Second))
-	}
+// ValidateAcquireRequest checks the fields of an acquire request that are
+// this API's own (sizes and characters of the selector, target and flow).
+func ValidateAcquireRequest(req wire.AcquireRequest) error {
 	if err := validateSelector(req.Selector, "selector"); err != nil {
 		return err
 	}
@@ -110,21 +93,6 @@ func ValidateAcquireRequest(req wire.AcquireRequest, lim Limits) error {
 		return err
 	}
 	return validateText("flow", req.Flow, maxFlowLen)
-}
-
-func validateTTL(seconds int64, maxTTL time.Duration) error {
-	maxSeconds := int64(maxTTL / time.Second)
-	switch {
-	case seconds < 0:
-		return badRequest(wire.CodeInvalidRequest, "ttlSeconds must not be negative (0 or absent means the default), got %d", seconds)
-	case seconds > maxSeconds || seconds > math.MaxInt64/int64(time.Second) || time.Duration(seconds)*time.Second > maxTTL:
-		return &RequestError{
-			Code:          wire.CodeTTLTooLong,
-			Message:       fmt.Sprintf("ttlSeconds %d exceeds the maximum %d (--max-lease-ttl=%s)", seconds, maxSeconds, maxTTL),
-			MaxTTLSeconds: maxSeconds,
-		}
-	}
-	return nil
 }
 
 func validateSelector(sel map[string]string, field string) error {
@@ -173,10 +141,7 @@ func DecodeReportRequest(data []byte) (wire.ReportRequest, error) {
 }
 
 // DecodeRenewRequest decodes a POST /v1/leases/{id}/renew body (empty = {}).
-func DecodeRenewRequest(data []byte, lim Limits) (wire.RenewRequest, error) {
+func DecodeRenewRequest(data []byte) (wire.RenewRequest, error) {
 	var req wire.RenewRequest
-	if err := decodeStrict(data, &req, true); err != nil {
-		return req, err
-	}
-	return req, validateTTL(req.TTLSeconds, lim.MaxTTL)
+	return req, decodeStrict(data, &req, true)
 }

@@ -3,7 +3,10 @@ package discovery
 import (
 	"context"
 	"sync"
+	"testing"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
@@ -87,6 +90,32 @@ func (f *fakeWaiter) Wait(_ context.Context, req lease.AcquireRequest, priority 
 		return nil, err
 	}
 	return f.store.Acquire(req)
+}
+
+var _ leasing.Queue = (*fakeWaiter)(nil)
+
+// newService is the HTTP API's leasing service over store and q, with the
+// operator's default longest wait.
+func newService(tb testing.TB, store *lease.Store, q leasing.Queue, clk clock.PassiveClock, rec leasing.Recorder) *leasing.Service {
+	tb.Helper()
+	svc, err := leasing.NewService(leasing.APIHTTP, DefaultMaxWait, leasing.ServiceDeps{Store: store, Queue: q, Clock: clk, Recorder: rec})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return svc
+}
+
+// realService is the HTTP API's leasing service with the real wait queue
+// in front of store, as the operator runs it.
+func realService(tb testing.TB, store *lease.Store) *leasing.Service {
+	tb.Helper()
+	l := leasing.NewWithStore(store, leasing.DefaultOptions(), clock.RealClock{})
+	tb.Cleanup(func() { _ = l.Shutdown(context.Background()) })
+	svc, err := l.Service(leasing.APIHTTP, DefaultMaxWait, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return svc
 }
 
 // queueFull is what flow control returns when a queue limit rejects a request.

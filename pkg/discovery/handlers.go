@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -14,16 +15,13 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // HolderPrefix marks leases made over HTTP: the holder is "http:<identity>"
 // and the default flow the same, so HTTP identities never share a flow with
 // Kubernetes users of the aggregated API.
 const HolderPrefix = "http:"
-
-func (s *Server) limits() Limits {
-	return Limits{MaxTTL: s.opts.Leaser.MaxTTL(), MaxWait: s.opts.MaxWait}
-}
 
 // readBody reads the (size-limited) body; false means an answer was sent.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
@@ -89,7 +87,7 @@ func (s *Server) listProxies(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "the proxy list cannot be read now; retry shortly")
 		return
 	}
-	counts := s.opts.Leaser.Counts()
+	counts := s.opts.Service.Counts()
 	out := wire.ProxyList{Proxies: []wire.ListedProxy{}}
 	for _, p := range infos {
 		if q.Namespace != "" && p.Namespace != q.Namespace {
@@ -135,65 +133,47 @@ func flowFor(identity, flow string) string {
 	return HolderPrefix + identity + "/" + flow
 }
 
-// retryAfter is how a Waiter says "queue full, rejected at once".
-type retryAfter interface {
-	RetryAfter() time.Duration
-}
-
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	data, ok := readBody(w, r)
 	if !ok {
-		s.invalid()
+		s.opts.Service.Invalid()
 		return
 	}
-	req, err := DecodeAcquireRequest(data, s.limits())
+	req, err := DecodeAcquireRequest(data)
 	if err != nil {
-		s.invalid()
+		s.opts.Service.Invalid()
 		writeDecodeError(w, err)
 		return
 	}
 	identity := identityFrom(r.Context())
-	lreq := lease.AcquireRequest{
-		Namespace: req.Namespace,
-		Selector:  req.Selector,
-		Target:    req.Target,
-		TTL:       time.Duration(req.TTLSeconds) * time.Second,
-		Holder:    holderOf(r),
-		Flow:      flowFor(identity, req.Flow),
-	}
-	var l *lease.Lease
-	if s.opts.Waiter != nil {
-		// Every request goes through the queue, a request without a wait
-		// with a deadline of now: it is granted only when that cannot
-		// overtake a waiter owed the capacity.
-		deadline := s.opts.Clock.Now().Add(time.Duration(req.WaitSeconds) * time.Second)
-		l, err = s.opts.Waiter.Wait(r.Context(), lreq, int(req.Priority), deadline)
-	} else {
-		l, err = s.opts.Leaser.Acquire(lreq)
-	}
+	l, err := s.opts.Service.Acquire(r.Context(), leasing.Request{
+		AcquireRequest: lease.AcquireRequest{
+			Namespace: req.Namespace,
+			Selector:  req.Selector,
+			Target:    req.Target,
+			TTL:       leasing.Seconds(req.TTLSeconds),
+			Holder:    holderOf(r),
+			Flow:      flowFor(identity, req.Flow),
+		},
+		Wait:     leasing.Seconds(req.WaitSeconds),
+		Priority: int(req.Priority),
+	})
 	if err != nil {
-		s.acquireFailed(w, r, err)
+		writeServiceError(w, r, err)
 		return
 	}
 	w.Header().Set("Location", "/v1/leases/"+l.ID)
 	writeJSON(w, http.StatusCreated, toWireLease(l))
 }
 
-// invalid counts a malformed POST /v1/leases, which never reaches the queue.
-func (s *Server) invalid() {
-	if s.opts.Waiter != nil {
-		s.opts.Waiter.Invalid()
-	}
-}
-
-func (s *Server) acquireFailed(w http.ResponseWriter, r *http.Request, err error) {
-	var ra retryAfter
-	switch {
-	case lease.IsNoMatch(err):
-		var nm lease.NoMatchError
-		if c := (*lease.NoMatchError)(nil); errors.As(err, &c) {
-			nm = *c
-		}
+// writeServiceError is the one place the leasing Service's error vocabulary
+// becomes HTTP answers.
+func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
+	e := leasing.AsError(err)
+	id := strconv.Quote(e.ID)
+	switch e.Reason {
+	case leasing.ReasonNoMatch:
+		nm := e.Counts
 		writeJSON(w, http.StatusConflict, wire.Error{
 			Error:      wire.CodeNoMatch,
 			Message:    "no proxy can take this lease now",
@@ -202,58 +182,58 @@ func (s *Server) acquireFailed(w http.ResponseWriter, r *http.Request, err error
 			InCooldown: &nm.InCooldown,
 			Unhealthy:  &nm.Unhealthy,
 		})
-	case errors.As(err, &ra):
-		secs := int64(math.Ceil(ra.RetryAfter().Seconds()))
+	case leasing.ReasonQueueFull:
+		secs := int64(math.Ceil(e.RetryAfter.Seconds()))
 		w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
 		writeError(w, http.StatusTooManyRequests, wire.CodeQueueFull, "the wait queue is full: "+err.Error())
-	case lease.IsTTLTooLong(err), lease.IsNegativeTTL(err):
-		// Validation catches these first; kept so a store with other limits still answers 400.
-		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, err.Error())
-	case r.Context().Err() != nil && errors.Is(err, r.Context().Err()):
+	case leasing.ReasonInvalid:
+		body := wire.Error{Error: wire.CodeInvalidRequest, Message: e.Fields.ToAggregate().Error()}
+		switch {
+		case e.MaxTTL > 0:
+			body.Error = wire.CodeTTLTooLong
+			maxSecs := int64(e.MaxTTL / time.Second)
+			body.MaxTTLSeconds = &maxSecs
+		case len(e.Fields) > 0 && e.Fields[0].Field == "result":
+			body.Error = wire.CodeInvalidResult
+			body.Message = fmt.Sprintf("result %q is not one of ok, rate_limited, banned", e.Fields[0].BadValue)
+		}
+		writeJSON(w, http.StatusBadRequest, body)
+	case leasing.ReasonForbidden:
+		writeError(w, http.StatusForbidden, wire.CodeForbidden, err.Error())
+	case leasing.ReasonNotFound:
+		writeError(w, http.StatusNotFound, wire.CodeUnknownLease, "no lease "+id+" (or it ended more than a cooldown window ago)")
+	case leasing.ReasonEnded:
+		writeError(w, http.StatusGone, wire.CodeLeaseEnded, "lease "+id+": "+leasing.EndedMessage(err))
+	case leasing.ReasonAlreadyExists:
+		writeError(w, http.StatusConflict, wire.CodeInvalidRequest, err.Error())
+	case leasing.ReasonCancelled:
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled")
+	case leasing.ReasonShuttingDown:
+		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error()+"; retry shortly")
 	default:
-		log.FromContext(r.Context()).Error(err, "acquiring a lease")
-		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error())
+		log.FromContext(r.Context()).Error(err, "lease request failed", "method", r.Method, "path", r.URL.Path)
+		writeError(w, http.StatusInternalServerError, wire.CodeInternal, err.Error())
 	}
 }
 
 // holderOf is the holder of the leases the caller of r makes and may change.
 func holderOf(r *http.Request) string { return HolderPrefix + identityFrom(r.Context()) }
 
-// writeNotHolder answers a change to another identity's lease.
-func writeNotHolder(w http.ResponseWriter, err error) {
-	writeError(w, http.StatusForbidden, wire.CodeForbidden, err.Error())
-}
-
 // getLease shows one of the caller's leases as it is now: where its proxy is
 // (a replaced instance's new address) and whether it is healthy.
 func (s *Server) getLease(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	l, err := s.opts.Leaser.GetAs(holderOf(r), id)
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, toWireLease(&l))
-	case lease.IsNotHolder(err):
-		writeNotHolder(w, err)
-	case lease.IsLeaseEnded(err):
-		writeError(w, http.StatusGone, wire.CodeLeaseEnded, "lease "+strconv.Quote(id)+": "+endedMessage(err))
-	default:
-		writeError(w, http.StatusNotFound, wire.CodeUnknownLease, "no lease "+strconv.Quote(id))
+	l, err := s.opts.Service.Get(holderOf(r), r.PathValue("id"))
+	if err != nil {
+		writeServiceError(w, r, err)
+		return
 	}
+	writeJSON(w, http.StatusOK, toWireLease(&l))
 }
 
-// endedMessage says why a lease ended and what to do.
-func endedMessage(err error) string {
-	var e *lease.EndedError
-	if errors.As(err, &e) {
-		return e.Error() + "; acquire a new one"
-	}
-	return "released or expired; acquire a new one"
-}
-
+// release is idempotent: an unknown or ended lease is 204 too.
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.opts.Leaser.ReleaseAs(holderOf(r), r.PathValue("id")); lease.IsNotHolder(err) {
-		writeNotHolder(w, err)
+	if _, err := s.opts.Service.Release(holderOf(r), r.PathValue("id")); err != nil {
+		writeServiceError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -269,21 +249,11 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		writeDecodeError(w, err)
 		return
 	}
-	err = s.opts.Leaser.ReportAs(holderOf(r), r.PathValue("id"), req.Result, req.Target)
-	switch {
-	case err == nil:
-		w.WriteHeader(http.StatusNoContent)
-	case lease.IsNotHolder(err):
-		writeNotHolder(w, err)
-	case lease.IsInvalidResult(err):
-		writeError(w, http.StatusBadRequest, wire.CodeInvalidResult,
-			"result "+strconv.Quote(req.Result)+" is not one of ok, rate_limited, banned")
-	case lease.IsUnknownLease(err):
-		writeError(w, http.StatusNotFound, wire.CodeUnknownLease, "no lease "+strconv.Quote(r.PathValue("id"))+" (or it ended more than a cooldown window ago)")
-	default:
-		log.FromContext(r.Context()).Error(err, "reporting on a lease")
-		writeError(w, http.StatusInternalServerError, wire.CodeInternal, err.Error())
+	if err := s.opts.Service.Report(holderOf(r), r.PathValue("id"), req.Result, req.Target); err != nil {
+		writeServiceError(w, r, err)
+		return
 	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
@@ -291,25 +261,15 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := DecodeRenewRequest(data, s.limits())
+	req, err := DecodeRenewRequest(data)
 	if err != nil {
 		writeDecodeError(w, err)
 		return
 	}
-	l, err := s.opts.Leaser.RenewAs(holderOf(r), r.PathValue("id"), time.Duration(req.TTLSeconds)*time.Second)
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, toWireLease(l))
-	case lease.IsNotHolder(err):
-		writeNotHolder(w, err)
-	case lease.IsUnknownLease(err):
-		writeError(w, http.StatusNotFound, wire.CodeUnknownLease, "no lease "+strconv.Quote(r.PathValue("id")))
-	case lease.IsLeaseEnded(err):
-		writeError(w, http.StatusGone, wire.CodeLeaseEnded, "lease "+strconv.Quote(r.PathValue("id"))+": "+endedMessage(err))
-	case lease.IsTTLTooLong(err), lease.IsNegativeTTL(err):
-		writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, err.Error())
-	default:
-		log.FromContext(r.Context()).Error(err, "renewing a lease")
-		writeError(w, http.StatusInternalServerError, wire.CodeInternal, err.Error())
+	l, err := s.opts.Service.Renew(holderOf(r), r.PathValue("id"), leasing.Seconds(req.TTLSeconds))
+	if err != nil {
+		writeServiceError(w, r, err)
+		return
 	}
+	writeJSON(w, http.StatusOK, toWireLease(l))
 }

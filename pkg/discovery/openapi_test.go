@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -70,7 +69,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Errorf("openapi version %q, want 3.x", doc.OpenAPI)
 	}
 	store, _ := lease.New(lease.Options{}, nil)
-	s, err := New(Options{Leaser: store, Lister: store})
+	s, err := New(Options{Service: realService(t, store)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,9 +98,8 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 // decoders, response examples decode strictly into the wire types.
 func TestOpenAPIExamplesDecode(t *testing.T) {
 	_, ops := loadOpenAPI(t)
-	lim := Limits{MaxTTL: time.Hour, MaxWait: DefaultMaxWait}
 	requestDecoders := map[string]func([]byte) error{
-		"acquireLease": func(b []byte) error { _, err := DecodeAcquireRequest(b, lim); return err },
+		"acquireLease": func(b []byte) error { _, err := DecodeAcquireRequest(b); return err },
 		"reportLease": func(b []byte) error {
 			r, err := DecodeReportRequest(b)
 			if err == nil && !lease.ValidResult(r.Result) {
@@ -109,7 +107,7 @@ func TestOpenAPIExamplesDecode(t *testing.T) {
 			}
 			return err
 		},
-		"renewLease": func(b []byte) error { _, err := DecodeRenewRequest(b, lim); return err },
+		"renewLease": func(b []byte) error { _, err := DecodeRenewRequest(b); return err },
 	}
 	schemaTypes := map[string]func() any{
 		"#/components/schemas/Health":    func() any { return new(wire.Health) },

@@ -53,7 +53,7 @@ func TestServeLifecycle(t *testing.T) {
 			sink := &logSink{}
 			logger := funcr.New(sink.add, funcr.Options{Verbosity: 1})
 			store, _ := lease.New(lease.Options{}, nil)
-			s, err := New(Options{Tokens: tc.tokens, Leaser: store, Lister: store})
+			s, err := New(Options{Tokens: tc.tokens, Service: realService(t, store)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +102,7 @@ func TestStartFailsOnBusyAddress(t *testing.T) {
 	}
 	defer ln.Close()
 	store, _ := lease.New(lease.Options{}, nil)
-	s, _ := New(Options{Addr: ln.Addr().String(), Leaser: store, Lister: store})
+	s, _ := New(Options{Addr: ln.Addr().String(), Service: realService(t, store)})
 	if err := s.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "listening") {
 		t.Errorf("Start on a busy address: %v", err)
 	}

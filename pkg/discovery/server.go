@@ -9,8 +9,9 @@ import (
 	"net/http"
 	"time"
 
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // Defaults.
@@ -37,17 +38,11 @@ type Options struct {
 	// operator reads the map from --discovery-token-file). Empty disables
 	// auth: the server logs a loud warning at start.
 	Tokens map[string]string
-	// Leaser is the lease store (required).
-	Leaser Leaser
-	// Lister reads the fleet (required).
+	// Service is the lease path every lease request goes through (required;
+	// its limits bound ttlSeconds and waitSeconds).
+	Service *leasing.Service
+	// Lister reads the fleet (default: Service.Proxies).
 	Lister Lister
-	// Waiter is the lease path every POST /v1/leases goes through (the
-	// production server always has one: a *leasing.Door).
-	Waiter Waiter
-	// Clock for wait deadlines (default: real).
-	Clock clock.PassiveClock
-	// MaxWait bounds waitSeconds (default 5m).
-	MaxWait time.Duration
 	// MaxBodyBytes bounds request bodies (default 64 KiB).
 	MaxBodyBytes int64
 	// ShutdownTimeout bounds graceful shutdown (default 10s).
@@ -78,17 +73,14 @@ type tokenEntry struct {
 
 // New validates opts and builds the handler chain.
 func New(opts Options) (*Server, error) {
-	if opts.Leaser == nil || opts.Lister == nil {
-		return nil, errors.New("discovery server: Leaser and Lister are required")
+	if opts.Service == nil {
+		return nil, errors.New("discovery server: a leasing Service is required")
+	}
+	if opts.Lister == nil {
+		opts.Lister = listerFunc(opts.Service.Proxies)
 	}
 	if opts.Addr == "" {
 		opts.Addr = DefaultAddr
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
-	if opts.MaxWait <= 0 {
-		opts.MaxWait = DefaultMaxWait
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
@@ -139,7 +131,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		// A waiting acquire holds its response for up to MaxWait.
-		WriteTimeout:   s.opts.MaxWait + 30*time.Second,
+		WriteTimeout:   s.opts.Service.Limits().MaxWait + 30*time.Second,
 		IdleTimeout:    2 * time.Minute,
 		MaxHeaderBytes: 32 << 10,
 		BaseContext:    func(net.Listener) context.Context { return ctx },

@@ -41,8 +41,7 @@ type env struct {
 
 type envOption func(*Options)
 
-func withoutAuth() envOption   { return func(o *Options) { o.Tokens = nil } }
-func withoutWaiter() envOption { return func(o *Options) { o.Waiter = nil } }
+func withoutAuth() envOption { return func(o *Options) { o.Tokens = nil } }
 
 func newEnv(t *testing.T, opts ...envOption) *env {
 	t.Helper()
@@ -65,11 +64,9 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	e.waiter = &fakeWaiter{store: store}
 	o := Options{
 		Tokens: map[string]string{token: DefaultIdentity, aliceToken: "alice"},
-		Leaser: store,
-		Lister: e.lister,
-		// The door the operator wires, over a waiter the tests steer.
-		Waiter: leasing.NewDoor(leasing.APIHTTP, e.waiter, store.Release, e.metrics),
-		Clock:  fc,
+		// The service the operator wires, over a queue the tests steer.
+		Service: newService(t, store, e.waiter, fc, e.metrics),
+		Lister:  e.lister,
 	}
 	for _, f := range opts {
 		f(&o)
@@ -251,7 +248,7 @@ func TestEndpoints(t *testing.T) {
 				}
 			}},
 		{name: "ttl over the maximum", method: "POST", path: "/v1/leases", body: `{"ttlSeconds":7200}`, status: 400,
-			wantErr:  &wire.Error{Error: wire.CodeTTLTooLong, Message: "ttlSeconds 7200 exceeds the maximum 3600 (--max-lease-ttl=1h0m0s)", MaxTTLSeconds: int64p(3600)},
+			wantErr:  &wire.Error{Error: wire.CodeTTLTooLong, Message: "ttlSeconds: Invalid value: 7200: exceeds the maximum 3600 (--max-lease-ttl=1h0m0s)", MaxTTLSeconds: int64p(3600)},
 			outcomes: []string{leasing.OutcomeBadRequest}},
 		{name: "huge ttl", method: "POST", path: "/v1/leases", body: `{"ttlSeconds":9223372036854775807}`, status: 400, code: wire.CodeTTLTooLong},
 		{name: "negative ttl", method: "POST", path: "/v1/leases", body: `{"ttlSeconds":-1}`, status: 400, code: wire.CodeInvalidRequest},
@@ -324,11 +321,12 @@ func TestEndpoints(t *testing.T) {
 			},
 			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(2), AtCapacity: intp(2), InCooldown: intp(0), Unhealthy: intp(0)},
 			outcomes: []string{leasing.OutcomeNoMatch}},
-		{name: "waiter shutting down is 503", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30}`, status: 503, code: wire.CodeUnavailable,
-			setup:    func(e *env) string { e.waiter.nextErr = errors.New("flow control shutting down"); return "" },
+		{name: "queue shutting down is 503", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30}`, status: 503, code: wire.CodeUnavailable,
+			setup:    func(e *env) string { e.waiter.nextErr = fmt.Errorf("waiting: %w", leasing.ErrShuttingDown); return "" },
 			outcomes: []string{leasing.OutcomeError}},
-		{name: "without a waiter, a wait is an immediate acquire (uncounted: counting is the door's)", opts: []envOption{withoutWaiter()}, method: "POST", path: "/v1/leases",
-			body: `{"waitSeconds":30,"selector":{"region":"mars"}}`, status: 409, code: wire.CodeNoMatch},
+		{name: "an unexpected queue error is 500, logged", method: "POST", path: "/v1/leases", body: `{}`, status: 500, code: wire.CodeInternal,
+			setup:    func(e *env) string { e.waiter.nextErr = errors.New("a bug"); return "" },
+			outcomes: []string{leasing.OutcomeError}},
 
 		// DELETE /v1/leases/{id}
 		{name: "release", method: "DELETE", path: "/v1/leases/{id}", status: 204,
@@ -548,11 +546,11 @@ func TestCancelledWaitReleasesLateGrant(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req := httptest.NewRequest("POST", "/v1/leases", strings.NewReader(`{"waitSeconds":30}`)).WithContext(ctx)
 	req.Header.Set("Authorization", "Bearer "+token)
-	e.server.opts.Waiter = leasing.NewDoor(leasing.APIHTTP, waiterFunc(func(ctx context.Context, r lease.AcquireRequest, _ int, _ time.Time) (*lease.Lease, error) {
+	e.server.opts.Service = newService(t, e.store, waiterFunc(func(ctx context.Context, r lease.AcquireRequest, _ int, _ time.Time) (*lease.Lease, error) {
 		l, err := e.store.Acquire(r)
 		cancel() // the client goes away right after the grant
 		return l, err
-	}), e.store.Release, e.metrics)
+	}), e.clock, e.metrics)
 	rec := httptest.NewRecorder()
 	e.server.Handler().ServeHTTP(rec, req)
 	if n := e.store.Active(); n != 0 {
@@ -575,10 +573,9 @@ func TestNewValidates(t *testing.T) {
 		name string
 		opts Options
 	}{
-		{"no leaser", Options{Lister: store}},
-		{"no lister", Options{Leaser: store}},
-		{"empty token", Options{Leaser: store, Lister: store, Tokens: map[string]string{"": "x"}}},
-		{"empty identity", Options{Leaser: store, Lister: store, Tokens: map[string]string{"t": ""}}},
+		{"no service", Options{Lister: store}},
+		{"empty token", Options{Service: realService(t, store), Tokens: map[string]string{"": "x"}}},
+		{"empty identity", Options{Service: realService(t, store), Tokens: map[string]string{"t": ""}}},
 	}
 	for _, tc := range tests {
 		if _, err := New(tc.opts); err == nil {

@@ -29,7 +29,8 @@ func (s *Store) ttlFor(ttl time.Duration) (time.Duration, error) {
 func (s *Store) Acquire(req AcquireRequest) (*Lease, error) { return s.acquire(req, true) }
 
 // TryAcquire is Acquire without the diagnostic counts: on no match it returns
-// ErrNoMatch, cheaply. Flow control calls it while dispatching waiters.
+// ErrNoMatch, cheaply, or ErrExhausted when no proxy at all can take a lease
+// now. Flow control calls it while dispatching waiters.
 func (s *Store) TryAcquire(req AcquireRequest) (*Lease, error) { return s.acquire(req, false) }
 
 func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
@@ -53,6 +54,9 @@ func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
 	}
 	if e == nil {
 		err := ErrNoMatch
+		if s.free == 0 {
+			err = ErrExhausted
+		}
 		if explain {
 			err = s.explainLocked(&req, now)
 		}
@@ -132,6 +136,7 @@ func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duratio
 	s.names[ProxyKey{Namespace: ns, Name: name}] = id
 	s.flows[req.Flow]++
 	heap.Push(&s.expiries, le)
+	s.scheduledLocked(le.ExpiresAt)
 	s.setLeasesLocked(e, e.leases+1)
 	s.emitLocked(p, Added, Acquired, le)
 	return le, nil

@@ -10,6 +10,19 @@ import (
 // Acquire returns a *NoMatchError instead, which also matches errors.Is(err, ErrNoMatch).
 var ErrNoMatch = errors.New("no proxy matches")
 
+// ErrExhausted is TryAcquire's ErrNoMatch when no proxy of the fleet can take
+// any lease now (every one leased to its limit, unhealthy or cooling down for
+// every target), whatever the request. errors.Is(err, ErrNoMatch) holds too.
+var ErrExhausted error = exhaustedError{}
+
+type exhaustedError struct{}
+
+func (exhaustedError) Error() string        { return "no proxy can take a lease now" }
+func (exhaustedError) Is(target error) bool { return target == ErrNoMatch }
+
+// IsExhausted reports whether err is (or wraps) ErrExhausted.
+func IsExhausted(err error) bool { return errors.Is(err, ErrExhausted) }
+
 // NoMatchError explains why Acquire found no proxy. The counts are additive:
 // Considered = AtCapacity + InCooldown + Unhealthy + eligible-but-outranked
 // (the last is zero in practice: an eligible proxy would have been granted).

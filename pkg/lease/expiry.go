@@ -3,6 +3,7 @@ package lease
 import (
 	"container/heap"
 	"context"
+	"math"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -98,6 +99,7 @@ func (s *Store) coolLocked(e *proxyEntry, target string, until time.Time) {
 	}
 	e.cooldowns[target] = until
 	heap.Push(&s.cools, &cooldownItem{e: e, target: target, until: until})
+	s.scheduledLocked(until)
 	if target == "" && !e.globalCooling {
 		s.unindexLocked(e)
 		e.globalCooling = true
@@ -139,19 +141,56 @@ func (s *Store) Sweep() {
 	s.unlockAndNotify(&p)
 }
 
-// Start runs the sweep every SweepInterval until ctx ends. It is a manager
-// Runnable that every replica runs (see NeedLeaderElection).
+// Start applies every lease expiry and cooldown end when it falls due, so
+// its events reach subscribers (watchers of the Kubernetes API, the wait
+// queue) at that instant rather than when a caller next looks, and frees
+// ended leases past their report window. It runs one timer, armed at the
+// store's next change and re-armed when an earlier one is scheduled, at most
+// SweepInterval apart. It is a manager Runnable that every replica runs (see
+// NeedLeaderElection).
 func (s *Store) Start(ctx context.Context) error {
-	log.FromContext(ctx).Info("lease sweep started", "sweepInterval", s.opts.SweepInterval)
-	t := s.clock.NewTicker(s.opts.SweepInterval)
+	log.FromContext(ctx).Info("lease expiry timer started", "maxInterval", s.opts.SweepInterval)
+	t := s.clock.NewTimer(s.opts.SweepInterval)
 	defer t.Stop()
 	for {
+		// While the next change is computed, any newly scheduled one wakes
+		// the loop again.
+		s.armed.Store(math.MaxInt64)
+		now := s.clock.Now()
+		d := s.opts.SweepInterval
+		if next := s.NextChange(); !next.IsZero() {
+			d = min(d, max(next.Sub(now), 0))
+		}
+		s.armed.Store(now.Add(d).UnixNano())
+		// Stop and drain before Reset, as clock.Timer requires.
+		if !t.Stop() {
+			select {
+			case <-t.C():
+			default:
+			}
+		}
+		t.Reset(d)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
 			s.Sweep()
+		case <-s.wake:
 		}
+	}
+}
+
+// scheduledLocked wakes Start when at is earlier than the instant its timer
+// is armed for (a short lease granted, a lease renewed shorter, a cooldown
+// set); later instants cost nothing.
+func (s *Store) scheduledLocked(at time.Time) {
+	if at.UnixNano() >= s.armed.Load() {
+		return
+	}
+	s.armed.Store(at.UnixNano())
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 }
 

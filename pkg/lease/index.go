@@ -60,6 +60,7 @@ func (s *Store) indexLocked(e *proxyEntry) {
 		t.ReplaceOrInsert(e)
 	}
 	e.indexed = true
+	s.free++
 }
 
 func (s *Store) unindexLocked(e *proxyEntry) {
@@ -70,6 +71,7 @@ func (s *Store) unindexLocked(e *proxyEntry) {
 		t.Delete(e)
 	}
 	e.indexed = false
+	s.free--
 }
 
 // treeLocked returns the avail tree of k, building it on first use; nil when

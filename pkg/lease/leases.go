@@ -146,6 +146,7 @@ func (s *Store) RenewAs(holder, id string, ttl time.Duration) (*Lease, error) {
 	le.ExpiresAt = now.Add(ttl)
 	le.expiresNanos = le.ExpiresAt.UnixNano()
 	heap.Fix(&s.expiries, le.heapIndex)
+	s.scheduledLocked(le.ExpiresAt)
 	s.revision++
 	le.Revision = s.revision
 	s.emitLocked(&p, Modified, Renewed, le)

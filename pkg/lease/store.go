@@ -4,7 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/btree"
@@ -49,6 +51,12 @@ type Store struct {
 	tombHead int
 	flows    map[string]int
 	revision uint64
+	// free counts the indexed proxies: those that can take a lease now.
+	free int
+	// armed is when Start's timer fires (UnixNano; MaxInt64 before Start);
+	// wake re-arms it for an earlier change.
+	armed atomic.Int64
+	wake  chan struct{}
 
 	subs   []subscriber // copy-on-write
 	hooks  []hook       // copy-on-write
@@ -104,7 +112,9 @@ func New(opts Options, clk clock.WithTicker) (*Store, error) {
 		names:   map[ProxyKey]string{},
 		tombs:   map[string]tombstone{},
 		flows:   map[string]int{},
+		wake:    make(chan struct{}, 1),
 	}
+	s.armed.Store(math.MaxInt64)
 	s.mu = &s.realMu
 	return s, nil
 }

@@ -157,7 +157,9 @@ type Options struct {
 	// CooldownWindow is how long a rate_limited/banned (proxy, target) pair is
 	// skipped, and how long an ended lease stays reportable (default 5m).
 	CooldownWindow time.Duration
-	// SweepInterval is how often Start's sweep frees memory (default 10s).
+	// SweepInterval is the longest Start's timer sleeps (default 10s): expiries
+	// and cooldown ends fire at their instant; this bounds how long ended
+	// leases past their report window stay in memory.
 	SweepInterval time.Duration
 	// NewID generates lease IDs (default: 128 random bits, lowercase hex,
 	// which is also a valid Kubernetes name).

@@ -1,6 +1,7 @@
 package leasing
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -18,10 +19,10 @@ type Leasing struct {
 	// Store holds the leases and cooldowns; feed it Proxies with
 	// lease.NewProxySync on the manager's Proxy informer.
 	Store *lease.Store
-	// Waiter serves requests that may wait (discovery.Waiter,
-	// apiserver.Waiter).
+	// Waiter is the queue every acquire goes through (the Services' Queue).
 	Waiter *Waiter
 
+	clock        clock.PassiveClock
 	ctl          *LeaseController
 	queueMetrics *flowcontrolmetrics.Metrics
 	stopHook     func()
@@ -45,6 +46,12 @@ func New(opts Options, clk Clock) (*Leasing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating lease store: %w", err)
 	}
+	return NewWithStore(store, opts, clk), nil
+}
+
+// NewWithStore puts the wait queue of opts (its Queue… fields) in front of
+// store, whose own options stay as they are.
+func NewWithStore(store *lease.Store, opts Options, clk Clock) *Leasing {
 	qm := flowcontrolmetrics.New()
 	qopts := opts.queueOptions(qm)
 	qopts.HeldChangeNotifications = true
@@ -52,12 +59,21 @@ func New(opts Options, clk Clock) (*Leasing, error) {
 	return &Leasing{
 		Store:        store,
 		Waiter:       NewWaiter(ctl, store),
+		clock:        clk,
 		ctl:          ctl,
 		queueMetrics: qm,
 		// Capacity the store observes wakes the queue.
 		stopHook: store.OnCapacity(ctl.OnCapacity),
 		stopHeld: ReportHeldChanges(store, ctl),
-	}, nil
+	}
+}
+
+// Shutdown evicts every waiter (answered ReasonShuttingDown) and unhooks
+// the queue from the store, as the queue's Runnable does at stop.
+func (l *Leasing) Shutdown(ctx context.Context) error {
+	l.stopHook()
+	l.stopHeld()
+	return l.ctl.Shutdown(ctx)
 }
 
 // ReportHeldChanges tells ctl of every change of a flow's held leases (a

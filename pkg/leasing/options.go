@@ -61,7 +61,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.MaxLeaseTTL, "max-lease-ttl", o.MaxLeaseTTL, "Longest TTL a lease may be granted or renewed for.")
 	fs.DurationVar(&o.DefaultLeaseTTL, "default-lease-ttl", o.DefaultLeaseTTL, "TTL of a lease that asks for none.")
 	fs.DurationVar(&o.CooldownWindow, "cooldown-window", o.CooldownWindow, "How long a (proxy, target) pair is skipped after a rate_limited or banned report, and how long an ended lease stays reportable.")
-	fs.DurationVar(&o.SweepInterval, "lease-sweep-interval", o.SweepInterval, "How often ended leases and cooldowns are freed from memory (expiry itself is checked on every read).")
+	fs.DurationVar(&o.SweepInterval, "lease-sweep-interval", o.SweepInterval, "Longest sleep of the lease store's timer: expiries and cooldown ends fire at their instant; this bounds how long ended leases past their report window stay in memory.")
 	fs.IntVar(&o.QueueMaxPerFlow, "lease-queue-max-per-flow", o.QueueMaxPerFlow, "Waiting lease requests one flow (token identity or Kubernetes user) may have in one priority band.")
 	fs.IntVar(&o.QueueMaxPerBand, "lease-queue-max-per-band", o.QueueMaxPerBand, "Waiting lease requests per priority band.")
 	fs.IntVar(&o.QueueMax, "lease-queue-max", o.QueueMax, "Waiting lease requests in all.")

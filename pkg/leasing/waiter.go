@@ -14,8 +14,7 @@ import (
 
 // The adapter between the wait queue (pkg/flowcontrol) and the lease store
 // (pkg/lease), as the flowcontrol package documentation prescribes. The two
-// packages share no types; the two lease APIs (discovery, apiserver) see the
-// result through their Waiter interfaces, which *Waiter satisfies.
+// packages share no types; the Service sees the result as its Queue.
 
 // LeaseController is the wait queue over the lease store.
 type LeaseController = flowcontrol.Controller[lease.AcquireRequest, *lease.Lease]
@@ -24,8 +23,9 @@ type LeaseController = flowcontrol.Controller[lease.AcquireRequest, *lease.Lease
 // implements it.
 type LeaseStore interface {
 	// TryAcquire grants a lease now or fails with lease.ErrNoMatch (no
-	// proxy can take it) or another error (bad TTL, name taken), without
-	// computing the counts of a NoMatchError.
+	// proxy can take it; lease.ErrExhausted when no proxy can take any
+	// lease) or another error (bad TTL, name taken), without computing the
+	// counts of a NoMatchError.
 	TryAcquire(req lease.AcquireRequest) (*lease.Lease, error)
 	// Diagnose returns the counts Acquire would report for req now.
 	Diagnose(req lease.AcquireRequest) *lease.NoMatchError
@@ -52,6 +52,10 @@ func (d leaseDispatcher) TryDispatch(flow string, req lease.AcquireRequest) (*le
 	switch {
 	case err == nil:
 		return l, flowcontrol.Granted, nil
+	case lease.IsExhausted(err):
+		// Nothing at all is free: the round stops here instead of offering
+		// every other waiting flow's head.
+		return nil, flowcontrol.Exhausted, nil
 	case lease.IsNoMatch(err):
 		return nil, flowcontrol.NoMatch, nil
 	default:
@@ -76,9 +80,8 @@ func NewLeaseController(store LeaseStore, clk clock.WithDelayedExecution, opts f
 	return flowcontrol.NewController[lease.AcquireRequest, *lease.Lease](leaseDispatcher{store: store}, clk, opts)
 }
 
-// Waiter serves waiting lease requests of both lease APIs through the wait
-// queue, translating its outcomes into the errors their Waiter contracts
-// name.
+// Waiter serves the lease requests of both lease APIs through the wait
+// queue, translating its outcomes into the errors the Queue contract names.
 type Waiter struct {
 	ctl   *LeaseController
 	store LeaseStore
@@ -93,13 +96,13 @@ func NewWaiter(ctl *LeaseController, store LeaseStore) *Waiter {
 // holder (the HTTP API with authentication off).
 const AnonymousFlow = "anonymous"
 
-// errShuttingDown answers requests that meet a queue shutting down. It is
-// not a flowcontrol.RejectedError: that type has a RetryAfter method, which
-// the APIs would turn into a 429 instead of a 503.
-var errShuttingDown = errors.New("the lease wait queue is shutting down")
+// ErrShuttingDown answers requests that meet a queue shutting down
+// (ReasonShuttingDown). It is not a flowcontrol.RejectedError: that type has
+// a RetryAfter method, which would make it ReasonQueueFull.
+var ErrShuttingDown = errors.New("the lease wait queue is shutting down")
 
 // Wait grants req now or when capacity appears before deadline. Errors, as
-// discovery.Waiter and apiserver.Waiter require:
+// Queue requires:
 //   - the deadline passed: a *lease.NoMatchError (wrapped) with the counts
 //     of that moment;
 //   - a queue limit: the *flowcontrol.RejectedError, whose RetryAfter method
@@ -108,7 +111,7 @@ var errShuttingDown = errors.New("the lease wait queue is shutting down")
 //     in that instant);
 //   - the store refused the request as it stands (TTL, name taken): the
 //     store's error, wrapped, without the RetryAfter method;
-//   - shutting down: errShuttingDown.
+//   - shutting down: ErrShuttingDown.
 func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
 	flow := req.Flow
 	if flow == "" {
@@ -132,7 +135,7 @@ func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority in
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("waiting for a proxy: %w", ctx.Err())
 	case flowcontrol.IsShutdown(err):
-		return nil, errShuttingDown
+		return nil, ErrShuttingDown
 	case flowcontrol.IsDeadline(err):
 		return nil, fmt.Errorf("no proxy became free before the wait ended: %w", w.store.Diagnose(req))
 	}

@@ -130,7 +130,7 @@ func TestLeaseWaiterErrors(t *testing.T) {
 		v.RetryAfter = errors.As(err, &ra)
 		v.Canceled = errors.Is(err, context.Canceled)
 		v.TTLTooLong = lease.IsTTLTooLong(err)
-		v.ShuttingDown = errors.Is(err, errShuttingDown)
+		v.ShuttingDown = errors.Is(err, ErrShuttingDown)
 		if errors.As(err, &nm) {
 			v.AtCapacity = nm.AtCapacity
 		}
@@ -238,8 +238,8 @@ func TestQueueShutdownRejectionLooksLikeQueueFull(t *testing.T) {
 		t.Fatalf("raw shutdown rejection %q has no RetryAfter method; the translation in Wait may be unnecessary", raw)
 	}
 	_, err := e.w.Wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b"}, 0, e.clk.Now().Add(time.Minute))
-	if errors.As(err, &ra) || !errors.Is(err, errShuttingDown) {
-		t.Errorf("Wait after shutdown = %v, want errShuttingDown without RetryAfter", err)
+	if errors.As(err, &ra) || !errors.Is(err, ErrShuttingDown) {
+		t.Errorf("Wait after shutdown = %v, want ErrShuttingDown without RetryAfter", err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package v1alpha1
 
 import (
-	"fmt"
 	"unicode"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -17,31 +16,22 @@ const (
 	MaxTargetLen       = 253
 )
 
-// ValidationOptions are the server's limits that validation checks against.
-type ValidationOptions struct {
-	// MaxTTLSeconds is the largest accepted spec.ttlSeconds (the server's
-	// --max-lease-ttl). Zero means no upper limit.
-	MaxTTLSeconds int32
-	// MaxWaitSeconds is the largest accepted spec.waitSeconds. Zero means
-	// waiting is not offered and any waitSeconds above 0 is rejected.
-	MaxWaitSeconds int32
-}
-
-// ValidateProxyLease validates a lease being created. The name must already be
-// generated (metadata.generateName resolved).
-func ValidateProxyLease(l *ProxyLease, opts ValidationOptions) field.ErrorList {
+// ValidateProxyLease validates a ProxyLease as created: its shape. The
+// server's limits (the longest TTL and wait) are the lease service's to
+// check, so both lease APIs apply the same ones.
+func ValidateProxyLease(l *ProxyLease) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMeta(&l.ObjectMeta, true,
 		apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
-	allErrs = append(allErrs, validateSpec(&l.Spec, opts, field.NewPath("spec"))...)
+	allErrs = append(allErrs, validateSpec(&l.Spec, field.NewPath("spec"))...)
 	return allErrs
 }
 
 // ValidateProxyLeaseUpdate validates an update (a renewal). Only
 // spec.ttlSeconds, labels and annotations may change.
-func ValidateProxyLeaseUpdate(newL, oldL *ProxyLease, opts ValidationOptions) field.ErrorList {
+func ValidateProxyLeaseUpdate(newL, oldL *ProxyLease) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&newL.ObjectMeta, &oldL.ObjectMeta, field.NewPath("metadata"))
 	spec := field.NewPath("spec")
-	allErrs = append(allErrs, validateTTL(newL.Spec.TTLSeconds, opts, spec.Child("ttlSeconds"))...)
+	allErrs = append(allErrs, validateTTL(newL.Spec.TTLSeconds, spec.Child("ttlSeconds"))...)
 	if !mapsEqual(newL.Spec.Selector, oldL.Spec.Selector) {
 		allErrs = append(allErrs, field.Forbidden(spec.Child("selector"), "field is immutable: create a new lease to change it"))
 	}
@@ -72,7 +62,7 @@ func ValidateProxyLeaseReport(r *ProxyLeaseReport) field.ErrorList {
 	return allErrs
 }
 
-func validateSpec(s *ProxyLeaseSpec, opts ValidationOptions, path *field.Path) field.ErrorList {
+func validateSpec(s *ProxyLeaseSpec, path *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	sel := path.Child("selector")
 	if len(s.Selector) > MaxSelectorEntries {
@@ -89,27 +79,20 @@ func validateSpec(s *ProxyLeaseSpec, opts ValidationOptions, path *field.Path) f
 		}
 	}
 	allErrs = append(allErrs, validateTarget(s.Target, path.Child("target"))...)
-	allErrs = append(allErrs, validateTTL(s.TTLSeconds, opts, path.Child("ttlSeconds"))...)
+	allErrs = append(allErrs, validateTTL(s.TTLSeconds, path.Child("ttlSeconds"))...)
 	wait := path.Child("waitSeconds")
-	switch {
-	case s.WaitSeconds < 0:
+	if s.WaitSeconds < 0 {
 		allErrs = append(allErrs, field.Invalid(wait, s.WaitSeconds, "must be 0 or more"))
-	case s.WaitSeconds > 0 && opts.MaxWaitSeconds == 0:
-		allErrs = append(allErrs, field.Forbidden(wait, "this server does not queue lease requests: leave waitSeconds at 0 and retry on 409"))
-	case s.WaitSeconds > opts.MaxWaitSeconds:
-		allErrs = append(allErrs, field.Invalid(wait, s.WaitSeconds, fmt.Sprintf("must be at most %d", opts.MaxWaitSeconds)))
 	}
 	return allErrs
 }
 
-func validateTTL(ttl *int32, opts ValidationOptions, path *field.Path) field.ErrorList {
+func validateTTL(ttl *int32, path *field.Path) field.ErrorList {
 	switch {
 	case ttl == nil:
 		return field.ErrorList{field.Required(path, "")}
 	case *ttl < 1:
 		return field.ErrorList{field.Invalid(path, *ttl, "must be at least 1")}
-	case opts.MaxTTLSeconds > 0 && *ttl > opts.MaxTTLSeconds:
-		return field.ErrorList{field.Invalid(path, *ttl, fmt.Sprintf("must be at most %d (the server's --max-lease-ttl)", opts.MaxTTLSeconds))}
 	}
 	return nil
 }

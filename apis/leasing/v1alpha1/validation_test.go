@@ -26,18 +26,17 @@ func fieldsOf(errs field.ErrorList) []string {
 }
 
 func TestValidateProxyLease(t *testing.T) {
-	opts := ValidationOptions{MaxTTLSeconds: 3600, MaxWaitSeconds: 30}
 	tests := []struct {
 		name   string
 		mutate func(*ProxyLease)
 		want   []string
 	}{
 		{"defaults are valid", func(*ProxyLease) {}, nil},
-		{"ttl at the maximum", func(l *ProxyLease) { l.Spec.TTLSeconds = ptr.To[int32](3600) }, nil},
-		{"ttl over", func(l *ProxyLease) { l.Spec.TTLSeconds = ptr.To[int32](3601) }, []string{"spec.ttlSeconds"}},
+		{"ttl of one second", func(l *ProxyLease) { l.Spec.TTLSeconds = ptr.To[int32](1) }, nil},
+		{"ttl zero", func(l *ProxyLease) { l.Spec.TTLSeconds = ptr.To[int32](0) }, []string{"spec.ttlSeconds"}},
 		{"ttl missing", func(l *ProxyLease) { l.Spec.TTLSeconds = nil }, []string{"spec.ttlSeconds"}},
-		{"wait at the maximum", func(l *ProxyLease) { l.Spec.WaitSeconds = 30 }, nil},
-		{"wait over", func(l *ProxyLease) { l.Spec.WaitSeconds = 31 }, []string{"spec.waitSeconds"}},
+		{"a wait", func(l *ProxyLease) { l.Spec.WaitSeconds = 30 }, nil},
+		{"negative wait", func(l *ProxyLease) { l.Spec.WaitSeconds = -1 }, []string{"spec.waitSeconds"}},
 		{"selector value too long", func(l *ProxyLease) { l.Spec.Selector = map[string]string{"k": strings.Repeat("v", 254)} }, []string{"spec.selector[k]"}},
 		{"too many selector entries", func(l *ProxyLease) {
 			l.Spec.Selector = map[string]string{}
@@ -51,28 +50,21 @@ func TestValidateProxyLease(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l := valid()
 			tt.mutate(l)
-			errs := ValidateProxyLease(l, opts)
+			errs := ValidateProxyLease(l)
 			if diff := cmp.Diff(tt.want, fieldsOf(errs)); diff != "" {
 				t.Errorf("fields (-want +got):\n%s\n%v", diff, errs)
 			}
 		})
 	}
-	// Without a waiter the server offers no waiting at all.
-	l := valid()
-	l.Spec.WaitSeconds = 1
-	if errs := ValidateProxyLease(l, ValidationOptions{MaxTTLSeconds: 3600}); len(errs) != 1 {
-		t.Errorf("waitSeconds with waiting off: %v", errs)
-	}
 }
 
 func TestValidateProxyLeaseUpdateOnlyTTLAndMetadataChange(t *testing.T) {
-	opts := ValidationOptions{MaxTTLSeconds: 3600}
 	old := valid()
 	old.Spec.Target = "a.com"
 	renew := old.DeepCopy()
 	renew.Spec.TTLSeconds = ptr.To[int32](600)
 	renew.Labels = map[string]string{"x": "y"}
-	if errs := ValidateProxyLeaseUpdate(renew, old, opts); len(errs) != 0 {
+	if errs := ValidateProxyLeaseUpdate(renew, old); len(errs) != 0 {
 		t.Errorf("renewal rejected: %v", errs)
 	}
 	for name, mutate := range map[string]func(*ProxyLease){
@@ -84,7 +76,7 @@ func TestValidateProxyLeaseUpdateOnlyTTLAndMetadataChange(t *testing.T) {
 	} {
 		l := old.DeepCopy()
 		mutate(l)
-		errs := ValidateProxyLeaseUpdate(l, old, opts)
+		errs := ValidateProxyLeaseUpdate(l, old)
 		if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), name) {
 			t.Errorf("changing %s: %v", name, errs)
 		}

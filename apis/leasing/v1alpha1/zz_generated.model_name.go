@@ -34,8 +34,3 @@ func (in ProxyLeaseSpec) OpenAPIModelName() string {
 func (in ProxyLeaseStatus) OpenAPIModelName() string {
 	return "com.example.crawl.leasing.v1alpha1.ProxyLeaseStatus"
 }
-
-// OpenAPIModelName returns the OpenAPI model name for this type.
-func (in ValidationOptions) OpenAPIModelName() string {
-	return "com.example.crawl.leasing.v1alpha1.ValidationOptions"
-}

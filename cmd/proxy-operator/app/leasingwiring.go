@@ -24,8 +24,8 @@ import (
 // its own): the store fed by the manager's Proxy informer, the HTTP
 // discovery API (unless --discovery-bind-address=0) and the aggregated
 // ProxyLease API server (unless --apiserver-secure-port=0), each through its
-// leasing.Door, which counts its requests on leaseMetrics. reg receives the store's and
-// the queue's collectors.
+// leasing.Service, which counts its requests on leaseMetrics. reg receives
+// the store's and the queue's collectors.
 func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics leasing.Recorder) error {
 	logger := log.FromContext(ctx)
 	tokens, err := o.Discovery.Tokens(os.Getenv)
@@ -59,7 +59,11 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if len(tokens) > 0 {
 			logger.Info("discovery API accepts bearer tokens", "identities", discovery.Identities(tokens))
 		}
-		srv, err := newDiscoveryServer(&o.Discovery, tokens, l.Store, l.Door(leasing.APIHTTP, leaseMetrics), clk)
+		svc, err := l.Service(leasing.APIHTTP, o.Discovery.MaxWait, leaseMetrics)
+		if err != nil {
+			return err
+		}
+		srv, err := newDiscoveryServer(&o.Discovery, tokens, svc)
 		if err != nil {
 			return err
 		}
@@ -73,7 +77,11 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	if o.APIServer.Enabled() {
 		// Delegated authn/authz read kube-system/extension-apiserver-authentication
 		// here, so kube-apiserver must be reachable (as for the manager).
-		srv, err := apiserver.New(o.APIServer, apiserver.Deps{Store: l.Store, Waiter: l.Door(leasing.APIKubernetes, leaseMetrics), RESTConfig: cfg, Clock: clk})
+		svc, err := l.Service(leasing.APIKubernetes, o.APIServer.MaxWait, leaseMetrics)
+		if err != nil {
+			return err
+		}
+		srv, err := apiserver.New(o.APIServer, apiserver.Deps{Service: svc, RESTConfig: cfg, Clock: clk})
 		if err != nil {
 			return fmt.Errorf("creating aggregated API server: %w", err)
 		}
@@ -88,18 +96,9 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 
 // newDiscoveryServer builds the HTTP discovery API as Run serves it: every
 // configured token authenticates as its identity, which becomes the holder
-// and default flow of its leases. waiter may be nil (tests).
-func newDiscoveryServer(o *discovery.ServingOptions, tokens map[string]string, store *lease.Store, waiter discovery.Waiter,
-	clk clock.PassiveClock) (*discovery.Server, error) {
-	srv, err := discovery.New(discovery.Options{
-		Addr:    o.Addr,
-		Tokens:  tokens,
-		Leaser:  store,
-		Lister:  store,
-		Waiter:  waiter,
-		Clock:   clk,
-		MaxWait: o.MaxWait,
-	})
+// and default flow of its leases.
+func newDiscoveryServer(o *discovery.ServingOptions, tokens map[string]string, svc *leasing.Service) (*discovery.Server, error) {
+	srv, err := discovery.New(discovery.Options{Addr: o.Addr, Tokens: tokens, Service: svc})
 	if err != nil {
 		return nil, fmt.Errorf("creating discovery server: %w", err)
 	}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -115,7 +116,13 @@ func TestDiscoveryServerTellsTokensApart(t *testing.T) {
 				store.UpsertProxy(lease.ProxyInfo{Namespace: "ns", Name: fmt.Sprintf("p%d", i), URL: "http://" + host + ":3128",
 					Host: host, Port: 3128, Healthy: true})
 			}
-			srv, err := newDiscoveryServer(&o, tokens, store, nil, clk)
+			l := leasing.NewWithStore(store, lo, clk)
+			t.Cleanup(func() { _ = l.Shutdown(context.Background()) })
+			svc, err := l.Service(leasing.APIHTTP, o.MaxWait, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := newDiscoveryServer(&o, tokens, svc)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -32,9 +33,7 @@ type fullWaiter struct {
 	clock *clocktesting.FakeClock
 }
 
-var _ discovery.Waiter = (*fullWaiter)(nil)
-
-func (w *fullWaiter) Invalid() {}
+var _ leasing.Queue = (*fullWaiter)(nil)
 
 func (w *fullWaiter) Wait(_ context.Context, req lease.AcquireRequest, _ int, deadline time.Time) (*lease.Lease, error) {
 	if !deadline.After(w.clock.Now()) {
@@ -57,8 +56,11 @@ func newServer(t *testing.T) (*httptest.Server, *lease.Store, *clocktesting.Fake
 		Attributes: map[string]string{"region": "eu"}, LatencyMillis: 3, Healthy: true})
 	store.UpsertProxy(lease.ProxyInfo{Namespace: "a", Name: "p2", Attributes: map[string]string{"region": "us"}, Healthy: false})
 	w := &fullWaiter{store: store, clock: fc}
-	s, err := discovery.New(discovery.Options{Tokens: map[string]string{"tok": discovery.DefaultIdentity, "other-tok": "other"},
-		Leaser: store, Lister: store, Waiter: w, Clock: fc})
+	svc, err := leasing.NewService(leasing.APIHTTP, discovery.DefaultMaxWait, leasing.ServiceDeps{Store: store, Queue: w, Clock: fc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := discovery.New(discovery.Options{Tokens: map[string]string{"tok": discovery.DefaultIdentity, "other-tok": "other"}, Service: svc})
 	if err != nil {
 		t.Fatal(err)
 	}

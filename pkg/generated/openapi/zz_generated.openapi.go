@@ -23,7 +23,6 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ProxyLeaseReport{}.OpenAPIModelName():    schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseReport(ref),
 		v1alpha1.ProxyLeaseSpec{}.OpenAPIModelName():      schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseSpec(ref),
 		v1alpha1.ProxyLeaseStatus{}.OpenAPIModelName():    schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseStatus(ref),
-		v1alpha1.ValidationOptions{}.OpenAPIModelName():   schema_proxy_operator_apis_leasing_v1alpha1_ValidationOptions(ref),
 		resource.Quantity{}.OpenAPIModelName():            schema_apimachinery_pkg_api_resource_Quantity(ref),
 		v1.APIGroup{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroup(ref),
 		v1.APIGroupList{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_APIGroupList(ref),
@@ -428,36 +427,6 @@ func schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseStatus(ref common.Ref
 		},
 		Dependencies: []string{
 			v1alpha1.LeasedProxy{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
-	}
-}
-
-func schema_proxy_operator_apis_leasing_v1alpha1_ValidationOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
-	return common.OpenAPIDefinition{
-		Schema: spec.Schema{
-			SchemaProps: spec.SchemaProps{
-				Description: "ValidationOptions are the server's limits that validation checks against.",
-				Type:        []string{"object"},
-				Properties: map[string]spec.Schema{
-					"MaxTTLSeconds": {
-						SchemaProps: spec.SchemaProps{
-							Description: "MaxTTLSeconds is the largest accepted spec.ttlSeconds (the server's --max-lease-ttl). Zero means no upper limit.",
-							Default:     0,
-							Type:        []string{"integer"},
-							Format:      "int32",
-						},
-					},
-					"MaxWaitSeconds": {
-						SchemaProps: spec.SchemaProps{
-							Description: "MaxWaitSeconds is the largest accepted spec.waitSeconds. Zero means waiting is not offered and any waitSeconds above 0 is rejected.",
-							Default:     0,
-							Type:        []string{"integer"},
-							Format:      "int32",
-						},
-					},
-				},
-				Required: []string{"MaxTTLSeconds", "MaxWaitSeconds"},
-			},
-		},
 	}
 }
 

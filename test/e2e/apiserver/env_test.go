@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -34,6 +35,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 )
 
@@ -138,7 +140,19 @@ func setup(ctx context.Context) (_ *env, stop func(), err error) {
 	opts.SecureServing.Listener = ln
 	opts.SecureServing.BindPort = port
 	opts.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
-	e.server, err = apiserver.New(opts, apiserver.Deps{Store: e.store, RESTConfig: operatorCfg})
+	// Both APIs through their services over one store and one queue, as the
+	// operator wires them.
+	leases := leasing.NewWithStore(e.store, leasing.DefaultOptions(), clock.RealClock{})
+	cleanups = append(cleanups, func() { _ = leases.Shutdown(context.Background()) })
+	kubeSvc, err := leases.Service(leasing.APIKubernetes, opts.MaxWait, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	httpSvc, err := leases.Service(leasing.APIHTTP, discovery.DefaultMaxWait, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.server, err = apiserver.New(opts, apiserver.Deps{Service: kubeSvc, RESTConfig: operatorCfg})
 	if err != nil {
 		_ = ln.Close()
 		return nil, nil, fmt.Errorf("building the aggregated server: %w", err)
@@ -170,7 +184,7 @@ func setup(ctx context.Context) (_ *env, stop func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	disc, err := discovery.New(discovery.Options{Leaser: e.store, Lister: e.store})
+	disc, err := discovery.New(discovery.Options{Service: httpSvc})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,179 @@
+package leasing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// Reason is the one error vocabulary of the lease service. Each front door
+// maps a Reason to its status codes in one function; nothing else of an
+// error decides an answer.
+type Reason string
+
+const (
+	// ReasonNoMatch: no proxy could take the lease before the deadline
+	// (Error.Counts say why).
+	ReasonNoMatch Reason = "NoMatch"
+	// ReasonQueueFull: a wait-queue limit refused the request at once
+	// (Error.RetryAfter).
+	ReasonQueueFull Reason = "QueueFull"
+	// ReasonShuttingDown: the process is stopping; another replica (or this
+	// one, restarted) serves.
+	ReasonShuttingDown Reason = "ShuttingDown"
+	// ReasonInvalid: the request is malformed (Error.Fields name the fields,
+	// relative to the request: "ttlSeconds", "waitSeconds", "result").
+	ReasonInvalid Reason = "Invalid"
+	// ReasonNotFound: no such lease (nor one that ended within the cooldown
+	// window, for a report).
+	ReasonNotFound Reason = "NotFound"
+	// ReasonEnded: the lease ended (Error.EndReason says how).
+	ReasonEnded Reason = "Ended"
+	// ReasonForbidden: the lease is another holder's.
+	ReasonForbidden Reason = "Forbidden"
+	// ReasonAlreadyExists: a live lease of the namespace has the name.
+	ReasonAlreadyExists Reason = "AlreadyExists"
+	// ReasonCancelled: the caller left (or its request timed out) first;
+	// nothing is left behind.
+	ReasonCancelled Reason = "Cancelled"
+	// ReasonInternal: a bug; the message says what.
+	ReasonInternal Reason = "Internal"
+)
+
+// Error is every error the service returns.
+type Error struct {
+	Reason Reason
+	// Counts explain a ReasonNoMatch (additive, see lease.NoMatchError).
+	Counts lease.NoMatchError
+	// RetryAfter is when a ReasonQueueFull request may be retried.
+	RetryAfter time.Duration
+	// Fields are the invalid fields of a ReasonInvalid.
+	Fields field.ErrorList
+	// MaxTTL is set when a ReasonInvalid TTL is over the maximum.
+	MaxTTL time.Duration
+	// EndReason says how a ReasonEnded lease ended.
+	EndReason lease.Reason
+	// ID is the lease the error is about, if any.
+	ID  string
+	err error
+}
+
+func (e *Error) Error() string {
+	switch e.Reason {
+	case ReasonInvalid:
+		return "invalid lease request: " + e.Fields.ToAggregate().Error()
+	case ReasonNoMatch:
+		return e.Counts.Error()
+	}
+	if e.err != nil {
+		return e.err.Error()
+	}
+	return string(e.Reason)
+}
+
+func (e *Error) Unwrap() error { return e.err }
+
+// ReasonOf is the Reason of an error the service returned ("" for nil,
+// ReasonInternal for an error that is not an *Error).
+func ReasonOf(err error) Reason {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ReasonInternal
+}
+
+// AsError returns err as an *Error (a ReasonInternal one for any other error).
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Reason: ReasonInternal, err: err}
+}
+
+// IsNoMatch, IsQueueFull, … report the Reason of err.
+func IsNoMatch(err error) bool       { return ReasonOf(err) == ReasonNoMatch }
+func IsQueueFull(err error) bool     { return ReasonOf(err) == ReasonQueueFull }
+func IsShuttingDown(err error) bool  { return ReasonOf(err) == ReasonShuttingDown }
+func IsInvalid(err error) bool       { return ReasonOf(err) == ReasonInvalid }
+func IsNotFound(err error) bool      { return ReasonOf(err) == ReasonNotFound }
+func IsEnded(err error) bool         { return ReasonOf(err) == ReasonEnded }
+func IsForbidden(err error) bool     { return ReasonOf(err) == ReasonForbidden }
+func IsAlreadyExists(err error) bool { return ReasonOf(err) == ReasonAlreadyExists }
+func IsCancelled(err error) bool     { return ReasonOf(err) == ReasonCancelled }
+
+func invalid(errs ...*field.Error) *Error {
+	return &Error{Reason: ReasonInvalid, Fields: errs}
+}
+
+// classify turns what the store or the queue returned into the service's
+// vocabulary. ctx is the caller's: an error after it ended is the caller's
+// leaving, whatever the queue says.
+func classify(ctx context.Context, id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		e        *Error
+		noMatch  *lease.NoMatchError
+		ttl      *lease.TTLError
+		retry    interface{ RetryAfter() time.Duration }
+		notFound = lease.IsUnknownLease(err)
+	)
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.As(err, &noMatch):
+		return &Error{Reason: ReasonNoMatch, Counts: *noMatch, ID: id, err: err}
+	case lease.IsNoMatch(err):
+		return &Error{Reason: ReasonNoMatch, ID: id, err: err}
+	case errors.As(err, &retry):
+		return &Error{Reason: ReasonQueueFull, RetryAfter: retry.RetryAfter(), ID: id, err: err}
+	case ctx != nil && ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &Error{Reason: ReasonCancelled, ID: id, err: err}
+	case errors.Is(err, ErrShuttingDown):
+		return &Error{Reason: ReasonShuttingDown, ID: id, err: err}
+	case errors.As(err, &ttl):
+		e := invalid(field.Invalid(field.NewPath("ttlSeconds"), int64(ttl.Requested/time.Second),
+			fmt.Sprintf("exceeds the maximum %d (--max-lease-ttl=%s)", int64(ttl.Max/time.Second), ttl.Max)))
+		e.MaxTTL, e.ID, e.err = ttl.Max, id, err
+		return e
+	case lease.IsNegativeTTL(err):
+		e := invalid(field.Invalid(field.NewPath("ttlSeconds"), "", "must not be negative (0 means the default)"))
+		e.ID, e.err = id, err
+		return e
+	case lease.IsInvalidResult(err):
+		e := invalid(field.NotSupported(field.NewPath("result"), "", []string{lease.ResultOK, lease.ResultRateLimited, lease.ResultBanned}))
+		e.ID, e.err = id, err
+		return e
+	case lease.IsAlreadyExists(err):
+		return &Error{Reason: ReasonAlreadyExists, ID: id, err: err}
+	case lease.IsNotHolder(err):
+		return &Error{Reason: ReasonForbidden, ID: id, err: err}
+	case lease.IsLeaseEnded(err):
+		return &Error{Reason: ReasonEnded, EndReason: lease.EndReason(err), ID: id, err: err}
+	case notFound:
+		return &Error{Reason: ReasonNotFound, ID: id, err: err}
+	}
+	return &Error{Reason: ReasonInternal, ID: id, err: err}
+}
+
+// EndedMessage says why a ReasonEnded lease ended and what to do.
+func EndedMessage(err error) string {
+	e := AsError(err)
+	msg := (&lease.EndedError{Reason: e.EndReason}).Error()
+	if e.EndReason == "" {
+		msg = "lease ended: released or expired"
+	}
+	return strings.TrimPrefix(msg, "lease ") + "; acquire a new one"
+}

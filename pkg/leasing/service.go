@@ -1,0 +1,286 @@
+package leasing
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/clock"
+
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// APIs name the front doors in lease_requests_total{api}.
+const (
+	APIHTTP       = "http"
+	APIKubernetes = "kubernetes"
+)
+
+// Outcomes of a lease request (lease_requests_total{outcome}).
+const (
+	OutcomeGranted    = "granted"
+	OutcomeNoMatch    = "no_match"
+	OutcomeBadRequest = "bad_request"
+	OutcomeRejected   = "rejected" // a wait queue was full
+	OutcomeCancelled  = "cancelled"
+	OutcomeError      = "error"
+)
+
+// APIs returns every API label value.
+func APIs() []string { return []string{APIHTTP, APIKubernetes} }
+
+// Outcomes returns every outcome label value.
+func Outcomes() []string {
+	return []string{OutcomeGranted, OutcomeNoMatch, OutcomeBadRequest, OutcomeRejected, OutcomeCancelled, OutcomeError}
+}
+
+// Recorder counts lease requests; pkg/metrics implements it. It must not
+// block.
+type Recorder interface {
+	LeaseRequest(api, outcome string)
+}
+
+// Queue is the wait queue as the service uses it; *Waiter implements it.
+type Queue interface {
+	// Wait returns a lease for req, granted now or when capacity appears
+	// before deadline. Errors: a lease.IsNoMatch error at the deadline
+	// (ideally a *lease.NoMatchError with the counts of that moment); an
+	// error with a RetryAfter() time.Duration method when a queue limit
+	// refused it; ctx's error, wrapped, when ctx ended; the store's error
+	// for a request it refuses as it stands; ErrShuttingDown.
+	Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error)
+}
+
+// Request asks the service for one lease.
+type Request struct {
+	lease.AcquireRequest
+	// Wait is how long the request may wait for capacity (0: answer now).
+	Wait time.Duration
+	// Priority picks the queue's band (higher first).
+	Priority int
+}
+
+// Limits are the bounds a front door's requests are checked against.
+type Limits struct {
+	// MaxTTL is --max-lease-ttl.
+	MaxTTL time.Duration
+	// MaxWait is the door's longest wait.
+	MaxWait time.Duration
+}
+
+// Service is the lease path of one front door: every lease request of that
+// door goes through it, so what the doors would otherwise each decide is
+// decided here once — the bounds of a request, the queue every acquire goes
+// through (a zero wait is a deadline of now), a grant whose caller left given
+// back, every acquire outcome counted under the door's API label, and one
+// error vocabulary (*Error, by Reason). Holder checks are the store's:
+// holder lease.AnyHolder skips them (the Kubernetes API, where RBAC decides).
+type Service struct {
+	api     string
+	maxWait time.Duration
+	store   *lease.Store
+	queue   Queue
+	clock   clock.PassiveClock
+	rec     Recorder
+}
+
+// ServiceDeps are what a Service runs on.
+type ServiceDeps struct {
+	// Store holds the leases (required).
+	Store *lease.Store
+	// Queue is the wait queue in front of Store (required).
+	Queue Queue
+	// Clock sets wait deadlines (default: real).
+	Clock clock.PassiveClock
+	// Recorder counts outcomes (optional).
+	Recorder Recorder
+}
+
+// NewService returns the service of the front door api, whose requests may
+// wait up to maxWait (0: never).
+func NewService(api string, maxWait time.Duration, deps ServiceDeps) (*Service, error) {
+	if deps.Store == nil || deps.Queue == nil {
+		return nil, fmt.Errorf("leasing: service %q needs a store and a queue", api)
+	}
+	if maxWait < 0 {
+		return nil, fmt.Errorf("leasing: service %q: negative maximum wait %s", api, maxWait)
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.RealClock{}
+	}
+	if deps.Recorder == nil {
+		deps.Recorder = nopRecorder{}
+	}
+	return &Service{api: api, maxWait: maxWait, store: deps.Store, queue: deps.Queue, clock: deps.Clock, rec: deps.Recorder}, nil
+}
+
+// Service returns the service of front door api over this store and queue.
+func (l *Leasing) Service(api string, maxWait time.Duration, rec Recorder) (*Service, error) {
+	return NewService(api, maxWait, ServiceDeps{Store: l.Store, Queue: l.Waiter, Clock: l.clock, Recorder: rec})
+}
+
+// Limits are the bounds Acquire and Renew check.
+func (s *Service) Limits() Limits { return Limits{MaxTTL: s.store.MaxTTL(), MaxWait: s.maxWait} }
+
+// Acquire grants a lease now or, with req.Wait, when capacity appears in
+// time. Errors (*Error): ReasonInvalid (ttlSeconds, waitSeconds),
+// ReasonNoMatch with counts, ReasonQueueFull with RetryAfter,
+// ReasonAlreadyExists, ReasonCancelled (a grant made as the caller left is
+// given back), ReasonShuttingDown.
+func (s *Service) Acquire(ctx context.Context, req Request) (*lease.Lease, error) {
+	if err := s.validate(req); err != nil {
+		s.rec.LeaseRequest(s.api, OutcomeBadRequest)
+		return nil, err
+	}
+	deadline := s.clock.Now().Add(req.Wait)
+	l, err := s.queue.Wait(ctx, req.AcquireRequest, req.Priority, deadline)
+	if err == nil && ctx.Err() != nil {
+		// The caller left in that instant: nobody would use or release it.
+		s.store.Release(l.ID)
+		l, err = nil, fmt.Errorf("the caller left before the grant was answered: %w", ctx.Err())
+	}
+	if err != nil {
+		err = classify(ctx, "", err)
+	}
+	s.rec.LeaseRequest(s.api, outcomeOf(err))
+	return l, err
+}
+
+func (s *Service) validate(req Request) error {
+	var errs field.ErrorList
+	errs = append(errs, s.validateTTL(req.TTL)...)
+	wait := field.NewPath("waitSeconds")
+	switch {
+	case req.Wait < 0:
+		errs = append(errs, field.Invalid(wait, int64(req.Wait/time.Second), "must not be negative"))
+	case req.Wait > 0 && s.maxWait == 0:
+		errs = append(errs, field.Forbidden(wait, "this server does not queue lease requests: leave it at 0 and retry on no match"))
+	case req.Wait > s.maxWait:
+		errs = append(errs, field.Invalid(wait, int64(req.Wait/time.Second), fmt.Sprintf("exceeds the maximum %d", int64(s.maxWait/time.Second))))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	e := invalid(errs...)
+	if req.TTL > s.store.MaxTTL() {
+		e.MaxTTL = s.store.MaxTTL()
+	}
+	return e
+}
+
+func (s *Service) validateTTL(ttl time.Duration) field.ErrorList {
+	path := field.NewPath("ttlSeconds")
+	switch max := s.store.MaxTTL(); {
+	case ttl < 0:
+		return field.ErrorList{field.Invalid(path, int64(ttl/time.Second), "must not be negative (0 means the default)")}
+	case ttl > max:
+		return field.ErrorList{field.Invalid(path, int64(ttl/time.Second),
+			fmt.Sprintf("exceeds the maximum %d (--max-lease-ttl=%s)", int64(max/time.Second), max))}
+	}
+	return nil
+}
+
+// Invalid counts a request the front door refused as malformed before it
+// reached the service (unreadable body, wrong type).
+func (s *Service) Invalid() { s.rec.LeaseRequest(s.api, OutcomeBadRequest) }
+
+// Release ends a live lease of holder and reports whether this call ended
+// it; releasing an unknown or ended lease is not an error (idempotent).
+// Errors: ReasonForbidden (another holder's lease, left as it was).
+func (s *Service) Release(holder, id string) (bool, error) {
+	ok, err := s.store.ReleaseAs(holder, id)
+	return ok, classify(nil, id, err)
+}
+
+// Renew extends a live lease of holder to ttl from now (0: its TTL).
+// Errors: ReasonInvalid (ttlSeconds), ReasonNotFound, ReasonEnded,
+// ReasonForbidden.
+func (s *Service) Renew(holder, id string, ttl time.Duration) (*lease.Lease, error) {
+	if errs := s.validateTTL(ttl); len(errs) > 0 {
+		e := invalid(errs...)
+		if ttl > s.store.MaxTTL() {
+			e.MaxTTL = s.store.MaxTTL()
+		}
+		e.ID = id
+		return nil, e
+	}
+	l, err := s.store.RenewAs(holder, id, ttl)
+	return l, classify(nil, id, err)
+}
+
+// Report records a result (lease.ResultOK, …) for target on a lease of
+// holder, live or ended within the cooldown window. Errors: ReasonInvalid
+// (result), ReasonNotFound, ReasonForbidden.
+func (s *Service) Report(holder, id, result, target string) error {
+	if !lease.ValidResult(result) {
+		e := invalid(field.NotSupported(field.NewPath("result"), result, []string{lease.ResultOK, lease.ResultRateLimited, lease.ResultBanned}))
+		e.ID = id
+		return e
+	}
+	return classify(nil, id, s.store.ReportAs(holder, id, result, target))
+}
+
+// Get returns a live lease of holder as it is now. Errors: ReasonNotFound,
+// ReasonEnded, ReasonForbidden.
+func (s *Service) Get(holder, id string) (lease.Lease, error) {
+	l, err := s.store.GetAs(holder, id)
+	return l, classify(nil, id, err)
+}
+
+// List returns the live leases of namespace ("" = all) and the store
+// revision they reflect.
+func (s *Service) List(namespace string) ([]lease.Lease, uint64) { return s.store.Snapshot(namespace) }
+
+// Watch delivers every lease event in revision order, synchronously and
+// without the store lock; fn must not call the service. Subscribe before
+// List to see every change exactly once.
+func (s *Service) Watch(fn func(lease.Event)) (cancel func()) { return s.store.Subscribe(fn) }
+
+// Counts returns the live leases per proxy.
+func (s *Service) Counts() map[lease.ProxyKey]int { return s.store.Counts() }
+
+// Proxies returns the fleet of namespace ("" = every namespace) as the
+// store sees it.
+func (s *Service) Proxies(ctx context.Context, namespace string) ([]lease.ProxyInfo, error) {
+	return s.store.ListProxies(ctx, namespace)
+}
+
+// CooldownWindow is how long an ended lease stays reportable.
+func (s *Service) CooldownWindow() time.Duration { return s.store.Options().CooldownWindow }
+
+// outcomeOf is the lease_requests_total outcome of an Acquire that returned err.
+func outcomeOf(err error) string {
+	switch ReasonOf(err) {
+	case "":
+		return OutcomeGranted
+	case ReasonNoMatch:
+		return OutcomeNoMatch
+	case ReasonQueueFull:
+		return OutcomeRejected
+	case ReasonCancelled:
+		return OutcomeCancelled
+	case ReasonInvalid, ReasonAlreadyExists:
+		return OutcomeBadRequest
+	}
+	return OutcomeError
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) LeaseRequest(string, string) {}
+
+// Seconds converts a wire count of seconds to a Duration, saturating instead
+// of overflowing, so an absurd ttlSeconds is refused as too long rather than
+// wrapping to a small or negative one.
+func Seconds(n int64) time.Duration {
+	const maxSeconds = int64(math.MaxInt64 / int64(time.Second))
+	switch {
+	case n > maxSeconds:
+		return math.MaxInt64
+	case n < -maxSeconds:
+		return math.MinInt64
+	}
+	return time.Duration(n) * time.Second
+}
