@@ -3,11 +3,8 @@ package apiserver
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -27,98 +24,69 @@ import (
 // resourceVersion, which the history usually still holds.
 const maxWatcherBacklog = 1024
 
-type leaseKey struct{ namespace, name string }
-
-func (k leaseKey) String() string { return k.namespace + "/" + k.name }
-
-// cacheEntry is one live lease as the API shows it.
-type cacheEntry struct {
-	lease lease.Lease
-	// tmpl holds what the Kubernetes API was given (nil: made over HTTP).
-	tmpl *leasingv1alpha1.ProxyLease
-	// obj is the published object; it is never mutated, readers copy it.
-	obj *leasingv1alpha1.ProxyLease
-}
-
+// cacheEvent is one store event as watchers see it. Its objects are rendered
+// on first use (under the cache lock), so events nobody watches cost no
+// rendering.
 type cacheEvent struct {
-	rev  uint64
-	typ  watch.EventType
-	obj  *leasingv1alpha1.ProxyLease
-	prev *leasingv1alpha1.ProxyLease // Modified only: the object before
+	rev   uint64
+	typ   watch.EventType
+	lease lease.Lease
+	// prev is the lease before a change of its metadata (labels may move it
+	// in or out of a watch's selection); nil otherwise.
+	prev         *lease.Lease
+	obj, prevObj *leasingv1alpha1.ProxyLease
 }
 
-type endedLease struct {
-	id    string
-	until time.Time
-}
-
-type endedRef struct {
-	key   leaseKey
-	until time.Time
-}
-
-// leaseCache is the API's view of the lease store: the live leases rendered
-// as ProxyLeases, the recent events (so watches can resume from a
-// resourceVersion) and the watchers. It is fed only by the store's events, in
-// revision order, and the store revision is the resourceVersion.
+// leaseCache is the watch fan-out of the ProxyLease API: the recent store
+// events (so watches can resume from a resourceVersion) and the watchers. It
+// holds no lease state of its own: reads go to the lease service, and the
+// store revision is the resourceVersion.
 type leaseCache struct {
 	// rvBase is added to store revisions to make resourceVersions: the start
 	// time in microseconds, so that the resourceVersions of a restarted
 	// operator (whose store counts from 0 again) are above every one the
 	// previous process handed out, and a client resuming from an old one gets
 	// 410 Gone and lists again instead of silently missing changes.
-	rvBase       uint64
-	clock        clock.PassiveClock
-	reportWindow time.Duration
-	historySize  int
+	rvBase      uint64
+	svc         *leasing.Service
+	historySize int
 
 	mu    sync.Mutex
 	ready bool
 	early []lease.Event
-	rev   uint64
+	// advanced is broadcast whenever rev grows.
+	advanced *sync.Cond
+	rev      uint64
 	// floor: history holds every event with a revision above it.
 	floor    uint64
-	entries  map[string]*cacheEntry
-	byName   map[leaseKey]*cacheEntry
-	pending  map[leaseKey]*leasingv1alpha1.ProxyLease
-	ended    map[leaseKey]endedLease
-	endedQ   []endedRef
-	history  []cacheEvent // ring of historySize
+	history  []*cacheEvent // ring of historySize
 	histHead int
 	histLen  int
 	watchers map[*cacheWatcher]struct{}
 }
 
-// newLeaseCache subscribes to store and loads its current leases. The
-// returned func unsubscribes and closes every watcher.
+// newLeaseCache subscribes to the service's lease events. The returned func
+// unsubscribes and closes every watcher.
 func newLeaseCache(svc *leasing.Service, clk clock.PassiveClock, historySize int) (*leaseCache, func()) {
 	c := &leaseCache{
-		rvBase:       uint64(clk.Now().UnixMicro()),
-		clock:        clk,
-		reportWindow: svc.CooldownWindow(),
-		historySize:  historySize,
-		entries:      map[string]*cacheEntry{},
-		byName:       map[leaseKey]*cacheEntry{},
-		pending:      map[leaseKey]*leasingv1alpha1.ProxyLease{},
-		ended:        map[leaseKey]endedLease{},
-		history:      make([]cacheEvent, historySize),
-		watchers:     map[*cacheWatcher]struct{}{},
+		rvBase:      uint64(clk.Now().UnixMicro()),
+		svc:         svc,
+		historySize: historySize,
+		history:     make([]*cacheEvent, historySize),
+		watchers:    map[*cacheWatcher]struct{}{},
 	}
-	// Subscribe before the snapshot, drop what the snapshot already reflects:
-	// every change is seen exactly once.
+	c.advanced = sync.NewCond(&c.mu)
+	// Subscribe before reading the revision, hold events back until it is
+	// known, then drop those at or below it: every change is seen once.
 	cancel := svc.Watch(c.onEvent)
-	leases, rev := svc.List("")
+	rev := svc.Revision()
 	c.mu.Lock()
-	for i := range leases {
-		c.insertLocked(&leases[i], nil)
-	}
 	c.rev, c.floor = rev, rev
 	c.ready = true
-	early := c.early
-	c.early = nil
-	for _, ev := range early {
+	for _, ev := range c.early {
 		c.applyLocked(ev)
 	}
+	c.early = nil
 	c.mu.Unlock()
 	return c, func() {
 		cancel()
@@ -142,74 +110,39 @@ func (c *leaseCache) onEvent(ev lease.Event) {
 	c.applyLocked(ev)
 }
 
-func (c *leaseCache) insertLocked(l *lease.Lease, tmpl *leasingv1alpha1.ProxyLease) *cacheEntry {
-	e := &cacheEntry{lease: *l, tmpl: tmpl}
-	e.obj = buildObject(&e.lease, tmpl, c.rvBase)
-	c.entries[l.ID] = e
-	c.byName[leaseKey{l.Namespace, l.Name}] = e
-	return e
-}
-
 func (c *leaseCache) applyLocked(ev lease.Event) {
 	if ev.Revision <= c.rev {
 		return
 	}
 	c.rev = ev.Revision
-	l := ev.Lease
-	key := leaseKey{l.Namespace, l.Name}
+	ce := &cacheEvent{rev: ev.Revision, lease: ev.Lease, prev: ev.Previous}
 	switch ev.Type {
 	case lease.Added:
-		tmpl := c.pending[key]
-		delete(c.pending, key)
-		e := c.insertLocked(&l, tmpl)
-		c.publishLocked(cacheEvent{rev: ev.Revision, typ: watch.Added, obj: e.obj})
+		ce.typ = watch.Added
 	case lease.Modified:
-		e, ok := c.entries[l.ID]
-		if !ok { // not seen before: cannot happen with ordered delivery, but stay whole
-			e = c.insertLocked(&l, nil)
-			c.publishLocked(cacheEvent{rev: ev.Revision, typ: watch.Added, obj: e.obj})
-			return
-		}
-		prev := e.obj
-		e.lease = l
-		e.obj = buildObject(&e.lease, e.tmpl, c.rvBase)
-		c.publishLocked(cacheEvent{rev: ev.Revision, typ: watch.Modified, obj: e.obj, prev: prev})
+		ce.typ = watch.Modified
 	case lease.Deleted:
-		var tmpl *leasingv1alpha1.ProxyLease
-		if e, ok := c.entries[l.ID]; ok {
-			tmpl = e.tmpl
-			delete(c.entries, l.ID)
-			if c.byName[key] == e {
-				delete(c.byName, key)
-			}
-		}
-		now := c.clock.Now()
-		until := now.Add(c.reportWindow)
-		c.ended[key] = endedLease{id: l.ID, until: until}
-		c.endedQ = append(c.endedQ, endedRef{key: key, until: until})
-		c.pruneEndedLocked(now)
-		c.publishLocked(cacheEvent{rev: ev.Revision, typ: watch.Deleted, obj: buildObject(&l, tmpl, c.rvBase)})
+		ce.typ = watch.Deleted
 	}
+	c.publishLocked(ce)
+	c.advanced.Broadcast()
 }
 
-func (c *leaseCache) pruneEndedLocked(now time.Time) {
-	n := 0
-	for n < len(c.endedQ) && !c.endedQ[n].until.After(now) {
-		r := c.endedQ[n]
-		if cur, ok := c.ended[r.key]; ok && cur.until.Equal(r.until) {
-			delete(c.ended, r.key)
+// objects renders ev's objects once.
+func (c *leaseCache) objectsLocked(ev *cacheEvent) (obj, prev *leasingv1alpha1.ProxyLease) {
+	if ev.obj == nil {
+		ev.obj = buildObject(&ev.lease, c.rvBase)
+		if ev.prev != nil {
+			ev.prevObj = buildObject(ev.prev, c.rvBase)
 		}
-		n++
 	}
-	if n > 0 {
-		c.endedQ = slices.Delete(c.endedQ, 0, n)
-	}
+	return ev.obj, ev.prevObj
 }
 
-func (c *leaseCache) publishLocked(ev cacheEvent) {
+func (c *leaseCache) publishLocked(ev *cacheEvent) {
 	if c.histLen == c.historySize {
 		c.floor = c.history[c.histHead].rev
-		c.history[c.histHead] = cacheEvent{}
+		c.history[c.histHead] = nil
 		c.histHead = (c.histHead + 1) % c.historySize
 		c.histLen--
 	}
@@ -219,120 +152,50 @@ func (c *leaseCache) publishLocked(ev cacheEvent) {
 		if ev.rev <= w.startRev {
 			continue
 		}
-		if out, ok := w.translate(ev); ok && !w.push(out) {
+		if out, ok := w.translate(c, ev); ok && !w.push(out) {
 			c.terminateLocked(w)
 		}
 	}
 }
 
-// reserve records the API's metadata for a lease about to be acquired under
-// key, so the store's Added event renders it complete. It fails when a live
-// or reserved lease already has the name.
-func (c *leaseCache) reserve(key leaseKey, tmpl *leasingv1alpha1.ProxyLease) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.pending[key]; ok {
-		return false
-	}
-	if _, ok := c.byName[key]; ok {
-		return false
-	}
-	c.pending[key] = tmpl
-	return true
-}
-
-// unreserve drops a reservation that no lease took.
-func (c *leaseCache) unreserve(key leaseKey, tmpl *leasingv1alpha1.ProxyLease) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pending[key] == tmpl {
-		delete(c.pending, key)
+// awaitLocked waits until the events up to rev, which the store has made,
+// have reached the cache (they are delivered right after the store call that
+// made them returns), so that a resourceVersion handed out is one a watch can
+// start from.
+func (c *leaseCache) awaitLocked(rev uint64) {
+	for c.rev < rev {
+		c.advanced.Wait()
 	}
 }
 
-// objectByID returns a copy of the published object of a live lease.
-func (c *leaseCache) objectByID(id string) (*leasingv1alpha1.ProxyLease, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[id]
+// get renders the live lease namespace/name.
+func (c *leaseCache) get(namespace, name string) (lease.Lease, *leasingv1alpha1.ProxyLease, bool) {
+	l, ok := c.svc.GetByName(namespace, name)
 	if !ok {
-		return nil, false
+		return lease.Lease{}, nil, false
 	}
-	return e.obj.DeepCopy(), true
+	return l, buildObject(&l, c.rvBase), true
 }
 
-// get returns the lease ID, a copy of the object and the template of a live,
-// unexpired lease.
-func (c *leaseCache) get(key leaseKey) (string, *leasingv1alpha1.ProxyLease, *leasingv1alpha1.ProxyLease, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.byName[key]
-	if !ok || !e.lease.ExpiresAt.After(c.clock.Now()) {
-		return "", nil, nil, false
-	}
-	return e.lease.ID, e.obj.DeepCopy(), e.tmpl, true
+// render is the object of a lease the service just returned.
+func (c *leaseCache) render(l *lease.Lease) *leasingv1alpha1.ProxyLease {
+	return buildObject(l, c.rvBase)
 }
 
-// setTemplate replaces a live lease's template (before a renewal, whose
-// event then renders it) and returns the previous one.
-func (c *leaseCache) setTemplate(id string, tmpl *leasingv1alpha1.ProxyLease) (*leasingv1alpha1.ProxyLease, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[id]
-	if !ok {
-		return nil, false
-	}
-	old := e.tmpl
-	e.tmpl = tmpl
-	return old, true
-}
-
-// reportableID finds the lease a report by name is about: the live lease of
-// that name, else the one of that name that ended within the report window.
-func (c *leaseCache) reportableID(key leaseKey) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.byName[key]; ok {
-		return e.lease.ID, true
-	}
-	now := c.clock.Now()
-	c.pruneEndedLocked(now)
-	if x, ok := c.ended[key]; ok && x.until.After(now) {
-		return x.id, true
-	}
-	return "", false
-}
-
-// list returns copies of the live leases of namespace ("" = all) that pred
-// accepts, sorted by namespace and name, and the resourceVersion they
-// reflect.
+// list renders the live leases of namespace ("" = all) that pred accepts,
+// sorted by namespace and name, and the resourceVersion they reflect.
 func (c *leaseCache) list(namespace string, pred func(*leasingv1alpha1.ProxyLease) bool) ([]leasingv1alpha1.ProxyLease, uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.clock.Now()
+	leases, rev := c.svc.List(namespace)
 	var out []leasingv1alpha1.ProxyLease
-	for _, e := range c.sortedLocked(namespace) {
-		if e.lease.ExpiresAt.After(now) && pred(e.obj) {
-			out = append(out, *e.obj.DeepCopy())
+	for i := range leases {
+		if obj := buildObject(&leases[i], c.rvBase); pred(obj) {
+			out = append(out, *obj)
 		}
 	}
-	return out, c.rvBase + c.rev
-}
-
-func (c *leaseCache) sortedLocked(namespace string) []*cacheEntry {
-	out := make([]*cacheEntry, 0, len(c.entries))
-	for _, e := range c.entries {
-		if namespace == "" || e.lease.Namespace == namespace {
-			out = append(out, e)
-		}
-	}
-	slices.SortFunc(out, func(a, b *cacheEntry) int {
-		if x := strings.Compare(a.lease.Namespace, b.lease.Namespace); x != 0 {
-			return x
-		}
-		return strings.Compare(a.lease.Name, b.lease.Name)
-	})
-	return out
+	c.mu.Lock()
+	c.awaitLocked(rev)
+	c.mu.Unlock()
+	return out, c.rvBase + rev
 }
 
 // resourceVersion is the resourceVersion of the last event applied.
@@ -399,55 +262,58 @@ func (c *leaseCache) watch(ctx context.Context, namespace string, opts *metainte
 		result:    make(chan watch.Event),
 		done:      make(chan struct{}),
 	}
+	// The initial state is read from the service, outside the cache lock (the
+	// store delivers events to the cache while holding its own).
+	var initial []lease.Lease
+	var initialRev uint64
+	if sendInitial {
+		initial, initialRev = c.svc.List(namespace)
+	}
+	newest := c.svc.Revision()
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var from uint64
-	if !legacy {
-		switch {
-		case external > c.rvBase+c.rev:
-			return nil, apierrors.NewResourceExpired(fmt.Sprintf(
-				"resourceVersion %d is newer than the server's %d; list again", external, c.rvBase+c.rev))
-		case external < c.rvBase && !sendInitial:
-			// Initial events (NotOlderThan) are served from the current state,
-			// which is newer than any old resourceVersion; a resume is not.
-			return nil, apierrors.NewResourceExpired(fmt.Sprintf(
-				"resourceVersion %d is from before the operator restarted (leases live in its memory); list again", external))
-		case external >= c.rvBase:
-			from = external - c.rvBase
-		}
-	}
 	switch {
 	case sendInitial:
-		now := c.clock.Now()
-		for _, e := range c.sortedLocked(namespace) {
-			if e.lease.ExpiresAt.After(now) && w.pred(e.obj) {
-				w.queue = append(w.queue, watch.Event{Type: watch.Added, Object: e.obj.DeepCopy()})
+		c.awaitLocked(initialRev)
+		from = initialRev
+		for i := range initial {
+			if obj := buildObject(&initial[i], c.rvBase); w.pred(obj) {
+				w.queue = append(w.queue, watch.Event{Type: watch.Added, Object: obj})
 			}
 		}
 		if opts.AllowWatchBookmarks {
 			w.queue = append(w.queue, watch.Event{Type: watch.Bookmark, Object: &leasingv1alpha1.ProxyLease{
 				ObjectMeta: metav1.ObjectMeta{
-					ResourceVersion: strconv.FormatUint(c.rvBase+c.rev, 10),
+					ResourceVersion: strconv.FormatUint(c.rvBase+from, 10),
 					Annotations:     map[string]string{metav1.InitialEventsAnnotationKey: "true"},
 				},
 			}})
 		}
 	case legacy:
-		// From now on.
+		from = c.rev // from now on
+	case external > c.rvBase+newest:
+		return nil, apierrors.NewResourceExpired(fmt.Sprintf(
+			"resourceVersion %d is newer than the server's %d; list again", external, c.rvBase+newest))
+	case external < c.rvBase:
+		return nil, apierrors.NewResourceExpired(fmt.Sprintf(
+			"resourceVersion %d is from before the operator restarted (leases live in its memory); list again", external))
 	default:
+		from = external - c.rvBase
+		c.awaitLocked(from)
 		if from < c.floor {
 			return nil, apierrors.NewResourceExpired(fmt.Sprintf(
 				"too old resource version: %d (the oldest kept is %d)", external, c.rvBase+c.floor))
 		}
-		for i := 0; i < c.histLen; i++ {
-			ev := c.history[(c.histHead+i)%c.historySize]
-			if ev.rev <= from {
-				continue
-			}
-			if out, ok := w.translate(ev); ok {
-				w.queue = append(w.queue, out)
-			}
+	}
+	for i := 0; i < c.histLen; i++ {
+		ev := c.history[(c.histHead+i)%c.historySize]
+		if ev.rev <= from {
+			continue
+		}
+		if out, ok := w.translate(c, ev); ok {
+			w.queue = append(w.queue, out)
 		}
 	}
 	w.startRev = c.rev
@@ -499,15 +365,16 @@ var _ watch.Interface = (*cacheWatcher)(nil)
 
 // translate turns a cache event into what this watcher sees: nothing when the
 // object is outside its namespace or selectors, ADDED or DELETED when a change
-// moves it in or out of the selection.
-func (w *cacheWatcher) translate(ev cacheEvent) (watch.Event, bool) {
-	in := func(o *leasingv1alpha1.ProxyLease) bool {
-		return o != nil && (w.namespace == "" || o.Namespace == w.namespace) && w.pred(o)
+// moves it in or out of the selection. Called with c.mu held.
+func (w *cacheWatcher) translate(c *leaseCache, ev *cacheEvent) (watch.Event, bool) {
+	if w.namespace != "" && ev.lease.Namespace != w.namespace {
+		return watch.Event{}, false
 	}
-	cur := in(ev.obj)
+	obj, prevObj := c.objectsLocked(ev)
+	cur := w.pred(obj)
 	typ := ev.typ
-	if ev.typ == watch.Modified {
-		prev := in(ev.prev)
+	if ev.typ == watch.Modified && prevObj != nil {
+		prev := w.pred(prevObj)
 		switch {
 		case cur && !prev:
 			typ = watch.Added
@@ -518,7 +385,7 @@ func (w *cacheWatcher) translate(ev cacheEvent) (watch.Event, bool) {
 	if !cur {
 		return watch.Event{}, false
 	}
-	return watch.Event{Type: typ, Object: ev.obj.DeepCopy()}, true
+	return watch.Event{Type: typ, Object: obj.DeepCopy()}, true
 }
 
 // push queues an event; false when the watcher fell too far behind.

@@ -22,17 +22,20 @@ func uidFor(leaseID string) types.UID {
 	return types.UID(fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16]))
 }
 
-// buildObject renders a lease as a ProxyLease. tmpl carries what the
-// Kubernetes API was given (labels, annotations, owner references, managed
-// fields, the selector and priority); it is nil for a lease made over HTTP.
-// The store is the source of truth for everything else. The resourceVersion is
-// rvBase plus the store revision (see leaseCache.rvBase).
-func buildObject(l *lease.Lease, tmpl *leasingv1alpha1.ProxyLease, rvBase uint64) *leasingv1alpha1.ProxyLease {
+// buildObject renders a lease as a ProxyLease, all of it from the store:
+// l.Meta has the labels and annotations, and as Extra the template of what
+// the Kubernetes API was given (owner references, managed fields, the
+// selector and priority; nil for a lease made over HTTP). The resourceVersion
+// is rvBase plus the store revision (see leaseCache.rvBase).
+func buildObject(l *lease.Lease, rvBase uint64) *leasingv1alpha1.ProxyLease {
 	obj := &leasingv1alpha1.ProxyLease{}
+	tmpl, _ := l.Meta.Extra.(*leasingv1alpha1.ProxyLease)
 	if tmpl != nil {
 		tmpl.ObjectMeta.DeepCopyInto(&obj.ObjectMeta)
 		tmpl.Spec.DeepCopyInto(&obj.Spec)
 	}
+	obj.Labels = maps.Clone(l.Meta.Labels)
+	obj.Annotations = maps.Clone(l.Meta.Annotations)
 	obj.Name = l.Name
 	obj.Namespace = l.Namespace
 	obj.GenerateName = ""
@@ -96,11 +99,13 @@ func proxyHealthyCondition(l *lease.Lease) metav1.Condition {
 	return c
 }
 
-// templateOf keeps what buildObject takes from the API request.
-func templateOf(obj *leasingv1alpha1.ProxyLease) *leasingv1alpha1.ProxyLease {
+// metadataOf is what the store keeps of a ProxyLease the API was given.
+func metadataOf(obj *leasingv1alpha1.ProxyLease) lease.Metadata {
 	t := &leasingv1alpha1.ProxyLease{}
 	obj.ObjectMeta.DeepCopyInto(&t.ObjectMeta)
 	obj.Spec.DeepCopyInto(&t.Spec)
 	t.ResourceVersion = ""
-	return t
+	m := lease.Metadata{Labels: t.Labels, Annotations: t.Annotations, Extra: t}
+	t.Labels, t.Annotations = nil, nil
+	return m
 }

@@ -22,8 +22,7 @@ var reportKind = leasingv1alpha1.Kind("ProxyLeaseReport")
 // a Pod eviction) records a result and is answered with a Status. A lease
 // that ended within the cooldown window still accepts reports.
 type reportREST struct {
-	svc   *leasing.Service
-	cache *leaseCache
+	svc *leasing.Service
 }
 
 var (
@@ -57,7 +56,7 @@ func (r *reportREST) Create(ctx context.Context, name string, obj runtime.Object
 			return nil, err
 		}
 	}
-	id, ok := r.cache.reportableID(leaseKey{namespace, name})
+	id, _, ok := r.svc.LookupName(namespace, name)
 	if !ok {
 		return nil, apierrors.NewNotFound(proxyLeaseResource, name)
 	}

@@ -41,8 +41,8 @@ type leaseREST struct {
 	svc   *leasing.Service
 	cache *leaseCache
 	names names.NameGenerator
-	// updateMu serialises renewals, whose template swap and store call must
-	// not interleave.
+	// updateMu serialises updates, so two updates conditioned on one
+	// resourceVersion cannot both pass the check.
 	updateMu sync.Mutex
 	table    tableConvertor
 }
@@ -135,7 +135,7 @@ func (r *leaseREST) Create(ctx context.Context, obj runtime.Object, createValida
 	for attempt := 1; ; attempt++ {
 		l, err := r.acquire(ctx, namespace, holder, pl)
 		if err == nil {
-			return r.objectFor(l, pl), nil
+			return r.cache.render(l), nil
 		}
 		if generated && leasing.IsAlreadyExists(err) && attempt < generatedNameAttempts {
 			pl.Name = r.names.GenerateName(pl.GenerateName)
@@ -155,11 +155,6 @@ func (r *leaseREST) validateCreate(pl *leasingv1alpha1.ProxyLease) field.ErrorLi
 }
 
 func (r *leaseREST) acquire(ctx context.Context, namespace, holder string, pl *leasingv1alpha1.ProxyLease) (*lease.Lease, error) {
-	key := leaseKey{namespace, pl.Name}
-	tmpl := templateOf(pl)
-	if !r.cache.reserve(key, tmpl) {
-		return nil, &leasing.Error{Reason: leasing.ReasonAlreadyExists}
-	}
 	l, err := r.svc.Acquire(ctx, leasing.Request{
 		AcquireRequest: lease.AcquireRequest{
 			Namespace: namespace,
@@ -169,12 +164,12 @@ func (r *leaseREST) acquire(ctx context.Context, namespace, holder string, pl *l
 			TTL:       leasing.Seconds(int64(*pl.Spec.TTLSeconds)),
 			Holder:    holder,
 			Flow:      holder,
+			Meta:      metadataOf(pl),
 		},
 		Wait:     leasing.Seconds(int64(pl.Spec.WaitSeconds)),
 		Priority: int(pl.Spec.Priority),
 	})
 	if err != nil {
-		r.cache.unreserve(key, tmpl)
 		return nil, err
 	}
 	if l.Namespace != namespace || l.Proxy.Namespace != namespace {
@@ -183,16 +178,6 @@ func (r *leaseREST) acquire(ctx context.Context, namespace, holder string, pl *l
 		return nil, fmt.Errorf("lease store granted proxy %s/%s for namespace %q; released it", l.Proxy.Namespace, l.Proxy.Name, namespace)
 	}
 	return l, nil
-}
-
-// objectFor returns the published object of a just-granted lease (the store
-// delivered its Added event before Acquire returned), or renders it when the
-// lease already ended.
-func (r *leaseREST) objectFor(l *lease.Lease, pl *leasingv1alpha1.ProxyLease) *leasingv1alpha1.ProxyLease {
-	if obj, ok := r.cache.objectByID(l.ID); ok {
-		return obj
-	}
-	return buildObject(l, templateOf(pl), r.cache.rvBase)
 }
 
 // leaseStatus is the answer to a failed request on ProxyLease pl.
@@ -312,7 +297,7 @@ func selectorString(sel map[string]string) string {
 
 // Get returns a live lease.
 func (r *leaseREST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
-	_, obj, _, ok := r.cache.get(leaseKey{genericapirequest.NamespaceValue(ctx), name})
+	_, obj, ok := r.cache.get(genericapirequest.NamespaceValue(ctx), name)
 	if !ok {
 		return nil, apierrors.NewNotFound(proxyLeaseResource, name)
 	}
@@ -355,7 +340,7 @@ func (r *leaseREST) Update(ctx context.Context, name string, objInfo rest.Update
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	namespace := genericapirequest.NamespaceValue(ctx)
 	r.updateMu.Lock()
-	id, old, oldTmpl, ok := r.cache.get(leaseKey{namespace, name})
+	cur, old, ok := r.cache.get(namespace, name)
 	if !ok {
 		r.updateMu.Unlock()
 		if !forceAllowCreate {
@@ -409,16 +394,14 @@ func (r *leaseREST) Update(ctx context.Context, name string, objInfo rest.Update
 	if options != nil && dryrun.IsDryRun(options.DryRun) {
 		return pl, false, nil
 	}
-	if _, ok := r.cache.setTemplate(id, templateOf(pl)); !ok {
-		return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
-	}
-	// RBAC decides who may update a ProxyLease, so any holder's may be renewed.
-	l, err := r.svc.Renew(lease.AnyHolder, id, leasing.Seconds(int64(*pl.Spec.TTLSeconds)))
+	// RBAC decides who may update a ProxyLease, so any holder's may be
+	// renewed; the new labels and annotations land in the same change.
+	meta := metadataOf(pl)
+	l, err := r.svc.Update(lease.AnyHolder, cur.ID, leasing.Seconds(int64(*pl.Spec.TTLSeconds)), &meta)
 	if err != nil {
-		r.cache.setTemplate(id, oldTmpl)
 		return nil, false, leaseStatus(pl, err)
 	}
-	return r.objectFor(l, pl), false, nil
+	return r.cache.render(l), false, nil
 }
 
 func (r *leaseREST) createFromUpdate(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo,
@@ -448,7 +431,7 @@ func (r *leaseREST) createFromUpdate(ctx context.Context, name string, objInfo r
 
 // Delete releases the lease.
 func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
-	id, obj, _, ok := r.cache.get(leaseKey{genericapirequest.NamespaceValue(ctx), name})
+	cur, obj, ok := r.cache.get(genericapirequest.NamespaceValue(ctx), name)
 	if !ok {
 		return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
 	}
@@ -471,7 +454,7 @@ func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation re
 		return obj, true, nil
 	}
 	// RBAC decides who may delete a ProxyLease, so any holder's may be released.
-	released, err := r.svc.Release(lease.AnyHolder, id)
+	released, err := r.svc.Release(lease.AnyHolder, cur.ID)
 	if err != nil {
 		return nil, false, leaseStatus(obj, err)
 	}

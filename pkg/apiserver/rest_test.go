@@ -65,7 +65,7 @@ func newFixture(t testing.TB, opts lease.Options, proxies ...lease.ProxyInfo) *f
 			svc: svc, cache: cache, names: names.SimpleNameGenerator,
 			table: tableConvertor{clock: clk},
 		},
-		report: &reportREST{svc: svc, cache: cache},
+		report: &reportREST{svc: svc},
 	}
 }
 

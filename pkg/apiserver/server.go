@@ -121,7 +121,7 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 	group := genericapiserver.NewDefaultAPIGroupInfo(leasingv1alpha1.GroupName, scheme, metav1.ParameterCodec, codecs)
 	group.VersionedResourcesStorageMap[leasingv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		leasingv1alpha1.ResourceProxyLeases:                                           leases,
-		leasingv1alpha1.ResourceProxyLeases + "/" + leasingv1alpha1.SubresourceReport: &reportREST{svc: deps.Service, cache: cache},
+		leasingv1alpha1.ResourceProxyLeases + "/" + leasingv1alpha1.SubresourceReport: &reportREST{svc: deps.Service},
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		closeCache()

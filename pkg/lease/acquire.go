@@ -128,6 +128,7 @@ func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duratio
 			ExpiresAt:  now.Add(ttl),
 			TTL:        ttl,
 			Revision:   s.revision,
+			Meta:       req.Meta,
 		},
 		proxy:        e,
 		expiresNanos: now.Add(ttl).UnixNano(),

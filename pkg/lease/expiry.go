@@ -10,6 +10,8 @@ import (
 )
 
 type tombstone struct {
+	// name is the lease's namespace/name.
+	name   ProxyKey
 	proxy  ProxyKey
 	target string
 	holder string
@@ -56,6 +58,9 @@ func (s *Store) advanceLocked(now time.Time, p *pending) {
 		s.tombHead++
 		if t, ok := s.tombs[r.id]; ok && t.until.Equal(r.until) {
 			delete(s.tombs, r.id)
+			if s.tombNames[t.name] == r.id {
+				delete(s.tombNames, t.name)
+			}
 		}
 	}
 	if s.tombHead > 256 && s.tombHead*2 > len(s.tombQ) {
@@ -70,7 +75,8 @@ func (s *Store) advanceLocked(now time.Time, p *pending) {
 // remembers it for reports until endedAt + CooldownWindow.
 func (s *Store) endLocked(le *leaseEntry, endedAt time.Time, reason Reason, p *pending) {
 	delete(s.leases, le.ID)
-	if nk := (ProxyKey{Namespace: le.Namespace, Name: le.Name}); s.names[nk] == le.ID {
+	nk := ProxyKey{Namespace: le.Namespace, Name: le.Name}
+	if s.names[nk] == le.ID {
 		delete(s.names, nk)
 	}
 	if n := s.flows[le.Flow] - 1; n > 0 {
@@ -79,7 +85,8 @@ func (s *Store) endLocked(le *leaseEntry, endedAt time.Time, reason Reason, p *p
 		delete(s.flows, le.Flow)
 	}
 	until := endedAt.Add(s.opts.CooldownWindow)
-	s.tombs[le.ID] = tombstone{proxy: le.proxy.key, target: le.Target, holder: le.Holder, reason: reason, until: until}
+	s.tombs[le.ID] = tombstone{name: nk, proxy: le.proxy.key, target: le.Target, holder: le.Holder, reason: reason, until: until}
+	s.tombNames[nk] = le.ID
 	s.tombQ = append(s.tombQ, tombRef{id: le.ID, until: until})
 	e := le.proxy
 	s.setLeasesLocked(e, e.leases-1)

@@ -114,6 +114,13 @@ func (s *Store) Renew(id string, ttl time.Duration) (*Lease, error) {
 // RenewAs is Renew on behalf of holder: a live lease of another holder is
 // left as it is and the answer is a *NotHolderError.
 func (s *Store) RenewAs(holder, id string, ttl time.Duration) (*Lease, error) {
+	return s.UpdateAs(holder, id, ttl, nil)
+}
+
+// UpdateAs is RenewAs that also replaces the lease's Meta when meta is not
+// nil, in the same change (one revision, one Modified event whose Previous
+// is the lease before).
+func (s *Store) UpdateAs(holder, id string, ttl time.Duration, meta *Metadata) (*Lease, error) {
 	if ttl != 0 {
 		if _, err := s.ttlFor(ttl); err != nil {
 			return nil, fmt.Errorf("renewing lease %s: %w", id, err)
@@ -142,6 +149,14 @@ func (s *Store) RenewAs(holder, id string, ttl time.Duration) (*Lease, error) {
 	if ttl == 0 {
 		ttl = min(le.TTL, s.opts.MaxTTL)
 	}
+	var prev *Lease
+	if meta != nil {
+		if len(s.subs) > 0 {
+			before := le.Lease
+			prev = &before
+		}
+		le.Meta = *meta
+	}
 	le.TTL = ttl
 	le.ExpiresAt = now.Add(ttl)
 	le.expiresNanos = le.ExpiresAt.UnixNano()
@@ -150,6 +165,9 @@ func (s *Store) RenewAs(holder, id string, ttl time.Duration) (*Lease, error) {
 	s.revision++
 	le.Revision = s.revision
 	s.emitLocked(&p, Modified, Renewed, le)
+	if prev != nil {
+		p.events[len(p.events)-1].Previous = prev
+	}
 	out := le.Lease
 	s.unlockAndNotify(&p)
 	return &out, nil
@@ -208,6 +226,28 @@ func (s *Store) GetByName(namespace, name string) (Lease, bool) {
 	return out, ok
 }
 
+// LookupName finds the lease a request by name is about: the live lease of
+// namespace/name (live true), else the one of that name that ended within
+// the report window (live false). ok is false when there is neither.
+func (s *Store) LookupName(namespace, name string) (id string, live, ok bool) {
+	var p pending
+	s.mu.Lock()
+	now := s.now()
+	s.advanceLocked(now, &p)
+	key := ProxyKey{Namespace: namespace, Name: name}
+	if id, ok = s.names[key]; ok {
+		live = true
+	} else if id, ok = s.tombNames[key]; ok {
+		t, kept := s.tombs[id]
+		ok = kept && t.until.After(now)
+	}
+	s.unlockAndNotify(&p)
+	if !ok {
+		id = ""
+	}
+	return id, live, ok
+}
+
 // List returns the live leases of a namespace ("" = all), sorted by
 // namespace and name.
 func (s *Store) List(namespace string) []Lease {
@@ -237,6 +277,13 @@ func (s *Store) Snapshot(namespace string) ([]Lease, uint64) {
 		return strings.Compare(a.Name, b.Name)
 	})
 	return out, rev
+}
+
+// Revision is the store revision: that of its last change.
+func (s *Store) Revision() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.revision
 }
 
 // Counts returns the number of live leases per proxy (proxies without leases

@@ -37,12 +37,18 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 		return px(ns, fmt.Sprintf("p%02d", i), int64(i%5), "zone", []string{"x", "y", "z"}[i%3])
 	}
 	const fleetSize = 12
-	// removals counts, per proxy, the RemoveProxy calls completed: a lease
-	// may end early only when its proxy was removed after it was granted.
+	// A lease may end early only when its proxy was removed after it was
+	// granted. Per proxy, removals counts the RemoveProxy calls completed and
+	// started those begun: a lease whose proxy had `removals` completed
+	// removals before its acquire, and still has that many started, saw no
+	// removal (counting both closes the window in which a removal has run
+	// but not yet been counted).
 	removals := map[ProxyKey]*atomic.Int64{}
+	started := map[ProxyKey]*atomic.Int64{}
 	for i := range fleetSize {
 		s.UpsertProxy(fleet(i))
 		removals[fleet(i).Key()] = &atomic.Int64{}
+		started[fleet(i).Key()] = &atomic.Int64{}
 	}
 
 	var granted sync.Map // lease ID → worker
@@ -62,7 +68,7 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 			// lost: h is gone before its expiry while its proxy was not
 			// removed since it was acquired.
 			lost := func(h held) bool {
-				return fc.Now().Before(h.expires) && removals[h.proxy].Load() == h.removals
+				return fc.Now().Before(h.expires) && started[h.proxy].Load() == h.removals
 			}
 			var mine []held
 			check := func(step int, what string) {
@@ -116,7 +122,7 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 					err := s.Report(h.id, res, []string{"", "t1", "t2"}[rng.IntN(3)])
 					// A lease whose proxy was removed ended then: its report
 					// window ran from that moment.
-					if err != nil && fc.Now().Before(h.expires.Add(3*time.Minute)) && removals[h.proxy].Load() == h.removals {
+					if err != nil && fc.Now().Before(h.expires.Add(3*time.Minute)) && started[h.proxy].Load() == h.removals {
 						record(fmt.Sprintf("report on %s within its window: %v", h.id, err))
 					}
 				case op < 75 && len(mine) > 0:
@@ -147,8 +153,9 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 						p.LatencyMillis = int64(rng.IntN(50))
 						s.UpsertProxy(p)
 					case 2:
+						started[p.Key()].Add(1)
 						s.RemoveProxy(p.Key())
-						removals[p.Key()].Add(1) // after: see held.removals
+						removals[p.Key()].Add(1)
 						s.UpsertProxy(p)
 					}
 				default:

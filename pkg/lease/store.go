@@ -47,10 +47,12 @@ type Store struct {
 	expiries leaseHeap
 	cools    coolHeap
 	tombs    map[string]tombstone
-	tombQ    []tombRef
-	tombHead int
-	flows    map[string]int
-	revision uint64
+	// tombNames finds ended leases by namespace/name (the newest of a name).
+	tombNames map[ProxyKey]string
+	tombQ     []tombRef
+	tombHead  int
+	flows     map[string]int
+	revision  uint64
 	// free counts the indexed proxies: those that can take a lease now.
 	free int
 	// armed is when Start's timer fires (UnixNano; MaxInt64 before Start);
@@ -103,16 +105,17 @@ func New(opts Options, clk clock.WithTicker) (*Store, error) {
 		clk = clock.RealClock{}
 	}
 	s := &Store{
-		opts:    opts,
-		clock:   clk,
-		proxies: map[ProxyKey]*proxyEntry{},
-		avail:   map[indexKey]*btree.BTreeG[*proxyEntry]{},
-		members: map[indexKey]map[*proxyEntry]struct{}{},
-		leases:  map[string]*leaseEntry{},
-		names:   map[ProxyKey]string{},
-		tombs:   map[string]tombstone{},
-		flows:   map[string]int{},
-		wake:    make(chan struct{}, 1),
+		opts:      opts,
+		clock:     clk,
+		proxies:   map[ProxyKey]*proxyEntry{},
+		avail:     map[indexKey]*btree.BTreeG[*proxyEntry]{},
+		members:   map[indexKey]map[*proxyEntry]struct{}{},
+		leases:    map[string]*leaseEntry{},
+		names:     map[ProxyKey]string{},
+		tombs:     map[string]tombstone{},
+		tombNames: map[ProxyKey]string{},
+		flows:     map[string]int{},
+		wake:      make(chan struct{}, 1),
 	}
 	s.armed.Store(math.MaxInt64)
 	s.mu = &s.realMu

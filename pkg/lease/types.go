@@ -67,6 +67,20 @@ type AcquireRequest struct {
 	// Name optionally names the lease (the Kubernetes API's metadata.name); it
 	// must be unique among live leases of the lease's namespace. Empty: the ID.
 	Name string
+	// Meta is kept with the lease and returned with it, in every event.
+	Meta Metadata
+}
+
+// Metadata is what an API shows of a lease beyond the store's own fields, so
+// that the store's events carry a lease complete. The store keeps it and
+// never reads it; values must be treated as immutable once handed over.
+type Metadata struct {
+	Labels      map[string]string
+	Annotations map[string]string
+	// Extra is the rest of what the API was given, opaque to the store (the
+	// Kubernetes API keeps the ProxyLease as created: owner references,
+	// managed fields, the selector and priority).
+	Extra any
 }
 
 // Lease is one granted lease. Values returned by the store are copies.
@@ -93,6 +107,8 @@ type Lease struct {
 	// Revision is the store revision of the last change to this lease; it
 	// grows monotonically across the store (a Kubernetes resourceVersion).
 	Revision uint64
+	// Meta is what the request (or the last UpdateAs) gave.
+	Meta Metadata
 }
 
 // Report results.
@@ -142,6 +158,9 @@ type Event struct {
 	Reason Reason
 	// Lease is the lease after the change (for Deleted: as it was when it ended).
 	Lease Lease
+	// Previous is the lease before a Modified change of its Meta (nil for
+	// every other change, none of which touches Meta).
+	Previous *Lease
 	// Revision equals Lease.Revision.
 	Revision uint64
 }

@@ -198,6 +198,12 @@ func (s *Service) Release(holder, id string) (bool, error) {
 // Errors: ReasonInvalid (ttlSeconds), ReasonNotFound, ReasonEnded,
 // ReasonForbidden.
 func (s *Service) Renew(holder, id string, ttl time.Duration) (*lease.Lease, error) {
+	return s.Update(holder, id, ttl, nil)
+}
+
+// Update is Renew that also replaces the lease's metadata when meta is not
+// nil, in one change.
+func (s *Service) Update(holder, id string, ttl time.Duration, meta *lease.Metadata) (*lease.Lease, error) {
 	if errs := s.validateTTL(ttl); len(errs) > 0 {
 		e := invalid(errs...)
 		if ttl > s.store.MaxTTL() {
@@ -206,7 +212,7 @@ func (s *Service) Renew(holder, id string, ttl time.Duration) (*lease.Lease, err
 		e.ID = id
 		return nil, e
 	}
-	l, err := s.store.RenewAs(holder, id, ttl)
+	l, err := s.store.UpdateAs(holder, id, ttl, meta)
 	return l, classify(nil, id, err)
 }
 
@@ -229,9 +235,24 @@ func (s *Service) Get(holder, id string) (lease.Lease, error) {
 	return l, classify(nil, id, err)
 }
 
+// GetByName returns the live lease of namespace/name (for an API whose
+// authorization was decided elsewhere).
+func (s *Service) GetByName(namespace, name string) (lease.Lease, bool) {
+	return s.store.GetByName(namespace, name)
+}
+
+// LookupName finds the lease of namespace/name: the live one (live true),
+// else one that ended within the cooldown window and so still takes reports.
+func (s *Service) LookupName(namespace, name string) (id string, live, ok bool) {
+	return s.store.LookupName(namespace, name)
+}
+
 // List returns the live leases of namespace ("" = all) and the store
 // revision they reflect.
 func (s *Service) List(namespace string) ([]lease.Lease, uint64) { return s.store.Snapshot(namespace) }
+
+// Revision is the store revision of the last change (a List's, at most).
+func (s *Service) Revision() uint64 { return s.store.Revision() }
 
 // Watch delivers every lease event in revision order, synchronously and
 // without the store lock; fn must not call the service. Subscribe before
@@ -246,9 +267,6 @@ func (s *Service) Counts() map[lease.ProxyKey]int { return s.store.Counts() }
 func (s *Service) Proxies(ctx context.Context, namespace string) ([]lease.ProxyInfo, error) {
 	return s.store.ListProxies(ctx, namespace)
 }
-
-// CooldownWindow is how long an ended lease stays reportable.
-func (s *Service) CooldownWindow() time.Duration { return s.store.Options().CooldownWindow }
 
 // outcomeOf is the lease_requests_total outcome of an Acquire that returned err.
 func outcomeOf(err error) string {
