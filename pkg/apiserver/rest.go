@@ -101,7 +101,10 @@ func (r *leaseREST) Create(ctx context.Context, obj runtime.Object, createValida
 		holder = u.GetName()
 	}
 
-	rest.FillObjectMetaSystemFields(pl)
+	// The UID and creation time are the lease's (buildObject), set on the
+	// object only for a dry run, which has no lease.
+	pl.UID = ""
+	pl.CreationTimestamp = metav1.Time{}
 	pl.ResourceVersion = ""
 	pl.Generation = 0
 	pl.DeletionTimestamp = nil
@@ -129,6 +132,7 @@ func (r *leaseREST) Create(ctx context.Context, obj runtime.Object, createValida
 	}
 	if options != nil && dryrun.IsDryRun(options.DryRun) {
 		// Validated and defaulted, nothing acquired.
+		rest.FillObjectMetaSystemFields(pl)
 		return pl, nil
 	}
 

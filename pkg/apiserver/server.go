@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	unionauth "k8s.io/apiserver/pkg/authentication/request/union"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -99,6 +101,26 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 	if err := applyDelegation(opts, deps.RESTConfig, config); err != nil {
 		return nil, err
 	}
+	cache, closeCache := newLeaseCache(deps.Service, clk, opts.WatchHistory)
+	defer func() {
+		if retErr != nil {
+			closeCache()
+		}
+	}()
+	leases := &leaseREST{
+		svc:   deps.Service,
+		cache: cache,
+		names: names.SimpleNameGenerator,
+		table: tableConvertor{clock: clk},
+	}
+	if opts.TrustFrontProxyAuthorization && config.Authentication.RequestHeaderConfig != nil {
+		frontProxy := newFrontProxyAuthenticator(config.Authentication.RequestHeaderConfig, clk)
+		config.Authentication.Authenticator = unionauth.New(frontProxy, config.Authentication.Authenticator)
+		config.Authorization.Authorizer = frontProxyAuthorizer{delegate: config.Authorization.Authorizer}
+		config.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+			return newLeanPath(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), frontProxy, leases, scheme, codecs)
+		}
+	}
 	config.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, openapi.NewDefinitionNamer(namerScheme))
 	config.OpenAPIConfig.Info.Title = "ProxyLease"
 	config.OpenAPIConfig.Info.Version = leasingv1alpha1.SchemeGroupVersion.Version
@@ -111,20 +133,12 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 		return nil, fmt.Errorf("building the generic API server: %w", err)
 	}
 
-	cache, closeCache := newLeaseCache(deps.Service, clk, opts.WatchHistory)
-	leases := &leaseREST{
-		svc:   deps.Service,
-		cache: cache,
-		names: names.SimpleNameGenerator,
-		table: tableConvertor{clock: clk},
-	}
 	group := genericapiserver.NewDefaultAPIGroupInfo(leasingv1alpha1.GroupName, scheme, metav1.ParameterCodec, codecs)
 	group.VersionedResourcesStorageMap[leasingv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		leasingv1alpha1.ResourceProxyLeases:                                           leases,
 		leasingv1alpha1.ResourceProxyLeases + "/" + leasingv1alpha1.SubresourceReport: &reportREST{svc: deps.Service},
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
-		closeCache()
 		return nil, fmt.Errorf("installing %s: %w", leasingv1alpha1.GroupName, err)
 	}
 

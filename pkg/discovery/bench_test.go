@@ -5,15 +5,16 @@ package discovery
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/go-logr/logr"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
@@ -22,6 +23,19 @@ import (
 // benchServer: the real middleware stack over either the real routes or a
 // no-op handler, on a loopback httptest server with keep-alive clients.
 func benchServer(b *testing.B, noop bool) (*httptest.Server, *http.Client) {
+	b.Helper()
+	if !noop {
+		return benchServerWith(b, nil)
+	}
+	return benchServerWith(b, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// benchServerWith serves the real routes (noop nil) or noop, behind the
+// real middleware chain.
+func benchServerWith(b *testing.B, noop http.HandlerFunc) (*httptest.Server, *http.Client) {
 	b.Helper()
 	store, err := lease.New(lease.Options{MaxLeasesPerProxy: 1}, nil)
 	if err != nil {
@@ -36,12 +50,9 @@ func benchServer(b *testing.B, noop bool) (*httptest.Server, *http.Client) {
 		b.Fatal(err)
 	}
 	h := s.Handler()
-	if noop {
+	if noop != nil {
 		// Same middleware chain (recover, log, body limit, auth), no work.
-		h = s.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.WriteHeader(http.StatusNoContent)
-		}))
+		h = s.wrap(noop)
 	}
 	// Requests carry a discarding logger, as under the manager (which sets one).
 	inner := h

@@ -528,7 +528,11 @@ func (cp *ControlPlane) Stop() error {
 	return cp.stopErr
 }
 
-// pids returns the process ids of the running children (for tests).
+// PIDs returns the process ids of the running children by name ("etcd",
+// "kube-apiserver"), so benchmarks can read their CPU time.
+func (cp *ControlPlane) PIDs() map[string]int { return cp.pids() }
+
+// pids returns the process ids of the running children.
 func (cp *ControlPlane) pids() map[string]int {
 	out := map[string]int{}
 	for _, p := range []*process{cp.etcd, cp.apiserver} {

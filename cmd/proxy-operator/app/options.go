@@ -30,6 +30,9 @@ type Options struct {
 	MetricsAddr string
 	// HealthProbeAddr serves /healthz and /readyz ("0" disables).
 	HealthProbeAddr string
+	// PprofAddr serves net/http/pprof ("0", the default, disables): for
+	// profiling a running operator, never exposed by the manifests.
+	PprofAddr string
 
 	// LeaderElection makes the reconciler (and later the health engine and
 	// GC) run in one replica at a time.
@@ -85,6 +88,7 @@ func NewOptions() *Options {
 	return &Options{
 		MetricsAddr:      ":8080",
 		HealthProbeAddr:  ":8081",
+		PprofAddr:        "0",
 		LeaderElectionID: "proxy-operator.crawl.example.com",
 		Providers:        []string{kubernetes.Name},
 		InstanceTag:      provider.DefaultTag,
@@ -107,6 +111,7 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "Address of the /metrics endpoint; \"0\" disables it.")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", o.HealthProbeAddr, "Address of the /healthz and /readyz endpoints; \"0\" disables them.")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, "Address of the Go profiler (/debug/pprof/); \"0\" (the default) disables it. Unauthenticated: bind it to localhost.")
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Elect a leader so that only one replica reconciles.")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader-election Lease.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader-election Lease (default: the pod's namespace; required out of cluster).")

@@ -29,6 +29,9 @@ func TestDefaultsAreValid(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults invalid: %v", err)
 	}
+	if o.PprofAddr != "0" {
+		t.Errorf("the profiler is on by default (%q)", o.PprofAddr)
+	}
 	if o.Intervals != controller.DefaultIntervals() {
 		t.Errorf("default intervals %+v, want the controller's %+v", o.Intervals, controller.DefaultIntervals())
 	}
@@ -37,12 +40,13 @@ func TestDefaultsAreValid(t *testing.T) {
 func TestFlags(t *testing.T) {
 	o, err := parse(t, "--leader-elect", "--leader-election-namespace=ops", "--providers=kubernetes",
 		"--drift-poll-interval=30s", "--quota-retry-interval=10m", "--kubernetes-pod-namespace=proxies",
-		"--kubernetes-pod-node-name=node-1", "--kubeconfig=/dev/null", "--zap-log-level=debug")
+		"--kubernetes-pod-node-name=node-1", "--kubeconfig=/dev/null", "--zap-log-level=debug", "--pprof-bind-address=127.0.0.1:6060")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !o.LeaderElection || o.LeaderElectionNamespace != "ops" || o.Intervals.DriftPoll != 30*time.Second ||
-		o.Intervals.QuotaRetry != 10*time.Minute || o.Kubernetes.Namespace != "proxies" || o.Kubernetes.NodeName != "node-1" {
+		o.Intervals.QuotaRetry != 10*time.Minute || o.Kubernetes.Namespace != "proxies" || o.Kubernetes.NodeName != "node-1" ||
+		o.PprofAddr != "127.0.0.1:6060" {
 		t.Errorf("parsed options %+v", o)
 	}
 }

@@ -27,18 +27,29 @@ const benchWorkers = 16
 // reports pairs/s.
 func runPairs(b *testing.B, pair func(ctx context.Context, worker int) error) {
 	b.Helper()
+	b.ResetTimer()
+	rate, err := pairsPerSecond(b.N, benchWorkers, func(ctx context.Context) error { return pair(ctx, 0) })
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate, "pairs/s")
+}
+
+// pairsPerSecond runs n pairs on workers goroutines and returns the rate; the
+// first error stops the run.
+func pairsPerSecond(n, workers int, pair func(ctx context.Context) error) (float64, error) {
 	ctx := context.Background()
 	var next atomic.Int64
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
-	b.ResetTimer()
 	start := time.Now()
-	for w := 0; w < benchWorkers; w++ {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(b.N) && failed.Load() == nil {
-				if err := pair(ctx, w); err != nil {
+			for next.Add(1) <= int64(n) && failed.Load() == nil {
+				if err := pair(ctx); err != nil {
 					failed.CompareAndSwap(nil, &err)
 					return
 				}
@@ -47,11 +58,10 @@ func runPairs(b *testing.B, pair func(ctx context.Context, worker int) error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	b.StopTimer()
 	if err := failed.Load(); err != nil {
-		b.Fatal(*err)
+		return 0, *err
 	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pairs/s")
+	return float64(n) / elapsed.Seconds(), nil
 }
 
 // unthrottled is the admin config without client-side rate limiting, so the
@@ -66,7 +76,9 @@ func unthrottled() *rest.Config {
 // BenchmarkCreateDelete measures create+delete pairs with 16 workers:
 // ProxyLease through kube-apiserver and the aggregation layer, ConfigMap
 // through the same kube-apiserver (etcd-backed), and the HTTP discovery API
-// on the same lease store. Run:
+// on the same lease store; the ProxyLease and ConfigMap paths both as the
+// admin (system:masters, which every authorizer skips) and as a
+// ServiceAccount with a Role (what an in-cluster crawler is). Run:
 //
 //	go test ./test/e2e/apiserver -run '^$' -bench CreateDelete -benchtime 3000x
 func BenchmarkCreateDelete(b *testing.B) {
@@ -74,37 +86,42 @@ func BenchmarkCreateDelete(b *testing.B) {
 	for i := 0; i < 2*benchWorkers; i++ { // exclusive leases: one proxy per live lease, and spare
 		addProxy(b, ns, fmt.Sprintf("px-%02d", i), nil)
 	}
-
-	b.Run("ProxyLease", func(b *testing.B) {
-		leases := versioned.NewForConfigOrDie(unthrottled()).LeasingV1alpha1().ProxyLeases(ns)
-		runPairs(b, func(ctx context.Context, _ int) error {
-			pl, err := leases.Create(ctx, newLease("bench-"), metav1.CreateOptions{})
-			if err != nil {
-				return fmt.Errorf("create: %w", err)
-			}
-			if err := leases.Delete(ctx, pl.Name, metav1.DeleteOptions{}); err != nil {
-				return fmt.Errorf("delete: %w", err)
-			}
-			return nil
+	sa := serviceAccount(b, ns, "crawler", true)
+	for _, who := range []struct {
+		name string
+		cfg  *rest.Config
+	}{{"admin", unthrottled()}, {"serviceaccount", sa}} {
+		b.Run("ProxyLease/"+who.name, func(b *testing.B) {
+			leases := versioned.NewForConfigOrDie(who.cfg).LeasingV1alpha1().ProxyLeases(ns)
+			runPairs(b, func(ctx context.Context, _ int) error {
+				pl, err := leases.Create(ctx, newLease("bench-"), metav1.CreateOptions{})
+				if err != nil {
+					return fmt.Errorf("create: %w", err)
+				}
+				if err := leases.Delete(ctx, pl.Name, metav1.DeleteOptions{}); err != nil {
+					return fmt.Errorf("delete: %w", err)
+				}
+				return nil
+			})
 		})
-	})
 
-	b.Run("ConfigMap", func(b *testing.B) {
-		cms := kubernetes.NewForConfigOrDie(unthrottled()).CoreV1().ConfigMaps(ns)
-		runPairs(b, func(ctx context.Context, _ int) error {
-			cm, err := cms.Create(ctx, &corev1.ConfigMap{
-				ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"},
-				Data:       map[string]string{"target": "example.com"},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				return fmt.Errorf("create: %w", err)
-			}
-			if err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
-				return fmt.Errorf("delete: %w", err)
-			}
-			return nil
+		b.Run("ConfigMap/"+who.name, func(b *testing.B) {
+			cms := kubernetes.NewForConfigOrDie(who.cfg).CoreV1().ConfigMaps(ns)
+			runPairs(b, func(ctx context.Context, _ int) error {
+				cm, err := cms.Create(ctx, &corev1.ConfigMap{
+					ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"},
+					Data:       map[string]string{"target": "example.com"},
+				}, metav1.CreateOptions{})
+				if err != nil {
+					return fmt.Errorf("create: %w", err)
+				}
+				if err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
+					return fmt.Errorf("delete: %w", err)
+				}
+				return nil
+			})
 		})
-	})
+	}
 
 	b.Run("HTTP", func(b *testing.B) {
 		transport := http.DefaultTransport.(*http.Transport).Clone()

@@ -39,6 +39,10 @@ import (
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 )
 
+// genericPathEnv, set, runs the aggregated server without its lean path, for
+// before/after benchmarks.
+const genericPathEnv = "PROXY_OPERATOR_BENCH_GENERIC_PATH"
+
 // OperatorUser is the identity the aggregated server delegates with: the
 // operator's ServiceAccount, bound only by artifacts/apiserver/rbac.yaml.
 const OperatorUser = "system:serviceaccount:proxy-operator-system:proxy-operator"
@@ -63,6 +67,10 @@ var shared *env
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if spec := os.Getenv(loadSpecEnv); spec != "" {
+		// The cost benchmark's client process: no environment of its own.
+		os.Exit(loadGeneratorMain(spec))
+	}
 	os.Exit(run(m))
 }
 
@@ -140,6 +148,12 @@ func setup(ctx context.Context) (_ *env, stop func(), err error) {
 	opts.SecureServing.Listener = ln
 	opts.SecureServing.BindPort = port
 	opts.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
+	if os.Getenv(genericPathEnv) != "" {
+		// The server as it was before the lean path (docs/benchmarks.md):
+		// every request through the generic chain, reviewed, over HTTP/2.
+		opts.TrustFrontProxyAuthorization = false
+		opts.SecureServing.DisableHTTP2Serving = false
+	}
 	// Both APIs through their services over one store and one queue, as the
 	// operator wires them.
 	leases := leasing.NewWithStore(e.store, leasing.DefaultOptions(), clock.RealClock{})

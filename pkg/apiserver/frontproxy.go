@@ -1,0 +1,220 @@
+package apiserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/utils/clock"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+)
+
+// Requests that kube-apiserver proxies to this server (aggregation) arrive
+// over a TLS connection authenticated with the front-proxy client certificate
+// and name the calling user in X-Remote-* headers. kube-apiserver has already
+// authenticated that user and authorized this very request (verb, group,
+// resource, namespace, name) before proxying it, so a second
+// SubjectAccessReview for it asks kube-apiserver the question it has just
+// answered — one per delete, since the delegating authorizer's cache is keyed
+// by the object name, behind a client limited to 200 QPS. The two types below
+// let such requests through on kube-apiserver's decision; every other
+// request (a bearer token or a client certificate sent to this server
+// directly) is authenticated and authorized as before. Trusting the front
+// proxy's identity claims is already what requestheader authentication does:
+// whoever holds that certificate can name any user, system:masters included,
+// so this adds no trust. Options.TrustFrontProxyAuthorization turns it off.
+
+// frontProxyUser is a user named by a verified front proxy.
+type frontProxyUser struct{ user.Info }
+
+// isFrontProxied reports whether the request's user came from the front proxy.
+func isFrontProxied(u user.Info) bool {
+	_, ok := u.(*frontProxyUser)
+	return ok
+}
+
+// frontProxyAuthenticator is requestheader authentication whose client
+// certificate check is remembered: verifying the certificate chain (an ECDSA
+// signature check) on every request was a tenth of this server's CPU. A
+// certificate verified against a CA pool stays verified for verifiedCertTTL,
+// and never past its NotAfter; a new CA pool (rotated requestheader CA)
+// starts afresh.
+type frontProxyAuthenticator struct {
+	verifyOptions x509request.VerifyOptionFunc
+	allowedNames  headerrequest.StringSliceProvider
+	headers       authenticator.Request
+	// userHeaderNames and userHeaderPrefixes name the headers that carry the
+	// user (X-Remote-User, X-Remote-Group, X-Remote-Extra-…).
+	userHeaderNames    []headerrequest.StringSliceProvider
+	userHeaderPrefixes headerrequest.StringSliceProvider
+	clock              clock.PassiveClock
+
+	mu       sync.Mutex
+	roots    *x509.CertPool
+	verified map[[sha256.Size]byte]time.Time // leaf → valid until
+}
+
+// verifiedCertTTL bounds how long one verification is trusted.
+const verifiedCertTTL = time.Minute
+
+// maxVerifiedCerts bounds the memory of verifications (a front proxy has one
+// certificate; more are other clients trying).
+const maxVerifiedCerts = 64
+
+func newFrontProxyAuthenticator(cfg *authenticatorfactory.RequestHeaderConfig, clk clock.PassiveClock) *frontProxyAuthenticator {
+	return &frontProxyAuthenticator{
+		verifyOptions:      cfg.CAContentProvider.VerifyOptions,
+		allowedNames:       cfg.AllowedClientNames,
+		headers:            headerrequest.NewDynamic(cfg.UsernameHeaders, cfg.UIDHeaders, cfg.GroupHeaders, cfg.ExtraHeaderPrefixes),
+		userHeaderNames:    []headerrequest.StringSliceProvider{cfg.UsernameHeaders, cfg.UIDHeaders, cfg.GroupHeaders},
+		userHeaderPrefixes: cfg.ExtraHeaderPrefixes,
+		clock:              clk,
+		verified:           map[[sha256.Size]byte]time.Time{},
+	}
+}
+
+// AuthenticateRequest authenticates a request of the front proxy, or says
+// nothing (false, nil error) about any other.
+func (a *frontProxyAuthenticator) AuthenticateRequest(req *http.Request) (*authenticator.Response, bool, error) {
+	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
+		return nil, false, nil
+	}
+	opts, ok := a.verifyOptions()
+	if !ok {
+		return nil, false, nil
+	}
+	leaf := req.TLS.PeerCertificates[0]
+	if err := a.verify(leaf, req.TLS.PeerCertificates[1:], opts); err != nil {
+		return nil, false, err
+	}
+	resp, ok, err := a.headers.AuthenticateRequest(req)
+	if !ok || err != nil {
+		return resp, ok, err
+	}
+	resp.User = &frontProxyUser{Info: withAuthenticatedGroup(resp.User)}
+	return resp, true, nil
+}
+
+// userHeaders copies the headers of h that name a user (authenticating
+// removes them).
+func (a *frontProxyAuthenticator) userHeaders(h http.Header) http.Header {
+	out := http.Header{}
+	for _, names := range a.userHeaderNames {
+		for _, n := range names.Value() {
+			if v, ok := h[http.CanonicalHeaderKey(n)]; ok {
+				out[http.CanonicalHeaderKey(n)] = v
+			}
+		}
+	}
+	if prefixes := a.userHeaderPrefixes.Value(); len(prefixes) > 0 {
+		for k, v := range h {
+			for _, p := range prefixes {
+				if len(k) >= len(p) && strings.EqualFold(k[:len(p)], p) {
+					out[k] = v
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (a *frontProxyAuthenticator) verify(leaf *x509.Certificate, intermediates []*x509.Certificate, opts x509.VerifyOptions) error {
+	if names := a.allowedNames.Value(); len(names) > 0 && !slices.Contains(names, leaf.Subject.CommonName) {
+		return fmt.Errorf("x509: subject with cn=%s is not in the allowed list", leaf.Subject.CommonName)
+	}
+	now := a.clock.Now()
+	key := sha256.Sum256(leaf.Raw)
+	a.mu.Lock()
+	if a.roots != opts.Roots {
+		a.roots = opts.Roots
+		clear(a.verified)
+	}
+	until, ok := a.verified[key]
+	a.mu.Unlock()
+	if ok && now.Before(until) {
+		return nil
+	}
+	if opts.Intermediates == nil && len(intermediates) > 0 {
+		opts.Intermediates = x509.NewCertPool()
+		for _, c := range intermediates {
+			opts.Intermediates.AddCert(c)
+		}
+	}
+	opts.CurrentTime = now
+	if _, err := leaf.Verify(opts); err != nil {
+		return err
+	}
+	until = now.Add(verifiedCertTTL)
+	if leaf.NotAfter.Before(until) {
+		until = leaf.NotAfter
+	}
+	a.mu.Lock()
+	if a.roots == opts.Roots {
+		if len(a.verified) >= maxVerifiedCerts {
+			clear(a.verified)
+		}
+		a.verified[key] = until
+	}
+	a.mu.Unlock()
+	return nil
+}
+
+// withAuthenticatedGroup adds system:authenticated as the delegating
+// authenticator does for every user it authenticates.
+func withAuthenticatedGroup(u user.Info) user.Info {
+	if slices.Contains(u.GetGroups(), user.AllAuthenticated) || u.GetName() == user.Anonymous {
+		return u
+	}
+	return &user.DefaultInfo{
+		Name:   u.GetName(),
+		UID:    u.GetUID(),
+		Groups: append(slices.Clone(u.GetGroups()), user.AllAuthenticated),
+		Extra:  u.GetExtra(),
+	}
+}
+
+// frontProxyAuthorizer allows the ProxyLease requests kube-apiserver
+// authorized before proxying them, and asks delegate about everything else.
+type frontProxyAuthorizer struct{ delegate authorizer.Authorizer }
+
+var _ authorizer.Authorizer = frontProxyAuthorizer{}
+
+const frontProxyAllowed = "authorized by kube-apiserver before it proxied the request"
+
+// proxiedLeaseRequest: a ProxyLease resource request from the front proxy.
+func proxiedLeaseRequest(a authorizer.Attributes) bool {
+	return isFrontProxied(a.GetUser()) && a.IsResourceRequest() && a.GetAPIGroup() == leasingv1alpha1.GroupName
+}
+
+func (z frontProxyAuthorizer) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	if proxiedLeaseRequest(a) {
+		return authorizer.DecisionAllow, frontProxyAllowed, nil
+	}
+	return z.delegate.Authorize(ctx, a)
+}
+
+func (z frontProxyAuthorizer) ConditionsAwareAuthorize(ctx context.Context, a authorizer.Attributes) authorizer.ConditionsAwareDecision {
+	if proxiedLeaseRequest(a) {
+		return authorizer.ConditionsAwareDecisionAllow(frontProxyAllowed, nil)
+	}
+	return z.delegate.ConditionsAwareAuthorize(ctx, a)
+}
+
+// EvaluateConditions: this authorizer's own decisions are unconditional, so
+// any conditions are the delegate's.
+func (z frontProxyAuthorizer) EvaluateConditions(ctx context.Context, d authorizer.ConditionsAwareDecision, data authorizer.ConditionsData) (authorizer.Decision, string, error) {
+	return z.delegate.EvaluateConditions(ctx, d, data)
+}

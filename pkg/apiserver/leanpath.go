@@ -1,0 +1,188 @@
+package apiserver
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"path"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	serializerjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+)
+
+// The crawler's hot path — create one ProxyLease, later delete it, through
+// kube-apiserver — is served by leanPath, ahead of the generic server's
+// handler chain, which costs about three times what a lease does: a
+// goroutine per filter stage (timeouts, the request finisher) whose stacks
+// grow through the chain's depth, tracing spans, latency trackers,
+// managed-fields bookkeeping on every create (docs/benchmarks.md has the
+// profile). leanPath takes only requests it can answer exactly as the
+// generic server would, minus managedFields:
+//
+//   - from the front proxy (kube-apiserver, which authorized this very
+//     request) and only with Options.TrustFrontProxyAuthorization;
+//   - POST …/namespaces/{ns}/proxyleases or DELETE …/proxyleases/{name},
+//     with no query parameters (no dry run, field manager or validation
+//     directive: kubectl's requests name a field manager, so they take the
+//     generic path) and a JSON body that decodes strictly.
+//
+// Everything else — a direct request, any other verb or resource, a body
+// with unknown fields — goes to the generic chain unchanged (a body already
+// read is handed on whole). Both paths call the same leaseREST, so defaulting,
+// validation, naming, the lease service and its errors are one code path.
+type leanPath struct {
+	// prefix is "/apis/<group>/<version>/namespaces/".
+	prefix   string
+	next     http.Handler
+	authn    *frontProxyAuthenticator
+	rest     *leaseREST
+	codecs   serializer.CodecFactory
+	decoder  runtime.Decoder
+	maxBytes int64
+}
+
+// leanPathMaxBody is the generic server's request body limit.
+const leanPathMaxBody = 3 << 20
+
+func newLeanPath(next http.Handler, authn *frontProxyAuthenticator, rest *leaseREST, scheme *runtime.Scheme, codecs serializer.CodecFactory) *leanPath {
+	return &leanPath{
+		prefix:   "/" + path.Join("apis", leasingv1alpha1.SchemeGroupVersion.Group, leasingv1alpha1.SchemeGroupVersion.Version, "namespaces") + "/",
+		next:     next,
+		authn:    authn,
+		rest:     rest,
+		codecs:   codecs,
+		decoder:  serializerjson.NewSerializerWithOptions(serializerjson.DefaultMetaFactory, scheme, scheme, serializerjson.SerializerOptions{Strict: true}),
+		maxBytes: leanPathMaxBody,
+	}
+}
+
+// route parses a lease path: namespace, and name ("" for the collection).
+func (p *leanPath) route(urlPath string) (namespace, name string, ok bool) {
+	rest, found := strings.CutPrefix(urlPath, p.prefix)
+	if !found {
+		return "", "", false
+	}
+	parts := strings.Split(rest, "/")
+	switch {
+	case len(parts) == 2 && parts[0] != "" && parts[1] == leasingv1alpha1.ResourceProxyLeases:
+		return parts[0], "", true
+	case len(parts) == 3 && parts[0] != "" && parts[1] == leasingv1alpha1.ResourceProxyLeases && parts[2] != "":
+		return parts[0], parts[2], true
+	}
+	return "", "", false
+}
+
+func (p *leanPath) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	namespace, name, ok := p.route(r.URL.Path)
+	lean := ok && r.URL.RawQuery == "" && r.Header.Get("Content-Type") == runtime.ContentTypeJSON &&
+		((r.Method == http.MethodPost && name == "") || (r.Method == http.MethodDelete && name != ""))
+	if !lean {
+		p.next.ServeHTTP(w, r)
+		return
+	}
+	// Only the front proxy: anything else (no client certificate, another
+	// one, no user headers) is the generic chain's to authenticate.
+	// Authenticating removes the user headers; they are put back for it.
+	saved := p.authn.userHeaders(r.Header)
+	handOver := func() {
+		maps.Copy(r.Header, saved)
+		p.next.ServeHTTP(w, r)
+	}
+	resp, authenticated, err := p.authn.AuthenticateRequest(r)
+	if err != nil || !authenticated {
+		handOver()
+		return
+	}
+	body, err := readBody(http.MaxBytesReader(w, r.Body, p.maxBytes), r.ContentLength)
+	if err != nil {
+		p.error(w, r, apierrors.NewRequestEntityTooLargeError(err.Error()))
+		return
+	}
+	var obj runtime.Object
+	if len(body) > 0 {
+		var into runtime.Object = &metav1.DeleteOptions{}
+		if r.Method == http.MethodPost {
+			into = &leasingv1alpha1.ProxyLease{}
+		}
+		if obj, err = p.decode(body, into); err != nil {
+			// Unknown fields, a wrong kind, bad JSON: the generic chain
+			// decides, with its warnings and messages.
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			handOver()
+			return
+		}
+	}
+
+	// No deadline of its own: the lease service bounds a wait by
+	// --apiserver-max-wait, and the caller's leaving ends it.
+	ctx := genericapirequest.WithNamespace(r.Context(), namespace)
+	ctx = genericapirequest.WithUser(ctx, resp.User)
+	defer func() {
+		if v := recover(); v != nil {
+			utilruntime.HandleError(fmt.Errorf("ProxyLease %s %s panicked: %v", r.Method, r.URL.Path, v))
+			p.error(w, r, apierrors.NewInternalError(fmt.Errorf("%v", v)))
+		}
+	}()
+	switch r.Method {
+	case http.MethodPost:
+		pl, isLease := obj.(*leasingv1alpha1.ProxyLease)
+		if !isLease {
+			pl = &leasingv1alpha1.ProxyLease{} // an empty body: all defaults
+		}
+		created, err := p.rest.Create(ctx, pl, nil, &metav1.CreateOptions{})
+		p.answer(w, r, http.StatusCreated, created, err)
+	case http.MethodDelete:
+		opts, isOpts := obj.(*metav1.DeleteOptions)
+		if !isOpts {
+			opts = &metav1.DeleteOptions{}
+		}
+		deleted, _, err := p.rest.Delete(ctx, name, nil, opts)
+		p.answer(w, r, http.StatusOK, deleted, err)
+	}
+}
+
+// decode decodes body strictly into into, which must be the kind it names.
+func (p *leanPath) decode(body []byte, into runtime.Object) (runtime.Object, error) {
+	obj, gvk, err := p.decoder.Decode(body, nil, into)
+	if err != nil {
+		return nil, err
+	}
+	if obj != into {
+		return nil, fmt.Errorf("decoded %s, not %T", gvk, into)
+	}
+	return obj, nil
+}
+
+// readBody reads a body whose length is usually known up front.
+func readBody(r io.Reader, length int64) ([]byte, error) {
+	if length <= 0 || length > leanPathMaxBody {
+		return io.ReadAll(r)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, length+1))
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
+}
+
+func (p *leanPath) answer(w http.ResponseWriter, r *http.Request, status int, obj runtime.Object, err error) {
+	if err != nil {
+		p.error(w, r, err)
+		return
+	}
+	responsewriters.WriteObjectNegotiated(p.codecs, negotiation.DefaultEndpointRestrictions, leasingv1alpha1.SchemeGroupVersion, w, r, status, obj, false)
+}
+
+func (p *leanPath) error(w http.ResponseWriter, r *http.Request, err error) {
+	responsewriters.ErrorNegotiated(err, p.codecs, leasingv1alpha1.SchemeGroupVersion, w, r)
+}

@@ -1,0 +1,186 @@
+package apiservere2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/proxy-operator/proxy-operator/pkg/generated/clientset/versioned"
+)
+
+// The cost benchmark runs its clients in a child process (this test binary,
+// re-executed), so that this process's CPU time is the server side alone: the
+// aggregated server and the lease store, as the operator runs them.
+const loadSpecEnv = "PROXY_OPERATOR_LOADGEN_SPEC"
+
+// loadSpec is what the child process runs: pairs create+delete pairs of Kind
+// on Workers goroutines, as the identity of the credentials.
+type loadSpec struct {
+	Host      string
+	CAData    []byte
+	CertData  []byte `json:",omitempty"`
+	KeyData   []byte `json:",omitempty"`
+	Token     string `json:",omitempty"`
+	Kind      string // "ProxyLease" or "ConfigMap"
+	Namespace string
+	Pairs     int
+	Workers   int
+}
+
+func specFor(cfg *rest.Config, kind, ns string, pairs int) loadSpec {
+	return loadSpec{
+		Host: cfg.Host, CAData: cfg.CAData, CertData: cfg.CertData, KeyData: cfg.KeyData, Token: cfg.BearerToken,
+		Kind: kind, Namespace: ns, Pairs: pairs, Workers: benchWorkers,
+	}
+}
+
+// runLoadChild runs spec in a child process and returns its pairs/s.
+func runLoadChild(b *testing.B, spec loadSpec) float64 {
+	b.Helper()
+	data, err := json.Marshal(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), loadSpecEnv+"="+string(data))
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("load generator: %v\n%s", err, out)
+	}
+	for line := range strings.Lines(string(out)) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "PAIRS/S "); ok {
+			v, err := strconv.ParseFloat(rest, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return v
+		}
+	}
+	b.Fatalf("load generator printed no result:\n%s", out)
+	return 0
+}
+
+// loadGeneratorMain is the child process: it runs the spec in the
+// environment and prints "PAIRS/S <rate>".
+func loadGeneratorMain(specJSON string) int {
+	var spec loadSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	cfg := &rest.Config{
+		Host:            spec.Host,
+		BearerToken:     spec.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: spec.CAData, CertData: spec.CertData, KeyData: spec.KeyData},
+		QPS:             -1,
+	}
+	var pair func(ctx context.Context) error
+	switch spec.Kind {
+	case "ProxyLease":
+		leases := versioned.NewForConfigOrDie(cfg).LeasingV1alpha1().ProxyLeases(spec.Namespace)
+		pair = func(ctx context.Context) error {
+			pl, err := leases.Create(ctx, newLease("cost-"), metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("create: %w", err)
+			}
+			return leases.Delete(ctx, pl.Name, metav1.DeleteOptions{})
+		}
+	case "ConfigMap":
+		cms := kubernetes.NewForConfigOrDie(cfg).CoreV1().ConfigMaps(spec.Namespace)
+		pair = func(ctx context.Context) error {
+			cm, err := cms.Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "cost-"},
+				Data:       map[string]string{"target": "example.com"},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("create: %w", err)
+			}
+			return cms.Delete(ctx, cm.Name, metav1.DeleteOptions{})
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "unknown kind %q\n", spec.Kind)
+		return 2
+	}
+	rate, err := pairsPerSecond(spec.Pairs, spec.Workers, pair)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("PAIRS/S %f\n", rate)
+	return 0
+}
+
+// procCPU is the user+system CPU time of process pid (from /proc, in clock
+// ticks of 10 ms).
+func procCPU(tb testing.TB, pid int) time.Duration {
+	tb.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Fields after the parenthesised command name; utime and stime are the
+	// 14th and 15th of the whole line.
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+func selfCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkCostPerPair measures, side by side in one run, ProxyLease and
+// ConfigMap create+delete pairs through the same kube-apiserver as a
+// ServiceAccount with a Role (an in-cluster crawler) and as the admin
+// (system:masters), with 16 client workers in a child process. Per pair it
+// reports the CPU of the operator side (this process: the aggregated server
+// and the lease store), of kube-apiserver and of etcd. b.N is the pairs per
+// path. Run:
+//
+//	go test ./test/e2e/apiserver -run '^$' -bench CostPerPair -benchtime 4000x -count 3
+func BenchmarkCostPerPair(b *testing.B) {
+	ns := namespace(b, "cost")
+	for i := 0; i < 2*benchWorkers; i++ {
+		addProxy(b, ns, fmt.Sprintf("px-%02d", i), nil)
+	}
+	sa := serviceAccount(b, ns, "crawler", true)
+	pids := shared.cp.PIDs()
+	for _, who := range []struct {
+		name string
+		cfg  *rest.Config
+	}{{"serviceaccount", sa}, {"admin", shared.admin}} {
+		for _, kind := range []string{"ProxyLease", "ConfigMap"} {
+			b.Run(kind+"/"+who.name, func(b *testing.B) {
+				spec := specFor(who.cfg, kind, ns, b.N)
+				self, kube, etcd := selfCPU(b), procCPU(b, pids["kube-apiserver"]), procCPU(b, pids["etcd"])
+				rate := runLoadChild(b, spec)
+				perPair := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
+				b.ReportMetric(rate, "pairs/s")
+				b.ReportMetric(perPair(selfCPU(b)-self), "operator-µs/pair")
+				b.ReportMetric(perPair(procCPU(b, pids["kube-apiserver"])-kube), "apiserver-µs/pair")
+				b.ReportMetric(perPair(procCPU(b, pids["etcd"])-etcd), "etcd-µs/pair")
+			})
+		}
+	}
+}
