@@ -49,8 +49,8 @@ func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
 		}
 	}
 	e := s.selectLocked(&req, now)
-	if s.afterSelect != nil {
-		s.afterSelect()
+	if s.probe != nil {
+		s.probe.selected()
 	}
 	if e == nil {
 		err := ErrNoMatch
@@ -111,8 +111,8 @@ func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duratio
 	if name == "" {
 		name = id
 	}
-	if s.onGrant != nil {
-		s.onGrant(e, req, now)
+	if s.probe != nil {
+		s.probe.granting(e, req, now)
 	}
 	s.revision++
 	le := &leaseEntry{

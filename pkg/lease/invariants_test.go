@@ -140,10 +140,10 @@ func TestInvariantCheckerCatchesStoreWithoutLock(t *testing.T) {
 	s, _ := newTestStore(t, Options{MaxLeasesPerProxy: 1})
 	s.mu = noopLocker{}
 	var grants []string
-	s.onGrant = grantChecker(s, func(v string) { grants = append(grants, v) })
+	probeOf(s).onGrant = grantChecker(s, func(v string) { grants = append(grants, v) })
 	s.UpsertProxy(px("ns", "p", 1))
 	nested := false
-	s.afterSelect = func() {
+	probeOf(s).afterSelect = func() {
 		if nested {
 			return
 		}
@@ -170,11 +170,11 @@ func TestInvariantCheckerCatchesStoreWithoutLock(t *testing.T) {
 func TestLockSerialisesTheSameInterleaving(t *testing.T) {
 	s, _ := newTestStore(t, Options{MaxLeasesPerProxy: 1})
 	var grants []string
-	s.onGrant = grantChecker(s, func(v string) { grants = append(grants, v) })
+	probeOf(s).onGrant = grantChecker(s, func(v string) { grants = append(grants, v) })
 	s.UpsertProxy(px("ns", "p", 1))
 	second := make(chan error, 1)
 	started := false
-	s.afterSelect = func() {
+	probeOf(s).afterSelect = func() {
 		if started {
 			return
 		}

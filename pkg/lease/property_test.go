@@ -31,7 +31,7 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 		violations = append(violations, v)
 		violMu.Unlock()
 	}
-	s.onGrant = grantChecker(s, record) // runs under the store lock
+	probeOf(s).onGrant = grantChecker(s, record) // runs under the store lock
 	fleet := func(i int) ProxyInfo {
 		ns := []string{"a", "b"}[i%2]
 		return px(ns, fmt.Sprintf("p%02d", i), int64(i%5), "zone", []string{"x", "y", "z"}[i%3])

@@ -64,9 +64,19 @@ type Store struct {
 	hooks  []hook       // copy-on-write
 	nextID uint64
 
-	// Test seams; nil in production.
-	afterSelect func()
-	onGrant     func(e *proxyEntry, req *AcquireRequest, now time.Time)
+	// probe observes critical sections; nil in production.
+	probe storeProbe
+}
+
+// storeProbe observes the store from inside its lock: the invariant tests
+// check every grant as it is made and widen race windows with it
+// (export_test.go). Both methods run with the store locked and must not call
+// the store unless the test removed the lock.
+type storeProbe interface {
+	// selected runs between choosing a proxy and granting on it.
+	selected()
+	// granting runs as e is granted to req at now.
+	granting(e *proxyEntry, req *AcquireRequest, now time.Time)
 }
 
 type proxyEntry struct {

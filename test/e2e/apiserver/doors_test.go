@@ -2,7 +2,9 @@ package apiservere2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,6 +17,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // view is a lease as a crawler sees it through either API, or why it has
@@ -26,12 +29,21 @@ type view struct {
 	Failure    string
 }
 
+// ask is one acquire, in the terms both APIs share.
+type ask struct {
+	selector    map[string]string
+	ttlSeconds  int64
+	waitSeconds int64
+}
+
 // door is one lease API, reduced to what the table compares.
 type door struct {
 	name string
-	// acquire leases a proxy of ns matching selector for 90s; the handle
-	// names the lease for get.
-	acquire func(t *testing.T, ns string, selector map[string]string) (handle string, v view)
+	// api is the door's lease_requests_total{api} label.
+	api string
+	// acquire leases a proxy of ns as a asks; the handle names the lease
+	// for get.
+	acquire func(t *testing.T, ns string, a ask) (handle string, v view)
 	// get reads the lease again.
 	get func(t *testing.T, ns, handle string) view
 }
@@ -42,11 +54,14 @@ func httpDoor(t *testing.T) door {
 		t.Fatal(err)
 	}
 	fromErr := func(t *testing.T, err error) view {
+		var apiErr *client.APIError
 		switch {
 		case client.IsNoMatch(err):
 			return view{Failure: "no_match"}
 		case client.IsLeaseEnded(err):
 			return view{Failure: "ended"}
+		case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusBadRequest:
+			return view{Failure: "invalid"}
 		}
 		t.Fatalf("HTTP API: unexpected error %v", err)
 		return view{}
@@ -56,8 +71,9 @@ func httpDoor(t *testing.T) door {
 	}
 	return door{
 		name: "http",
-		acquire: func(t *testing.T, ns string, selector map[string]string) (string, view) {
-			l, err := c.Acquire(context.Background(), wire.AcquireRequest{Namespace: ns, Selector: selector, TTLSeconds: 90})
+		api:  leasing.APIHTTP,
+		acquire: func(t *testing.T, ns string, a ask) (string, view) {
+			l, err := c.Acquire(context.Background(), wire.AcquireRequest{Namespace: ns, Selector: a.selector, TTLSeconds: a.ttlSeconds, WaitSeconds: a.waitSeconds})
 			if err != nil {
 				return "", fromErr(t, err)
 			}
@@ -80,6 +96,8 @@ func kubernetesDoor() door {
 			return view{Failure: "no_match"}
 		case apierrors.IsNotFound(err):
 			return view{Failure: "ended"}
+		case apierrors.IsInvalid(err):
+			return view{Failure: "invalid"}
 		}
 		t.Fatalf("Kubernetes API: unexpected error %v", err)
 		return view{}
@@ -94,9 +112,11 @@ func kubernetesDoor() door {
 	}
 	return door{
 		name: "kubernetes",
-		acquire: func(t *testing.T, ns string, selector map[string]string) (string, view) {
+		api:  leasing.APIKubernetes,
+		acquire: func(t *testing.T, ns string, a ask) (string, view) {
 			pl := newLease("doors-")
-			pl.Spec.Target, pl.Spec.Selector, pl.Spec.TTLSeconds = "", selector, ptr.To[int32](90)
+			pl.Spec.Target, pl.Spec.Selector, pl.Spec.TTLSeconds = "", a.selector, ptr.To(int32(a.ttlSeconds))
+			pl.Spec.WaitSeconds = int32(a.waitSeconds)
 			got, err := shared.leasing.LeasingV1alpha1().ProxyLeases(ns).Create(context.Background(), pl, metav1.CreateOptions{})
 			if err != nil {
 				return "", fromErr(t, err)
@@ -113,9 +133,10 @@ func kubernetesDoor() door {
 	}
 }
 
-// The two lease APIs answer the same requests the same way: one table, both
-// doors, including a lease whose proxy is replaced, turns unhealthy and is
-// deleted.
+// The two lease APIs answer the same requests the same way and count them
+// the same way: one table, both doors, including a lease whose proxy is
+// replaced, turns unhealthy and is deleted, a TTL over the maximum, and a
+// wait that runs out.
 func TestBothAPIsAnswerTheSame(t *testing.T) {
 	const oldURL, newURL = "http://127.0.0.1:3128", "http://127.0.0.250:3128"
 	moved := func(p lease.ProxyInfo) lease.ProxyInfo {
@@ -126,50 +147,79 @@ func TestBothAPIsAnswerTheSame(t *testing.T) {
 		p.Healthy = false
 		return p
 	}
+	doors := map[string]string{"pool": "doors"}
 	tests := []struct {
-		name     string
-		selector map[string]string
+		name string
+		ask  ask
+		// taken: the proxy is leased to someone else first.
+		taken bool
 		// then changes the proxy after the grant (nil: nothing).
 		then func(p lease.ProxyInfo)
 		// wantGrant is the answer to the acquire; wantAfter the lease read
-		// again after then.
+		// again after then; wantCounted what lease_requests_total counts.
 		wantGrant, wantAfter view
+		wantCounted          string
 	}{{
-		name:      "grant",
-		selector:  map[string]string{"pool": "doors"},
-		wantGrant: view{Proxy: "px", URL: oldURL, Healthy: true, TTLSeconds: 90},
-		wantAfter: view{Proxy: "px", URL: oldURL, Healthy: true, TTLSeconds: 90},
+		name:        "grant",
+		ask:         ask{selector: doors, ttlSeconds: 90},
+		wantGrant:   view{Proxy: "px", URL: oldURL, Healthy: true, TTLSeconds: 90},
+		wantAfter:   view{Proxy: "px", URL: oldURL, Healthy: true, TTLSeconds: 90},
+		wantCounted: leasing.OutcomeGranted,
 	}, {
-		name:      "no proxy matches",
-		selector:  map[string]string{"pool": "elsewhere"},
-		wantGrant: view{Failure: "no_match"},
+		name:        "no proxy matches",
+		ask:         ask{selector: map[string]string{"pool": "elsewhere"}, ttlSeconds: 90},
+		wantGrant:   view{Failure: "no_match"},
+		wantCounted: leasing.OutcomeNoMatch,
 	}, {
-		name:      "the proxy's instance is replaced: the lease shows its new address",
-		selector:  map[string]string{"pool": "doors"},
-		then:      func(p lease.ProxyInfo) { shared.store.UpsertProxy(moved(p)) },
-		wantGrant: view{Proxy: "px", URL: oldURL, Healthy: true, TTLSeconds: 90},
-		wantAfter: view{Proxy: "px", URL: newURL, Healthy: true, TTLSeconds: 90},
+		name:        "a TTL over the maximum",
+		ask:         ask{selector: doors, ttlSeconds: 7201},
+		wantGrant:   view{Failure: "invalid"},
+		wantCounted: leasing.OutcomeBadRequest,
 	}, {
-		name:      "the proxy turns unhealthy: the lease says so",
-		selector:  map[string]string{"pool": "doors"},
-		then:      func(p lease.ProxyInfo) { shared.store.UpsertProxy(sick(p)) },
-		wantGrant: view{Proxy: "px", URL: oldURL, Healthy: true, TTLSeconds: 90},
-		wantAfter: view{Proxy: "px", URL: oldURL, Healthy: false, TTLSeconds: 90},
+		name:        "a wait that runs out",
+		ask:         ask{selector: doors, ttlSeconds: 90, waitSeconds: 1},
+		taken:       true,
+		wantGrant:   view{Failure: "no_match"},
+		wantCounted: leasing.OutcomeNoMatch,
 	}, {
-		name:      "the Proxy is deleted: the lease ends",
-		selector:  map[string]string{"pool": "doors"},
-		then:      func(p lease.ProxyInfo) { shared.store.RemoveProxy(p.Key()) },
-		wantGrant: view{Proxy: "px", URL: oldURL, Healthy: true, TTLSeconds: 90},
-		wantAfter: view{Failure: "ended"},
+		name:        "the proxy's instance is replaced: the lease shows its new address",
+		ask:         ask{selector: doors, ttlSeconds: 90},
+		then:        func(p lease.ProxyInfo) { shared.store.UpsertProxy(moved(p)) },
+		wantGrant:   view{Proxy: "px", URL: oldURL, Healthy: true, TTLSeconds: 90},
+		wantAfter:   view{Proxy: "px", URL: newURL, Healthy: true, TTLSeconds: 90},
+		wantCounted: leasing.OutcomeGranted,
+	}, {
+		name:        "the proxy turns unhealthy: the lease says so",
+		ask:         ask{selector: doors, ttlSeconds: 90},
+		then:        func(p lease.ProxyInfo) { shared.store.UpsertProxy(sick(p)) },
+		wantGrant:   view{Proxy: "px", URL: oldURL, Healthy: true, TTLSeconds: 90},
+		wantAfter:   view{Proxy: "px", URL: oldURL, Healthy: false, TTLSeconds: 90},
+		wantCounted: leasing.OutcomeGranted,
+	}, {
+		name:        "the Proxy is deleted: the lease ends",
+		ask:         ask{selector: doors, ttlSeconds: 90},
+		then:        func(p lease.ProxyInfo) { shared.store.RemoveProxy(p.Key()) },
+		wantGrant:   view{Proxy: "px", URL: oldURL, Healthy: true, TTLSeconds: 90},
+		wantAfter:   view{Failure: "ended"},
+		wantCounted: leasing.OutcomeGranted,
 	}}
 	for _, d := range []door{httpDoor(t), kubernetesDoor()} {
 		for i, tt := range tests {
 			t.Run(d.name+"/"+tt.name, func(t *testing.T) {
 				ns := namespace(t, fmt.Sprintf("doors-%s-%d", d.name, i))
-				p := addProxy(t, ns, "px", map[string]string{"pool": "doors"})
-				handle, got := d.acquire(t, ns, tt.selector)
+				p := addProxy(t, ns, "px", doors)
+				if tt.taken {
+					if _, err := shared.store.Acquire(lease.AcquireRequest{Namespace: ns, Holder: "someone-else", Flow: "someone-else"}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				counted := shared.outcomes.count(d.api)
+				handle, got := d.acquire(t, ns, tt.ask)
 				if diff := cmp.Diff(tt.wantGrant, got); diff != "" {
 					t.Fatalf("acquire (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff([]string{tt.wantCounted}, shared.outcomes.since(d.api, counted)); diff != "" {
+					t.Errorf("lease_requests_total{api=%q} counted (-want +got):\n%s", d.api, diff)
 				}
 				if tt.wantGrant.Failure != "" {
 					return

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +40,34 @@ import (
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 )
 
+// outcomeLog records every counted lease request, per API.
+type outcomeLog struct {
+	mu  sync.Mutex
+	got map[string][]string
+}
+
+func (o *outcomeLog) LeaseRequest(api, outcome string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.got == nil {
+		o.got = map[string][]string{}
+	}
+	o.got[api] = append(o.got[api], outcome)
+}
+
+// since returns the outcomes of api counted after the first n.
+func (o *outcomeLog) since(api string, n int) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.got[api][min(n, len(o.got[api])):]...)
+}
+
+func (o *outcomeLog) count(api string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.got[api])
+}
+
 // genericPathEnv, set, runs the aggregated server without its lean path, for
 // before/after benchmarks.
 const genericPathEnv = "PROXY_OPERATOR_BENCH_GENERIC_PATH"
@@ -50,7 +79,9 @@ const OperatorUser = "system:serviceaccount:proxy-operator-system:proxy-operator
 // env is the one environment every test of the package shares: starting a
 // control plane costs about 15 s on two cores.
 type env struct {
-	cp      *controlplane.ControlPlane
+	// outcomes records lease_requests_total as the operator counts it.
+	outcomes *outcomeLog
+	cp       *controlplane.ControlPlane
 	admin   *rest.Config
 	kube    kubernetes.Interface
 	leasing versioned.Interface
@@ -158,11 +189,12 @@ func setup(ctx context.Context) (_ *env, stop func(), err error) {
 	// operator wires them.
 	leases := leasing.NewWithStore(e.store, leasing.DefaultOptions(), clock.RealClock{})
 	cleanups = append(cleanups, func() { _ = leases.Shutdown(context.Background()) })
-	kubeSvc, err := leases.Service(leasing.APIKubernetes, opts.MaxWait, nil)
+	e.outcomes = &outcomeLog{}
+	kubeSvc, err := leases.Service(leasing.APIKubernetes, opts.MaxWait, e.outcomes)
 	if err != nil {
 		return nil, nil, err
 	}
-	httpSvc, err := leases.Service(leasing.APIHTTP, discovery.DefaultMaxWait, nil)
+	httpSvc, err := leases.Service(leasing.APIHTTP, discovery.DefaultMaxWait, e.outcomes)
 	if err != nil {
 		return nil, nil, err
 	}
