@@ -82,12 +82,12 @@ type env struct {
 	// outcomes records lease_requests_total as the operator counts it.
 	outcomes *outcomeLog
 	cp       *controlplane.ControlPlane
-	admin   *rest.Config
-	kube    kubernetes.Interface
-	leasing versioned.Interface
-	store   *lease.Store
-	server  *apiserver.Server
-	httpURL string
+	admin    *rest.Config
+	kube     kubernetes.Interface
+	leasing  versioned.Interface
+	store    *lease.Store
+	server   *apiserver.Server
+	httpURL  string
 	// serverURL reaches the aggregated server directly, not through kube-apiserver.
 	serverURL  string
 	kubectlBin string
