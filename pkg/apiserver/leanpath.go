@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	serializerjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
@@ -50,6 +50,7 @@ type leanPath struct {
 	rest     *leaseREST
 	codecs   serializer.CodecFactory
 	decoder  runtime.Decoder
+	encoder  runtime.Encoder
 	maxBytes int64
 }
 
@@ -58,12 +59,14 @@ const leanPathMaxBody = 3 << 20
 
 func newLeanPath(next http.Handler, authn *frontProxyAuthenticator, rest *leaseREST, scheme *runtime.Scheme, codecs serializer.CodecFactory) *leanPath {
 	return &leanPath{
-		prefix:   "/" + path.Join("apis", leasingv1alpha1.SchemeGroupVersion.Group, leasingv1alpha1.SchemeGroupVersion.Version, "namespaces") + "/",
-		next:     next,
-		authn:    authn,
-		rest:     rest,
-		codecs:   codecs,
-		decoder:  serializerjson.NewSerializerWithOptions(serializerjson.DefaultMetaFactory, scheme, scheme, serializerjson.SerializerOptions{Strict: true}),
+		prefix:  "/" + path.Join("apis", leasingv1alpha1.SchemeGroupVersion.Group, leasingv1alpha1.SchemeGroupVersion.Version, "namespaces") + "/",
+		next:    next,
+		authn:   authn,
+		rest:    rest,
+		codecs:  codecs,
+		decoder: serializerjson.NewSerializerWithOptions(serializerjson.DefaultMetaFactory, scheme, scheme, serializerjson.SerializerOptions{Strict: true}),
+		encoder: codecs.EncoderForVersion(serializerjson.NewSerializerWithOptions(serializerjson.DefaultMetaFactory, scheme, scheme, serializerjson.SerializerOptions{}),
+			leasingv1alpha1.SchemeGroupVersion),
 		maxBytes: leanPathMaxBody,
 	}
 }
@@ -86,7 +89,7 @@ func (p *leanPath) route(urlPath string) (namespace, name string, ok bool) {
 
 func (p *leanPath) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	namespace, name, ok := p.route(r.URL.Path)
-	lean := ok && r.URL.RawQuery == "" && r.Header.Get("Content-Type") == runtime.ContentTypeJSON &&
+	lean := ok && r.URL.RawQuery == "" && r.Header.Get("Content-Type") == runtime.ContentTypeJSON && acceptsPlainJSON(r.Header.Get("Accept")) &&
 		((r.Method == http.MethodPost && name == "") || (r.Method == http.MethodDelete && name != ""))
 	if !lean {
 		p.next.ServeHTTP(w, r)
@@ -175,12 +178,39 @@ func readBody(r io.Reader, length int64) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
+// acceptsPlainJSON reports whether a client sending accept takes the object
+// as plain JSON (client-go sends "application/json, */*"); a request for a
+// Table, YAML or protobuf goes to the generic chain, which negotiates.
+func acceptsPlainJSON(accept string) bool {
+	if accept == "" {
+		return true
+	}
+	for part := range strings.SplitSeq(accept, ",") {
+		switch strings.TrimSpace(part) {
+		case runtime.ContentTypeJSON, "*/*", "application/*":
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// answer writes obj as JSON (the request accepted nothing else) or err as a
+// Status, as the generic server would.
 func (p *leanPath) answer(w http.ResponseWriter, r *http.Request, status int, obj runtime.Object, err error) {
 	if err != nil {
 		p.error(w, r, err)
 		return
 	}
-	responsewriters.WriteObjectNegotiated(p.codecs, negotiation.DefaultEndpointRestrictions, leasingv1alpha1.SchemeGroupVersion, w, r, status, obj, false)
+	var buf bytes.Buffer
+	if err := p.encoder.Encode(obj, &buf); err != nil {
+		p.error(w, r, apierrors.NewInternalError(fmt.Errorf("encoding the ProxyLease: %w", err)))
+		return
+	}
+	w.Header().Set("Content-Type", runtime.ContentTypeJSON)
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
 }
 
 func (p *leanPath) error(w http.ResponseWriter, r *http.Request, err error) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -142,5 +143,41 @@ func TestLeanPathHandsOverTheRest(t *testing.T) {
 				t.Errorf("%d leases made", n)
 			}
 		})
+	}
+}
+
+// A lease's UID is a version-5 UUID in the canonical form, the same for a
+// lease ID every time.
+func TestUIDForIsACanonicalUUID(t *testing.T) {
+	for _, id := range []string{"a", "0123456789abcdef0123456789abcdef"} {
+		got := string(uidFor(id))
+		parsed, err := uuid.Parse(got)
+		if err != nil || parsed.String() != got || parsed.Version() != 5 || parsed.Variant() != uuid.RFC4122 {
+			t.Errorf("uidFor(%q) = %q: %v (version %v, variant %v)", id, got, err, parsed.Version(), parsed.Variant())
+		}
+		if again := string(uidFor(id)); again != got {
+			t.Errorf("uidFor(%q) changed: %q then %q", id, got, again)
+		}
+	}
+	if uidFor("a") == uidFor("b") {
+		t.Error("two leases, one UID")
+	}
+}
+
+// Only plain JSON is answered on the lean path; a Table, YAML or protobuf is
+// negotiated by the generic chain.
+func TestAcceptsPlainJSON(t *testing.T) {
+	for accept, want := range map[string]bool{
+		"":                      true,
+		"application/json, */*": true,
+		"application/json":      true,
+		"*/*":                   true,
+		"application/yaml":      false,
+		"application/vnd.kubernetes.protobuf,application/json":          false,
+		"application/json;as=Table;v=v1;g=meta.k8s.io,application/json": false,
+	} {
+		if got := acceptsPlainJSON(accept); got != want {
+			t.Errorf("acceptsPlainJSON(%q) = %v, want %v", accept, got, want)
+		}
 	}
 }

@@ -2,7 +2,7 @@ package apiserver
 
 import (
 	"crypto/sha1" //nolint:gosec // a name-based (version 5) UUID is defined with SHA-1; nothing secret is hashed.
-	"fmt"
+	"encoding/hex"
 	"maps"
 	"strconv"
 
@@ -19,7 +19,17 @@ func uidFor(leaseID string) types.UID {
 	h := sha1.Sum([]byte("leasing.crawl.example.com/" + leaseID)) //nolint:gosec // see import.
 	h[6] = (h[6] & 0x0f) | 0x50                                   // version 5
 	h[8] = (h[8] & 0x3f) | 0x80                                   // RFC 4122 variant
-	return types.UID(fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16]))
+	var b [36]byte
+	hex.Encode(b[0:8], h[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], h[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], h[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], h[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:36], h[10:16])
+	return types.UID(b[:])
 }
 
 // buildObject renders a lease as a ProxyLease, all of it from the store:
