@@ -33,6 +33,10 @@ tools: ## build pinned etcd, kube-apiserver, kubectl into bin/ (~10 min cold, th
 squid: ## apt-get install squid if missing (sudo only when not root)
 	hack/install-squid.sh
 
+.PHONY: prometheus
+prometheus: ## apt-get install prometheus (for promtool) if missing: the alert rules' tests
+	hack/install-prometheus.sh
+
 .PHONY: python
 python: ## apt-get install python3-scrapy if missing (the Python client's e2e tests)
 	hack/install-python.sh
@@ -50,12 +54,12 @@ build: ## build bin/proxy-operator
 	$(GO) build -o bin/proxy-operator ./cmd/proxy-operator
 
 .PHONY: test
-test: tools squid python ## everything: unit, then integration and e2e (installs tools and squid first)
+test: tools squid python prometheus ## everything: unit, then integration and e2e (installs tools and squid first)
 	$(MAKE) test-unit
 	$(MAKE) test-integration
 
 .PHONY: test-unit
-test-unit: ## unit tests with the race detector, and the Python client's
+test-unit: prometheus ## unit tests with the race detector, and the Python client's
 	$(GO) test -race ./apis/... ./artifacts/... ./pkg/... ./cmd/... ./examples/... ./hack/...
 	$(PYTHON) -m unittest discover -s clients/python/tests -v
 

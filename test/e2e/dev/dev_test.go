@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/artifacts/observability"
 	"github.com/proxy-operator/proxy-operator/test/devenv"
 )
 
@@ -97,6 +98,7 @@ func TestDevEnvironment(t *testing.T) {
 	t.Run("waiting HTTP lease granted on release", h.waitingLease)
 	t.Run("ProxyLease through kube-apiserver", h.proxyLease)
 	t.Run("orphan collector deletes a planted VM and spares the fleet", h.orphanCollected)
+	t.Run("dashboard and alerts query only metrics the operator exports", h.observabilityMetrics)
 
 	t.Run("teardown leaves no processes", func(t *testing.T) {
 		dirs := env.ProcessDirs()
@@ -470,6 +472,53 @@ func (h *harness) orphanCollected(t *testing.T) {
 	if v := metric(t, h.env.MetricsURL, `proxy_operator_gc_deleted_total{provider="gcp"}`); v != "1" {
 		t.Errorf(`proxy_operator_gc_deleted_total{provider="gcp"} = %q, want 1`, v)
 	}
+}
+
+// observabilityMetrics scrapes the running operator (after the lease, probe,
+// provider and GC traffic of the subtests before) and checks that every
+// metric the Grafana dashboard and the alert rules query is one it exports:
+// a renamed metric would otherwise leave an empty panel and a silent alert.
+func (h *harness) observabilityMetrics(t *testing.T) {
+	exprs, err := observability.Expressions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := curl(t, "", h.env.MetricsURL)
+	if code != 200 {
+		t.Fatalf("GET %s: HTTP %d", h.env.MetricsURL, code)
+	}
+	exported := map[string]bool{}
+	for _, line := range strings.Split(body, "\n") {
+		// "# TYPE name kind"; a histogram's series are name_bucket, _sum, _count.
+		f := strings.Fields(line)
+		if len(f) != 4 || f[0] != "#" || f[1] != "TYPE" {
+			continue
+		}
+		exported[f[2]] = true
+		if f[3] == "histogram" {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				exported[f[2]+suffix] = true
+			}
+		}
+	}
+	// Negative control: the scrape is real, and a made-up name is missing.
+	if !exported["proxy_operator_leases_active"] || exported["proxy_operator_no_such_metric"] {
+		t.Fatalf("the scrape looks wrong: %d metric families", len(exported))
+	}
+	checked := 0
+	for where, expr := range exprs {
+		names := observability.MetricNames(expr)
+		if len(names) == 0 {
+			t.Errorf("%s: no metric in %q", where, expr)
+		}
+		for _, name := range names {
+			checked++
+			if !exported[name] {
+				t.Errorf("%s queries %s, which the operator does not export", where, name)
+			}
+		}
+	}
+	t.Logf("%d metric references in %d expressions checked", checked, len(exprs))
 }
 
 // metric returns the value of one sample of /metrics ("" if absent).
