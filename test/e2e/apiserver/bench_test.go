@@ -36,6 +36,35 @@ func runPairs(b *testing.B, pair func(ctx context.Context, worker int) error) {
 	b.ReportMetric(rate, "pairs/s")
 }
 
+// pairFor is one create+delete pair of kind ("ProxyLease" or "ConfigMap",
+// nil for another) in ns, as the identity of cfg.
+func pairFor(cfg *rest.Config, kind, ns string) func(ctx context.Context) error {
+	switch kind {
+	case "ProxyLease":
+		leases := versioned.NewForConfigOrDie(cfg).LeasingV1alpha1().ProxyLeases(ns)
+		return func(ctx context.Context) error {
+			pl, err := leases.Create(ctx, newLease("bench-"), metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("create: %w", err)
+			}
+			return leases.Delete(ctx, pl.Name, metav1.DeleteOptions{})
+		}
+	case "ConfigMap":
+		cms := kubernetes.NewForConfigOrDie(cfg).CoreV1().ConfigMaps(ns)
+		return func(ctx context.Context) error {
+			cm, err := cms.Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"},
+				Data:       map[string]string{"target": "example.com"},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("create: %w", err)
+			}
+			return cms.Delete(ctx, cm.Name, metav1.DeleteOptions{})
+		}
+	}
+	return nil
+}
+
 // pairsPerSecond runs n pairs on workers goroutines and returns the rate; the
 // first error stops the run.
 func pairsPerSecond(n, workers int, pair func(ctx context.Context) error) (float64, error) {
@@ -92,34 +121,13 @@ func BenchmarkCreateDelete(b *testing.B) {
 		cfg  *rest.Config
 	}{{"admin", unthrottled()}, {"serviceaccount", sa}} {
 		b.Run("ProxyLease/"+who.name, func(b *testing.B) {
-			leases := versioned.NewForConfigOrDie(who.cfg).LeasingV1alpha1().ProxyLeases(ns)
-			runPairs(b, func(ctx context.Context, _ int) error {
-				pl, err := leases.Create(ctx, newLease("bench-"), metav1.CreateOptions{})
-				if err != nil {
-					return fmt.Errorf("create: %w", err)
-				}
-				if err := leases.Delete(ctx, pl.Name, metav1.DeleteOptions{}); err != nil {
-					return fmt.Errorf("delete: %w", err)
-				}
-				return nil
-			})
+			pair := pairFor(who.cfg, "ProxyLease", ns)
+			runPairs(b, func(ctx context.Context, _ int) error { return pair(ctx) })
 		})
 
 		b.Run("ConfigMap/"+who.name, func(b *testing.B) {
-			cms := kubernetes.NewForConfigOrDie(who.cfg).CoreV1().ConfigMaps(ns)
-			runPairs(b, func(ctx context.Context, _ int) error {
-				cm, err := cms.Create(ctx, &corev1.ConfigMap{
-					ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"},
-					Data:       map[string]string{"target": "example.com"},
-				}, metav1.CreateOptions{})
-				if err != nil {
-					return fmt.Errorf("create: %w", err)
-				}
-				if err := cms.Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil {
-					return fmt.Errorf("delete: %w", err)
-				}
-				return nil
-			})
+			pair := pairFor(who.cfg, "ConfigMap", ns)
+			runPairs(b, func(ctx context.Context, _ int) error { return pair(ctx) })
 		})
 	}
 

@@ -1,7 +1,6 @@
 package apiservere2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,12 +11,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-
-	"github.com/proxy-operator/proxy-operator/pkg/generated/clientset/versioned"
 )
 
 // The cost benchmark runs its clients in a child process (this test binary,
@@ -88,30 +82,8 @@ func loadGeneratorMain(specJSON string) int {
 		TLSClientConfig: rest.TLSClientConfig{CAData: spec.CAData, CertData: spec.CertData, KeyData: spec.KeyData},
 		QPS:             -1,
 	}
-	var pair func(ctx context.Context) error
-	switch spec.Kind {
-	case "ProxyLease":
-		leases := versioned.NewForConfigOrDie(cfg).LeasingV1alpha1().ProxyLeases(spec.Namespace)
-		pair = func(ctx context.Context) error {
-			pl, err := leases.Create(ctx, newLease("cost-"), metav1.CreateOptions{})
-			if err != nil {
-				return fmt.Errorf("create: %w", err)
-			}
-			return leases.Delete(ctx, pl.Name, metav1.DeleteOptions{})
-		}
-	case "ConfigMap":
-		cms := kubernetes.NewForConfigOrDie(cfg).CoreV1().ConfigMaps(spec.Namespace)
-		pair = func(ctx context.Context) error {
-			cm, err := cms.Create(ctx, &corev1.ConfigMap{
-				ObjectMeta: metav1.ObjectMeta{GenerateName: "cost-"},
-				Data:       map[string]string{"target": "example.com"},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				return fmt.Errorf("create: %w", err)
-			}
-			return cms.Delete(ctx, cm.Name, metav1.DeleteOptions{})
-		}
-	default:
+	pair := pairFor(cfg, spec.Kind, spec.Namespace)
+	if pair == nil {
 		fmt.Fprintf(os.Stderr, "unknown kind %q\n", spec.Kind)
 		return 2
 	}
