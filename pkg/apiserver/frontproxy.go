@@ -6,8 +6,8 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -56,11 +56,10 @@ type frontProxyAuthenticator struct {
 	verifyOptions x509request.VerifyOptionFunc
 	allowedNames  headerrequest.StringSliceProvider
 	headers       authenticator.Request
-	// userHeaderNames and userHeaderPrefixes name the headers that carry the
-	// user (X-Remote-User, X-Remote-Group, X-Remote-Extra-…).
-	userHeaderNames    []headerrequest.StringSliceProvider
-	userHeaderPrefixes headerrequest.StringSliceProvider
-	clock              clock.PassiveClock
+	// The headers that carry the user (X-Remote-User, X-Remote-Uid,
+	// X-Remote-Group, X-Remote-Extra-…).
+	usernameHeaders, uidHeaders, groupHeaders, extraPrefixes headerrequest.StringSliceProvider
+	clock                                                    clock.PassiveClock
 
 	mu       sync.Mutex
 	roots    *x509.CertPool
@@ -76,13 +75,15 @@ const maxVerifiedCerts = 64
 
 func newFrontProxyAuthenticator(cfg *authenticatorfactory.RequestHeaderConfig, clk clock.PassiveClock) *frontProxyAuthenticator {
 	return &frontProxyAuthenticator{
-		verifyOptions:      cfg.CAContentProvider.VerifyOptions,
-		allowedNames:       cfg.AllowedClientNames,
-		headers:            headerrequest.NewDynamic(cfg.UsernameHeaders, cfg.UIDHeaders, cfg.GroupHeaders, cfg.ExtraHeaderPrefixes),
-		userHeaderNames:    []headerrequest.StringSliceProvider{cfg.UsernameHeaders, cfg.UIDHeaders, cfg.GroupHeaders},
-		userHeaderPrefixes: cfg.ExtraHeaderPrefixes,
-		clock:              clk,
-		verified:           map[[sha256.Size]byte]time.Time{},
+		verifyOptions:   cfg.CAContentProvider.VerifyOptions,
+		allowedNames:    cfg.AllowedClientNames,
+		headers:         headerrequest.NewDynamic(cfg.UsernameHeaders, cfg.UIDHeaders, cfg.GroupHeaders, cfg.ExtraHeaderPrefixes),
+		usernameHeaders: cfg.UsernameHeaders,
+		uidHeaders:      cfg.UIDHeaders,
+		groupHeaders:    cfg.GroupHeaders,
+		extraPrefixes:   cfg.ExtraHeaderPrefixes,
+		clock:           clk,
+		verified:        map[[sha256.Size]byte]time.Time{},
 	}
 }
 
@@ -108,27 +109,33 @@ func (a *frontProxyAuthenticator) AuthenticateRequest(req *http.Request) (*authe
 	return resp, true, nil
 }
 
-// userHeaders copies the headers of h that name a user (authenticating
-// removes them).
-func (a *frontProxyAuthenticator) userHeaders(h http.Header) http.Header {
-	out := http.Header{}
-	for _, names := range a.userHeaderNames {
-		for _, n := range names.Value() {
-			if v, ok := h[http.CanonicalHeaderKey(n)]; ok {
-				out[http.CanonicalHeaderKey(n)] = v
+// restoreUserHeaders puts back the user headers authenticating removed,
+// from the user they named, for a request handed on to the generic chain.
+func (a *frontProxyAuthenticator) restoreUserHeaders(h http.Header, u user.Info) {
+	first := func(p headerrequest.StringSliceProvider) string {
+		if v := p.Value(); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	if n := first(a.usernameHeaders); n != "" {
+		h.Set(n, u.GetName())
+	}
+	if n := first(a.uidHeaders); n != "" && u.GetUID() != "" {
+		h.Set(n, u.GetUID())
+	}
+	if n := first(a.groupHeaders); n != "" {
+		for _, g := range u.GetGroups() {
+			h.Add(n, g)
+		}
+	}
+	if prefix := first(a.extraPrefixes); prefix != "" {
+		for k, vs := range u.GetExtra() {
+			for _, v := range vs {
+				h.Add(prefix+url.PathEscape(k), v)
 			}
 		}
 	}
-	if prefixes := a.userHeaderPrefixes.Value(); len(prefixes) > 0 {
-		for k, v := range h {
-			for _, p := range prefixes {
-				if len(k) >= len(p) && strings.EqualFold(k[:len(p)], p) {
-					out[k] = v
-				}
-			}
-		}
-	}
-	return out
 }
 
 func (a *frontProxyAuthenticator) verify(leaf *x509.Certificate, intermediates []*x509.Certificate, opts x509.VerifyOptions) error {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,12 +27,17 @@ type generic struct {
 	calls   int
 	body    string
 	userHdr string
+	// group and extra are true when the request's group and extra headers
+	// arrived.
+	group, extra bool
 }
 
 func (g *generic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.calls++
 	data, _ := io.ReadAll(r.Body)
 	g.body, g.userHdr = string(data), r.Header.Get("X-Remote-User")
+	g.group = slices.Contains(r.Header.Values("X-Remote-Group"), "system:serviceaccounts")
+	g.extra = slices.Equal(r.Header.Values("X-Remote-Extra-Scopes"), []string{"a"})
 	w.WriteHeader(http.StatusTeapot)
 }
 
@@ -135,7 +141,7 @@ func TestLeanPathHandsOverTheRest(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newLeanEnv(t)
 			w := e.serve(t, tt.method, tt.target, tt.body, tt.fromProxy)
-			want := generic{calls: 1, body: tt.body, userHdr: "system:serviceaccount:ns:crawler"}
+			want := generic{calls: 1, body: tt.body, userHdr: "system:serviceaccount:ns:crawler", group: true, extra: true}
 			if d := cmp.Diff(want, *e.next, cmp.AllowUnexported(generic{})); d != "" || w.Code != http.StatusTeapot {
 				t.Errorf("generic chain saw (-want +got):\n%s(answer %d)", d, w.Code)
 			}
