@@ -74,6 +74,13 @@ dev: tools squid ## run the local environment in the foreground until Ctrl-C (wr
 	$(GO) build -o bin/dev ./hack/dev
 	exec bin/dev
 
+.PHONY: image
+image: ## OCI image of the operator for linux/amd64 and linux/arm64 into bin/image (no Docker; reproducible from the commit)
+	$(GO) run ./hack/image -out bin/image -tar bin/proxy-operator-image.tar \
+		-version "$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" \
+		-revision "$$(git rev-parse HEAD 2>/dev/null)" \
+		-epoch "$$(git log -1 --format=%ct 2>/dev/null || echo 0)"
+
 .PHONY: bench
 bench: ## Go benchmarks (speed and memory targets)
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...

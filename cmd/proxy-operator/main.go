@@ -10,18 +10,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
+	"github.com/proxy-operator/proxy-operator/pkg/version"
 )
 
 func main() {
 	opts := app.NewOptions()
 	fs := pflag.NewFlagSet("proxy-operator", pflag.ContinueOnError)
 	opts.AddFlags(fs)
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == pflag.ErrHelp {
 			return
 		}
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+	if *showVersion {
+		fmt.Println(version.Get())
+		return
 	}
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -38,6 +44,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "loading kubeconfig: %v\n", err)
 		os.Exit(1)
 	}
+	ctrl.Log.Info("starting", "version", version.Get().String())
 	ctx := ctrl.SetupSignalHandler()
 	if err := app.Run(ctx, cfg, opts); err != nil {
 		ctrl.Log.Error(err, "proxy-operator failed")

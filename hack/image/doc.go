@@ -1,0 +1,14 @@
+// Command image is `make image`: it builds the operator's OCI image without
+// a container runtime — a static binary per platform (-trimpath, no build ID,
+// the version and revision stamped into pkg/version), CA certificates and a
+// non-root user (65532) — assembled with go-containerregistry into an OCI
+// image layout (an index over one image per platform) and, optionally, a
+// tarball that `docker load` and `ctr import` read. The same source, version
+// and epoch give the same digests: every timestamp is the epoch (the commit
+// time under make) and files are written in a fixed order.
+//
+//	go run ./hack/image -out bin/image -version v0.4.0 -epoch 1700000000
+//
+// It builds the binary with the go command and imports nothing of the
+// module but test/controlplane in its tests; nothing may import it.
+package main
