@@ -9,8 +9,11 @@
 // clashes with controller-runtime's --kubeconfig or the operator's flags), its
 // own runtime.Scheme (separate from the manager's), delegated authentication
 // and authorization to kube-apiserver, the REST storage of proxyleases and
-// proxyleases/report, a watch cache fed by the store's events, and the
-// server-side table.
+// proxyleases/report, the watch fan-out fed by the store's events, the
+// server-side table, the trust in kube-apiserver's authorization of the
+// requests it proxies (frontproxy.go) and the lean path that answers a
+// proxied ProxyLease create or delete ahead of the generic handler chain
+// (leanpath.go).
 //
 // It must not import pkg/discovery, pkg/controller or pkg/metrics, and it
 // installs no signal handler and no logging setup of its own: the process
