@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -52,7 +53,8 @@ func goarch(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
-// One image per test binary: building the operator takes a while.
+// build builds the image of o (the operator binary comes from the Go build
+// cache after the first time).
 func build(t *testing.T, o Options) (v1.ImageIndex, v1.Image) {
 	t.Helper()
 	idx, imgs, err := Build(o)
@@ -62,24 +64,34 @@ func build(t *testing.T, o Options) (v1.ImageIndex, v1.Image) {
 	return idx, imgs[0]
 }
 
+// TestImage builds the image once and checks it: reproducible, what a
+// cluster expects of it, and a binary that runs the operator. (Each build
+// compresses the whole binary: sharing one keeps the test quick.)
+func TestImage(t *testing.T) {
+	idx, img := build(t, testOptions(t, testEpoch))
+	t.Run("reproducible", func(t *testing.T) { imageIsReproducible(t, idx) })
+	t.Run("contents", func(t *testing.T) { imageContents(t, idx, img) })
+	t.Run("the binary runs the operator", func(t *testing.T) { imageBinaryRunsTheOperator(t, img) })
+}
+
 // The same source, version and epoch give the same digest; another epoch
 // gives another (the negative control: the comparison can see a difference).
-func TestImageIsReproducible(t *testing.T) {
-	digest := func(o Options) v1.Hash {
-		idx, _ := build(t, o)
+func imageIsReproducible(t *testing.T, idx v1.ImageIndex) {
+	digest := func(idx v1.ImageIndex) v1.Hash {
 		d, err := idx.Digest()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
-	o := testOptions(t, testEpoch)
-	first, again := digest(o), digest(testOptions(t, testEpoch))
-	if first != again {
-		t.Errorf("two builds of one source: %s and %s", first, again)
+	first := digest(idx)
+	again, _ := build(t, testOptions(t, testEpoch))
+	if d := digest(again); d != first {
+		t.Errorf("two builds of one source: %s and %s", first, d)
 	}
-	if other := digest(testOptions(t, testEpoch.Add(time.Second))); other == first {
-		t.Errorf("another epoch gave the same digest %s", other)
+	other, _ := build(t, testOptions(t, testEpoch.Add(time.Second)))
+	if d := digest(other); d == first {
+		t.Errorf("another epoch gave the same digest %s", d)
 	}
 }
 
@@ -145,9 +157,7 @@ func extractBinary(t *testing.T, img v1.Image) string {
 // The image is what a cluster expects of an operator image: OCI media
 // types, a non-root user, the binary as entrypoint, labels naming the
 // version, CA certificates, and a binary that reports its stamped version.
-func TestImageContents(t *testing.T) {
-	o := testOptions(t, testEpoch)
-	idx, img := build(t, o)
+func imageContents(t *testing.T, idx v1.ImageIndex, img v1.Image) {
 	im, err := idx.IndexManifest()
 	if err != nil {
 		t.Fatal(err)
@@ -204,6 +214,24 @@ func TestImageContents(t *testing.T) {
 	}
 }
 
+// lockedBuffer collects a process's output while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -216,9 +244,8 @@ func freePort(t *testing.T) int {
 
 // The binary taken out of the image runs the operator against a real
 // control plane: it becomes ready and serves its metrics.
-func TestImageBinaryRunsTheOperator(t *testing.T) {
+func imageBinaryRunsTheOperator(t *testing.T, img v1.Image) {
 	cp := controlplane.StartForTest(t, controlplane.Options{})
-	_, img := build(t, testOptions(t, testEpoch))
 	bin := extractBinary(t, img)
 	probe, metrics := freePort(t), freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -228,7 +255,7 @@ func TestImageBinaryRunsTheOperator(t *testing.T) {
 		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe), "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metrics),
 		"--discovery-bind-address=0", "--apiserver-secure-port=0", "--gc-interval=0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	logs := &strings.Builder{}
+	logs := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
