@@ -6,6 +6,13 @@ import (
 	"time"
 )
 
+// CheckTTL says whether Acquire and Renew would accept ttl: nil, a *TTLError
+// (over MaxTTL) or ErrNegativeTTL. Zero is the default TTL.
+func (s *Store) CheckTTL(ttl time.Duration) error {
+	_, err := s.ttlFor(ttl)
+	return err
+}
+
 func (s *Store) ttlFor(ttl time.Duration) (time.Duration, error) {
 	switch {
 	case ttl < 0:

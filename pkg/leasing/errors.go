@@ -126,7 +126,6 @@ func classify(ctx context.Context, id string, err error) error {
 	var (
 		e        *Error
 		noMatch  *lease.NoMatchError
-		ttl      *lease.TTLError
 		retry    interface{ RetryAfter() time.Duration }
 		notFound = lease.IsUnknownLease(err)
 	)
@@ -143,14 +142,9 @@ func classify(ctx context.Context, id string, err error) error {
 		return &Error{Reason: ReasonCancelled, ID: id, err: err}
 	case errors.Is(err, ErrShuttingDown):
 		return &Error{Reason: ReasonShuttingDown, ID: id, err: err}
-	case errors.As(err, &ttl):
-		e := invalid(field.Invalid(field.NewPath("ttlSeconds"), int64(ttl.Requested/time.Second),
-			fmt.Sprintf("exceeds the maximum %d (--max-lease-ttl=%s)", int64(ttl.Max/time.Second), ttl.Max)))
-		e.MaxTTL, e.ID, e.err = ttl.Max, id, err
-		return e
-	case lease.IsNegativeTTL(err):
-		e := invalid(field.Invalid(field.NewPath("ttlSeconds"), "", "must not be negative (0 means the default)"))
-		e.ID, e.err = id, err
+	case lease.IsTTLTooLong(err), lease.IsNegativeTTL(err):
+		e := invalidTTL(err, 0)
+		e.ID = id
 		return e
 	case lease.IsInvalidResult(err):
 		e := invalid(field.NotSupported(field.NewPath("result"), "", []string{lease.ResultOK, lease.ResultRateLimited, lease.ResultBanned}))
@@ -166,6 +160,23 @@ func classify(ctx context.Context, id string, err error) error {
 		return &Error{Reason: ReasonNotFound, ID: id, err: err}
 	}
 	return &Error{Reason: ReasonInternal, ID: id, err: err}
+}
+
+// invalidTTL is the ReasonInvalid of a TTL the store refuses (err is
+// lease.Store.CheckTTL's, or the store's on a grant or renewal); requested is
+// the TTL asked for, where the error does not say.
+func invalidTTL(err error, requested time.Duration) *Error {
+	path := field.NewPath("ttlSeconds")
+	var tooLong *lease.TTLError
+	if errors.As(err, &tooLong) {
+		e := invalid(field.Invalid(path, int64(tooLong.Requested/time.Second),
+			fmt.Sprintf("exceeds the maximum %d (--max-lease-ttl=%s)", int64(tooLong.Max/time.Second), tooLong.Max)))
+		e.MaxTTL, e.err = tooLong.Max, err
+		return e
+	}
+	e := invalid(field.Invalid(path, int64(requested/time.Second), "must not be negative (0 means the default)"))
+	e.err = err
+	return e
 }
 
 // EndedMessage says why a ReasonEnded lease ended and what to do.

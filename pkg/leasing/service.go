@@ -148,9 +148,14 @@ func (s *Service) Acquire(ctx context.Context, req Request) (*lease.Lease, error
 	return l, err
 }
 
+// validate checks a request before it may wait: the TTL by the store's own
+// rule (CheckTTL), the wait against this door's maximum.
 func (s *Service) validate(req Request) error {
-	var errs field.ErrorList
-	errs = append(errs, s.validateTTL(req.TTL)...)
+	e := &Error{Reason: ReasonInvalid}
+	if err := s.store.CheckTTL(req.TTL); err != nil {
+		e = invalidTTL(err, req.TTL)
+	}
+	errs := e.Fields
 	wait := field.NewPath("waitSeconds")
 	switch {
 	case req.Wait < 0:
@@ -163,23 +168,8 @@ func (s *Service) validate(req Request) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	e := invalid(errs...)
-	if req.TTL > s.store.MaxTTL() {
-		e.MaxTTL = s.store.MaxTTL()
-	}
+	e.Fields = errs
 	return e
-}
-
-func (s *Service) validateTTL(ttl time.Duration) field.ErrorList {
-	path := field.NewPath("ttlSeconds")
-	switch max := s.store.MaxTTL(); {
-	case ttl < 0:
-		return field.ErrorList{field.Invalid(path, int64(ttl/time.Second), "must not be negative (0 means the default)")}
-	case ttl > max:
-		return field.ErrorList{field.Invalid(path, int64(ttl/time.Second),
-			fmt.Sprintf("exceeds the maximum %d (--max-lease-ttl=%s)", int64(max/time.Second), max))}
-	}
-	return nil
 }
 
 // Invalid counts a request the front door refused as malformed before it
@@ -204,11 +194,8 @@ func (s *Service) Renew(holder, id string, ttl time.Duration) (*lease.Lease, err
 // Update is Renew that also replaces the lease's metadata when meta is not
 // nil, in one change.
 func (s *Service) Update(holder, id string, ttl time.Duration, meta *lease.Metadata) (*lease.Lease, error) {
-	if errs := s.validateTTL(ttl); len(errs) > 0 {
-		e := invalid(errs...)
-		if ttl > s.store.MaxTTL() {
-			e.MaxTTL = s.store.MaxTTL()
-		}
+	if err := s.store.CheckTTL(ttl); err != nil {
+		e := invalidTTL(err, ttl)
 		e.ID = id
 		return nil, e
 	}
