@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
@@ -163,9 +164,26 @@ func (s *Store) Start(ctx context.Context) error {
 		// While the next change is computed, any newly scheduled one wakes
 		// the loop again.
 		s.armed.Store(math.MaxInt64)
+		s.arm(t, s.NextChange())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+			s.Sweep()
+		case <-s.wake:
+		}
+	}
+}
+
+// arm sets t to fire at next (zero: none), at most SweepInterval from now.
+// A timer counts from the instant it is reset, so a clock that moved between
+// reading now and the reset (a test's fake clock, stepped meanwhile) would
+// fire late by that much: then it is armed again from the new now.
+func (s *Store) arm(t clock.Timer, next time.Time) {
+	for {
 		now := s.clock.Now()
 		d := s.opts.SweepInterval
-		if next := s.NextChange(); !next.IsZero() {
+		if !next.IsZero() {
 			d = min(d, max(next.Sub(now), 0))
 		}
 		s.armed.Store(now.Add(d).UnixNano())
@@ -177,12 +195,8 @@ func (s *Store) Start(ctx context.Context) error {
 			}
 		}
 		t.Reset(d)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C():
-			s.Sweep()
-		case <-s.wake:
+		if s.clock.Since(now) < time.Millisecond {
+			return
 		}
 	}
 }
