@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/group"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -75,9 +76,11 @@ const maxVerifiedCerts = 64
 
 func newFrontProxyAuthenticator(cfg *authenticatorfactory.RequestHeaderConfig, clk clock.PassiveClock) *frontProxyAuthenticator {
 	return &frontProxyAuthenticator{
-		verifyOptions:   cfg.CAContentProvider.VerifyOptions,
-		allowedNames:    cfg.AllowedClientNames,
-		headers:         headerrequest.NewDynamic(cfg.UsernameHeaders, cfg.UIDHeaders, cfg.GroupHeaders, cfg.ExtraHeaderPrefixes),
+		verifyOptions: cfg.CAContentProvider.VerifyOptions,
+		allowedNames:  cfg.AllowedClientNames,
+		// system:authenticated added as the delegating authenticator adds it.
+		headers: group.NewAuthenticatedGroupAdder(
+			headerrequest.NewDynamic(cfg.UsernameHeaders, cfg.UIDHeaders, cfg.GroupHeaders, cfg.ExtraHeaderPrefixes)),
 		usernameHeaders: cfg.UsernameHeaders,
 		uidHeaders:      cfg.UIDHeaders,
 		groupHeaders:    cfg.GroupHeaders,
@@ -105,7 +108,7 @@ func (a *frontProxyAuthenticator) AuthenticateRequest(req *http.Request) (*authe
 	if !ok || err != nil {
 		return resp, ok, err
 	}
-	resp.User = &frontProxyUser{Info: withAuthenticatedGroup(resp.User)}
+	resp.User = &frontProxyUser{Info: resp.User}
 	return resp, true, nil
 }
 
@@ -177,20 +180,6 @@ func (a *frontProxyAuthenticator) verify(leaf *x509.Certificate, intermediates [
 	}
 	a.mu.Unlock()
 	return nil
-}
-
-// withAuthenticatedGroup adds system:authenticated as the delegating
-// authenticator does for every user it authenticates.
-func withAuthenticatedGroup(u user.Info) user.Info {
-	if slices.Contains(u.GetGroups(), user.AllAuthenticated) || u.GetName() == user.Anonymous {
-		return u
-	}
-	return &user.DefaultInfo{
-		Name:   u.GetName(),
-		UID:    u.GetUID(),
-		Groups: append(slices.Clone(u.GetGroups()), user.AllAuthenticated),
-		Extra:  u.GetExtra(),
-	}
 }
 
 // frontProxyAuthorizer allows the ProxyLease requests kube-apiserver
