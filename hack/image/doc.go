@@ -10,5 +10,6 @@
 //	go run ./hack/image -out bin/image -version v0.4.0 -epoch 1700000000
 //
 // It builds the binary with the go command and imports nothing of the
-// module but test/controlplane in its tests; nothing may import it.
+// module but test/controlplane and test/framework in its tests; nothing may
+// import it.
 package main

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
 var testEpoch = time.Unix(1700000000, 0).UTC()
@@ -214,32 +213,13 @@ func imageContents(t *testing.T, idx v1.ImageIndex, img v1.Image) {
 	}
 }
 
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := framework.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // The binary taken out of the image runs the operator against a real
@@ -255,7 +235,7 @@ func imageBinaryRunsTheOperator(t *testing.T, img v1.Image) {
 		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe), "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metrics),
 		"--discovery-bind-address=0", "--apiserver-secure-port=0", "--gc-interval=0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	logs := &lockedBuffer{}
+	logs := &framework.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
