@@ -101,5 +101,5 @@ func (l *Leasing) Collectors() []prometheus.Collector {
 // its own. At stop the queue evicts every waiter (answered 503), so the API
 // servers' graceful shutdown does not wait out long waits.
 func (l *Leasing) Runnables() []manager.Runnable {
-	return []manager.Runnable{l.Store, &queueRunnable{ctl: l.ctl, stopHook: func() { l.stopHook(); l.stopHeld() }}}
+	return []manager.Runnable{l.Store, &queueRunnable{l: l}}
 }

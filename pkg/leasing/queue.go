@@ -12,19 +12,14 @@ const queueShutdownTimeout = 10 * time.Second
 // queueRunnable shuts the wait queue down when the manager stops:
 // every waiter is evicted (answered 503) so the API servers' graceful
 // shutdown does not wait out long waits.
-type queueRunnable struct {
-	ctl      *LeaseController
-	stopHook func()
-}
+type queueRunnable struct{ l *Leasing }
 
-// Start waits for ctx to end, then unhooks the queue from the store and
-// shuts it down.
+// Start waits for ctx to end, then shuts the queue down (Leasing.Shutdown).
 func (r *queueRunnable) Start(ctx context.Context) error {
 	<-ctx.Done()
-	r.stopHook()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queueShutdownTimeout)
 	defer cancel()
-	if err := r.ctl.Shutdown(sctx); err != nil {
+	if err := r.l.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutting down the lease wait queue: %w", err)
 	}
 	return nil
