@@ -12,9 +12,9 @@ cd "$root"
 # Pinned so every machine generates byte-identical output.
 controller_gen=sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 
-# artifacts/crds holds only generated manifests (plus crds.go): clear them so a
+# artifacts/crds holds generated manifests (plus crds.go and kustomization.yaml): clear them so a
 # renamed type leaves no stale CRD behind.
-rm -f artifacts/crds/*.yaml
+rm -f artifacts/crds/*_*.yaml
 # gotypesalias=0: the Proxy types use string aliases (AttributeValue,
 # GCPLabelValue) to put a schema on map values; controller-gen's deepcopy
 # generator mis-handles alias map values when aliases are materialised.

@@ -10,11 +10,12 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// FS holds every *.yaml manifest of this directory. go:embed can only
+// FS holds every CRD manifest of this directory (<group>_<plural>.yaml, not
+// kustomization.yaml). go:embed can only
 // initialise a package-level variable; nothing writes to it (embed.FS is
 // read-only), so it is not mutable state.
 //
-//go:embed *.yaml
+//go:embed *_*.yaml
 var FS embed.FS
 
 // CRDs decodes every manifest in FS, sorted by file name. Each call returns

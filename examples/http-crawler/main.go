@@ -21,6 +21,7 @@ import (
 type config struct {
 	discoveryURL string
 	token        string
+	caFile       string
 	target       string
 	selector     map[string]string
 	namespace    string
@@ -32,7 +33,8 @@ type config struct {
 func main() {
 	var cfg config
 	var selector string
-	flag.StringVar(&cfg.discoveryURL, "discovery-url", envOr("DISCOVERY_URL", "http://localhost:8090"), "discovery API base URL")
+	flag.StringVar(&cfg.discoveryURL, "discovery-url", envOr("DISCOVERY_URL", "https://localhost:8090"), "discovery API base URL")
+	flag.StringVar(&cfg.caFile, "ca-file", os.Getenv("DISCOVERY_CA_FILE"), "CA bundle verifying an https:// discovery API (default $DISCOVERY_CA_FILE, else the system's roots)")
 	flag.StringVar(&cfg.token, "token", os.Getenv("DISCOVERY_TOKEN"), "bearer token (default $DISCOVERY_TOKEN)")
 	flag.StringVar(&cfg.target, "url", "", "URL to fetch through a leased proxy (required)")
 	flag.StringVar(&selector, "selector", "", "proxy attributes to match, k=v[,k=v]")
@@ -92,7 +94,15 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil || target.Host == "" {
 		return fmt.Errorf("bad -url %q", cfg.target)
 	}
-	c, err := client.New(cfg.discoveryURL, cfg.token)
+	var opts []client.Option
+	if cfg.caFile != "" {
+		roots, err := client.LoadCAFile(cfg.caFile)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, client.WithRootCAs(roots))
+	}
+	c, err := client.New(cfg.discoveryURL, cfg.token, opts...)
 	if err != nil {
 		return err
 	}

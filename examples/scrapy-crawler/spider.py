@@ -4,6 +4,7 @@ Against `make dev`, from the repository root:
 
     PYTHONPATH=clients/python \\
     PROXY_OPERATOR_URL=$(cat .dev/discovery-url) PROXY_OPERATOR_TOKEN=$(cat .dev/discovery-token) \\
+    PROXY_OPERATOR_CA_FILE=.dev/ca.crt \\
     /usr/bin/python3 -m scrapy runspider examples/scrapy-crawler/spider.py \\
         -a start=http://127.0.0.1:8088/ -a pages=5 -o pages.json
 
@@ -22,6 +23,8 @@ class LeasedSpider(scrapy.Spider):
     custom_settings = {
         "DOWNLOADER_MIDDLEWARES": {"proxy_operator.middleware.ProxyOperatorMiddleware": 610},
         "PROXY_OPERATOR_URL": os.environ.get("PROXY_OPERATOR_URL", ""),
+        # The CA that verifies an https:// URL (the system's when unset).
+        "PROXY_OPERATOR_CA_FILE": os.environ.get("PROXY_OPERATOR_CA_FILE", ""),
         # The token comes from $PROXY_OPERATOR_TOKEN.
         "PROXY_OPERATOR_SELECTOR": {"tier": os.environ.get("PROXY_TIER", "standard")},
         "PROXY_OPERATOR_TTL": 120,

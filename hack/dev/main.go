@@ -150,6 +150,7 @@ func printBanner(root string, e *devenv.Env, took time.Duration) {
 	urlPath := rel(root, filepath.Join(e.Dir, devenv.DiscoveryURLFile))
 	fmt.Fprintf(&b, "HTTP discovery API (%s, docs/api.md):\n", e.DiscoveryURL)
 	fmt.Fprintf(&b, "  TOKEN=$(cat %s) URL=$(cat %s)\n", tokenPath, urlPath)
+	fmt.Fprintf(&b, "  export CURL_CA_BUNDLE=$PWD/%s    # the operator's CA: HTTPS, verified\n", rel(root, e.CAPath))
 	b.WriteString("  curl -s -H \"Authorization: Bearer $TOKEN\" $URL/v1/proxies\n")
 	b.WriteString("  curl -s -H \"Authorization: Bearer $TOKEN\" -d '{\"selector\":{\"tier\":\"standard\"},\"target\":\"origin\",\"ttlSeconds\":300}' $URL/v1/leases\n")
 	fmt.Fprintf(&b, "  curl -x <proxy from the lease> %s/    # the local origin, through squid\n", e.OriginURL)

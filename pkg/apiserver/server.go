@@ -40,6 +40,10 @@ type Deps struct {
 	// Clock drives the table's EXPIRES/AGE and the resourceVersion base; nil
 	// means the real clock. Use the lease store's clock.
 	Clock clock.PassiveClock
+	// ServingCert is the serving certificate when
+	// --apiserver-tls-cert-file is unset (the operator's own, from
+	// pkg/certs); nil: a self-signed one kept in memory.
+	ServingCert dynamiccertificates.CertKeyContentProvider
 }
 
 // Server is the aggregated API server as a controller-runtime Runnable. Build
@@ -81,8 +85,11 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 	}
 	codecs := newCodecs(scheme)
 
-	if err := opts.selfSignedCert(); err != nil {
-		return nil, err
+	managedCert := deps.ServingCert != nil && opts.SecureServing.ServerCert.CertKey.CertFile == ""
+	if !managedCert {
+		if err := opts.selfSignedCert(); err != nil {
+			return nil, err
+		}
 	}
 	config := genericapiserver.NewConfig(codecs)
 	config.EffectiveVersion = utilcompatibility.DefaultBuildEffectiveVersion()
@@ -90,6 +97,9 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 	config.EnableIndex = false
 	if err := opts.SecureServing.ApplyTo(&config.SecureServing, &config.LoopbackClientConfig); err != nil {
 		return nil, fmt.Errorf("secure serving: %w", err)
+	}
+	if managedCert {
+		config.SecureServing.Cert = deps.ServingCert
 	}
 	defer func() {
 		// ApplyTo has bound the port; a server that is not returned must not

@@ -1,13 +1,19 @@
-// Package discovery serves the plain HTTP lease API (docs/api.md) for
-// crawlers outside the cluster: list proxies, acquire, release, report and
-// renew leases, with a bearer token.
+// Package discovery serves the HTTP lease API (docs/api.md) for crawlers
+// outside the cluster: list proxies, acquire, release, report and renew
+// leases, with a bearer token, over TLS 1.2+ (plain HTTP only when asked for).
+//
+// It also owns where the API's certificate and tokens come from: its own
+// certificate files, re-read when they change, or a provider handed in (the
+// operator's own, pkg/certs, through k8s.io/apiserver's
+// CertKeyContentProvider interface); a token file, or a token Secret it
+// creates when missing and follows (TokenSecret).
 //
 // It owns the HTTP surface only: the leasing Service (pkg/leasing) decides,
 // and writeServiceError maps its error vocabulary to status codes in one
 // place. The Server is a manager Runnable that every replica runs
 // (NeedLeaderElection false).
 //
-// This package must not import pkg/flowcontrol, pkg/apiserver, pkg/controller
-// or pkg/metrics. The subpackage wire (JSON bodies) imports only the standard
+// This package must not import pkg/flowcontrol, pkg/apiserver, pkg/controller,
+// pkg/certs or pkg/metrics. The subpackage wire (JSON bodies) imports only the standard
 // library; client is the Go client for this API.
 package discovery

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/utils/clock"
 
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
@@ -123,3 +124,20 @@ type queueFull struct{ after time.Duration }
 
 func (q queueFull) Error() string             { return "flow queue limit reached" }
 func (q queueFull) RetryAfter() time.Duration { return q.after }
+
+// staticCert is a managed certificate source standing in for certs.Manager.
+type staticCert struct{ cert, key []byte }
+
+var _ dynamiccertificates.CertKeyContentProvider = (*staticCert)(nil)
+
+func (s *staticCert) Name() string                             { return "static" }
+func (s *staticCert) CurrentCertKeyContent() ([]byte, []byte)  { return s.cert, s.key }
+func (s *staticCert) AddListener(dynamiccertificates.Listener) {}
+
+// providerOrNil keeps a nil *staticCert a nil interface.
+func providerOrNil(s *staticCert) dynamiccertificates.CertKeyContentProvider {
+	if s == nil {
+		return nil
+	}
+	return s
+}

@@ -158,7 +158,7 @@ func (s *Server) identityFor(header string) (string, bool) {
 	}
 	sum := sha256.Sum256([]byte(token))
 	identity, matched := "", 0
-	for _, t := range s.tokens {
+	for _, t := range *s.tokens.Load() {
 		if subtle.ConstantTimeCompare(sum[:], t.hash[:]) == 1 {
 			identity, matched = t.identity, 1
 		}

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
 
 // ServingOptions are the flags of the HTTP discovery API: where it listens,
@@ -22,6 +25,18 @@ type ServingOptions struct {
 	TokenFile string
 	// MaxWait caps waitSeconds of POST /v1/leases.
 	MaxWait time.Duration
+	// TLSCertFile and TLSKeyFile are the serving pair, read again whenever
+	// the files change (a renewed certificate needs no restart).
+	TLSCertFile string
+	TLSKeyFile  string
+	// TokenSecret names a Secret of the operator's namespace holding the
+	// tokens (key "token", the token file's format), created with one
+	// generated token when missing and re-read while running; used when
+	// TokenFile is unset.
+	TokenSecret string
+	// PlainHTTP serves without TLS. Only when asked for: bearer tokens then
+	// cross the network in clear.
+	PlainHTTP bool
 }
 
 // DefaultServingOptions returns the defaults.
@@ -37,7 +52,11 @@ func (o *ServingOptions) Enabled() bool { return o.Addr != "0" }
 func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Addr, "discovery-bind-address", o.Addr, "Address of the HTTP discovery (lease) API; \"0\" disables it.")
 	fs.StringVar(&o.TokenFile, "discovery-token-file", o.TokenFile, "File of the discovery API's bearer tokens: one token,identity line each (# comments), or a single bare token (identity \""+DefaultIdentity+"\"). Unset: one token from $"+TokenEnv+"; with neither, authentication is OFF (logged as a warning).")
+	fs.StringVar(&o.TokenSecret, "discovery-token-secret", o.TokenSecret, "Secret (in the operator's namespace) of the discovery API's bearer tokens, key \"token\" in --discovery-token-file's format; created with one generated token (identity \""+DefaultIdentity+"\") if missing, re-read every "+DefaultTokenSecretInterval.String()+". Not with --discovery-token-file.")
 	fs.DurationVar(&o.MaxWait, "discovery-max-wait", o.MaxWait, "Longest waitSeconds a POST /v1/leases may ask for.")
+	fs.StringVar(&o.TLSCertFile, "discovery-tls-cert-file", o.TLSCertFile, "PEM certificate (chain) the HTTP discovery API serves, re-read when the file changes. Unset: the operator's own certificate (--serving-cert-secret).")
+	fs.StringVar(&o.TLSKeyFile, "discovery-tls-private-key-file", o.TLSKeyFile, "PEM private key of --discovery-tls-cert-file.")
+	fs.BoolVar(&o.PlainHTTP, "discovery-plain-http", o.PlainHTTP, "Serve the HTTP discovery API without TLS (bearer tokens cross the network in clear; logged as a warning). Only for a listener no one else can reach.")
 }
 
 // Validate reports every invalid option.
@@ -46,6 +65,20 @@ func (o *ServingOptions) Validate() error {
 	if o.Enabled() {
 		if err := validateBindAddress(o.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("--discovery-bind-address: %w", err))
+		}
+	}
+	switch {
+	case (o.TLSCertFile == "") != (o.TLSKeyFile == ""):
+		errs = append(errs, errors.New("--discovery-tls-cert-file and --discovery-tls-private-key-file: give both or neither"))
+	case o.PlainHTTP && o.TLSCertFile != "":
+		errs = append(errs, errors.New("--discovery-plain-http: conflicts with --discovery-tls-cert-file (serve TLS or plain HTTP, not both)"))
+	}
+	if o.TokenFile != "" && o.TokenSecret != "" {
+		errs = append(errs, errors.New("--discovery-token-file and --discovery-token-secret: give one (both name the tokens)"))
+	}
+	if o.TokenSecret != "" {
+		if msgs := validation.IsDNS1123Subdomain(o.TokenSecret); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--discovery-token-secret %q: %s", o.TokenSecret, strings.Join(msgs, "; ")))
 		}
 	}
 	if o.MaxWait <= 0 {
@@ -65,4 +98,38 @@ func validateBindAddress(addr string) error {
 		return fmt.Errorf("%q: port must be a number in 0..65535", addr)
 	}
 	return nil
+}
+
+// ErrNoServingCert is returned by ServingCert when the API would have to
+// serve plain HTTP without being asked to.
+var ErrNoServingCert = errors.New("the HTTP discovery API serves TLS: give --discovery-tls-cert-file and --discovery-tls-private-key-file, or --serving-cert-secret for the operator's own certificate; --discovery-plain-http serves plain HTTP instead (bearer tokens in clear)")
+
+// ValidateTLS reports whether the API has a certificate to serve, or was
+// asked for plain HTTP, given whether the operator manages its own
+// certificate.
+func (o *ServingOptions) ValidateTLS(managedCert bool) error {
+	if !o.Enabled() || o.PlainHTTP || o.TLSCertFile != "" || managedCert {
+		return nil
+	}
+	return ErrNoServingCert
+}
+
+// ServingCert is the certificate the API serves: its files when given (a
+// controller that re-reads them, which Server.Serve runs), else nil for plain
+// HTTP when PlainHTTP asks for it, else managed (the operator's own), else
+// ErrNoServingCert.
+func (o *ServingOptions) ServingCert(managed dynamiccertificates.CertKeyContentProvider) (dynamiccertificates.CertKeyContentProvider, error) {
+	switch {
+	case o.TLSCertFile != "":
+		c, err := dynamiccertificates.NewDynamicServingContentFromFiles("discovery-serving-cert", o.TLSCertFile, o.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--discovery-tls-cert-file: %w", err)
+		}
+		return c, nil
+	case o.PlainHTTP:
+		return nil, nil
+	case managed != nil:
+		return managed, nil
+	}
+	return nil, ErrNoServingCert
 }

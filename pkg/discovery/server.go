@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
@@ -47,6 +49,11 @@ type Options struct {
 	MaxBodyBytes int64
 	// ShutdownTimeout bounds graceful shutdown (default 10s).
 	ShutdownTimeout time.Duration
+	// Cert is the serving certificate (TLS 1.2+), taken afresh on every
+	// handshake; a source that must run to follow changes (the file
+	// controller from ServingOptions.ServingCert) is run by Serve. Nil serves
+	// plain HTTP, with a loud warning.
+	Cert dynamiccertificates.CertKeyContentProvider
 }
 
 // SingleToken is the Tokens map for one token of identity DefaultIdentity
@@ -60,8 +67,9 @@ func SingleToken(token string) map[string]string {
 
 // Server is the discovery HTTP API.
 type Server struct {
-	opts    Options
-	tokens  []tokenEntry
+	opts Options
+	// tokens are swapped whole by SetTokens (a reloaded token Secret).
+	tokens  atomic.Pointer[[]tokenEntry]
 	mux     *http.ServeMux
 	handler http.Handler
 }
@@ -89,12 +97,11 @@ func New(opts Options) (*Server, error) {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux()}
-	for token, identity := range opts.Tokens {
-		if token == "" || identity == "" {
-			return nil, errors.New("discovery server: tokens and identities must not be empty")
-		}
-		s.tokens = append(s.tokens, tokenEntry{hash: sha256.Sum256([]byte(token)), identity: identity})
+	entries, err := tokenEntries(opts.Tokens)
+	if err != nil {
+		return nil, err
 	}
+	s.tokens.Store(&entries)
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.method+" "+rt.path, rt.handler)
 	}
@@ -106,7 +113,33 @@ func New(opts Options) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // AuthEnabled reports whether bearer tokens are required.
-func (s *Server) AuthEnabled() bool { return len(s.tokens) > 0 }
+func (s *Server) AuthEnabled() bool { return len(*s.tokens.Load()) > 0 }
+
+// SetTokens replaces the accepted tokens (each mapped to its identity) from
+// the next request on. A server with authentication keeps it: an empty map is
+// refused, as is an empty token or identity; the old tokens then stay.
+func (s *Server) SetTokens(tokens map[string]string) error {
+	if len(tokens) == 0 && s.AuthEnabled() {
+		return errors.New("discovery server: refusing to replace the tokens with none (that would turn authentication off)")
+	}
+	entries, err := tokenEntries(tokens)
+	if err != nil {
+		return err
+	}
+	s.tokens.Store(&entries)
+	return nil
+}
+
+func tokenEntries(tokens map[string]string) ([]tokenEntry, error) {
+	entries := make([]tokenEntry, 0, len(tokens))
+	for token, identity := range tokens {
+		if token == "" || identity == "" {
+			return nil, errors.New("discovery server: tokens and identities must not be empty")
+		}
+		entries = append(entries, tokenEntry{hash: sha256.Sum256([]byte(token)), identity: identity})
+	}
+	return entries, nil
+}
 
 // Start listens on Options.Addr and serves until ctx ends (manager Runnable).
 func (s *Server) Start(ctx context.Context) error {
@@ -126,6 +159,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		logger.Info("WARNING: discovery API authentication is DISABLED (no token configured): anyone who can reach this address can lease proxies",
 			"address", ln.Addr().String())
 	}
+	if s.opts.Cert == nil {
+		logger.Info("WARNING: discovery API serves plain HTTP (--discovery-plain-http): bearer tokens cross the network unencrypted",
+			"address", ln.Addr().String())
+	}
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -136,9 +173,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes: 32 << 10,
 		BaseContext:    func(net.Listener) context.Context { return ctx },
 	}
+	serve := srv.Serve
+	if s.opts.Cert != nil {
+		if r, ok := s.opts.Cert.(certRunner); ok {
+			go r.Run(ctx, 1)
+		}
+		srv.TLSConfig = newServingTLS(s.opts.Cert).config()
+		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+	}
 	errCh := make(chan error, 1)
-	go func() { errCh <- srv.Serve(ln) }()
-	logger.Info("discovery API serving", "address", ln.Addr().String(), "auth", s.AuthEnabled())
+	go func() { errCh <- serve(ln) }()
+	logger.Info("discovery API serving", "address", ln.Addr().String(), "auth", s.AuthEnabled(), "tls", s.opts.Cert != nil)
 	select {
 	case err := <-errCh:
 		return fmt.Errorf("discovery server: %w", err)

@@ -3,13 +3,11 @@ package devenv
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,11 +27,11 @@ const APIServiceName = "v1alpha1.leasing.crawl.example.com"
 
 var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
-// aggregationComponent registers the operator's aggregated API server with
-// kube-apiserver: artifacts/apiserver's dev variant (Namespace, ExternalName
-// `localhost` Service, APIService), rewritten to verify the serving
-// certificate against this run's CA on this run's port, plus the shipped
-// delegation RBAC and ClusterRoles.
+// aggregationComponent completes the registration of the operator's
+// aggregated API server with kube-apiserver (registerAPIService, before the
+// operator starts, applied artifacts/apiserver's dev variant): the shipped
+// delegation RBAC and ClusterRoles, then the APIService turning Available,
+// which needs the caBundle the operator wrote.
 type aggregationComponent struct {
 	dyn    dynamic.Interface
 	cpDone <-chan struct{}
@@ -41,11 +39,10 @@ type aggregationComponent struct {
 
 func (c *aggregationComponent) name() string { return "ProxyLease APIService (artifacts/apiserver)" }
 
-func (c *aggregationComponent) start(ctx context.Context, e *Env) error {
-	caPEM, err := os.ReadFile(e.apiCAPath)
-	if err != nil {
-		return fmt.Errorf("reading the aggregated server's CA: %w", err)
-	}
+// registerAPIService applies the dev manifest (Namespace, ExternalName
+// Service, APIService), its APIService pointed at port and verified against
+// the caBundle the operator writes into it (nothing is skipped).
+func registerAPIService(ctx context.Context, cfg *rest.Config, port int) error {
 	dev, err := fs.ReadFile(artifacts.Dev, "dev/apiservice.yaml")
 	if err != nil {
 		return err
@@ -61,21 +58,22 @@ func (c *aggregationComponent) start(ctx context.Context, e *Env) error {
 		}
 		found = true
 		unstructured.RemoveNestedField(o.Object, "spec", "insecureSkipTLSVerify")
-		if err := unstructured.SetNestedField(o.Object, base64.StdEncoding.EncodeToString(caPEM), "spec", "caBundle"); err != nil {
-			return err
-		}
-		if err := unstructured.SetNestedField(o.Object, int64(e.APIServerPort), "spec", "service", "port"); err != nil {
+		if err := unstructured.SetNestedField(o.Object, int64(port), "spec", "service", "port"); err != nil {
 			return err
 		}
 	}
 	if !found {
 		return errors.New("dev/apiservice.yaml holds no APIService")
 	}
+	// The Namespace comes first in the dev manifest.
+	_, err = applyObjects(ctx, cfg, objs)
+	return err
+}
+
+// start applies the shipped delegation RBAC and ClusterRoles and waits for
+// the APIService the operator component registered to turn Available.
+func (c *aggregationComponent) start(ctx context.Context, e *Env) error {
 	cfg := e.ControlPlane.RESTConfig()
-	// The Namespace comes first in the dev manifest; the RBAC refers to it.
-	if _, err := applyObjects(ctx, cfg, objs); err != nil {
-		return err
-	}
 	for _, f := range []string{"rbac.yaml", "clusterroles.yaml"} {
 		data, err := fs.ReadFile(artifacts.FS, f)
 		if err != nil {
@@ -85,6 +83,7 @@ func (c *aggregationComponent) start(ctx context.Context, e *Env) error {
 			return fmt.Errorf("applying %s: %w", f, err)
 		}
 	}
+	var err error
 	if c.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		return err
 	}

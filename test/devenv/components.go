@@ -2,8 +2,8 @@ package devenv
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -14,9 +14,15 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
+	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
+	"github.com/proxy-operator/proxy-operator/pkg/certs"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
@@ -185,7 +191,6 @@ type operatorComponent struct {
 	*runner
 	apiListener net.Listener
 	files       []string
-	certDir     string
 }
 
 func (c *operatorComponent) name() string {
@@ -201,22 +206,6 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 			}
 		}
 	}()
-	token, err := randomToken()
-	if err != nil {
-		return err
-	}
-	tokenPath := e.path(DiscoveryTokenFile)
-	if err := writeFileAtomic(tokenPath, []byte(token+"\n"), 0o600); err != nil {
-		return fmt.Errorf("writing %s: %w", tokenPath, err)
-	}
-	c.files = append(c.files, tokenPath)
-	c.certDir = e.path(APIServerCertDir)
-	certs, err := writeServingCerts(c.certDir)
-	if err != nil {
-		return err
-	}
-	e.apiCAPath = certs.caPath
-
 	ports := e.opts.Ports
 	discoveryPort, err := reserve(ports.Discovery)
 	if err != nil {
@@ -248,41 +237,89 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 	opts.MetricsAddr = hostPort(metricsPort)
 	opts.HealthProbeAddr = hostPort(probePort)
 	opts.Discovery.Addr = hostPort(discoveryPort)
-	opts.Discovery.TokenFile = tokenPath
 	opts.APIServer.SecureServing.Listener = c.apiListener
 	opts.APIServer.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
 	opts.APIServer.SecureServing.BindPort = apiPort
-	opts.APIServer.SecureServing.ServerCert.CertKey.CertFile = certs.certPath
-	opts.APIServer.SecureServing.ServerCert.CertKey.KeyFile = certs.keyPath
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("operator options: %w", err)
 	}
 
 	cfg := e.ControlPlane.RESTConfig()
+	// The namespace and the APIService exist before the operator starts, as
+	// after an install: it writes its certificate Secret into the one and its
+	// CA into the other's caBundle at start.
+	if err := registerAPIService(ctx, cfg, apiPort); err != nil {
+		return err
+	}
 	c.runner = run(log.IntoContext(context.Background(), e.opts.Log), func(ctx context.Context) error {
 		return app.Run(ctx, cfg, opts)
 	})
 	probeURL := "http://" + hostPort(probePort)
-	discoveryURL := "http://" + hostPort(discoveryPort)
-	for _, url := range []string{probeURL + "/readyz", discoveryURL + "/healthz"} {
-		if err := c.waitOK(ctx, url, 90*time.Second); err != nil {
-			return errors.Join(err, c.stopAndWait(context.Background()))
+	discoveryURL := "https://" + hostPort(discoveryPort)
+	if err := c.waitOK(ctx, http.DefaultClient, probeURL+"/readyz", 90*time.Second); err != nil {
+		return errors.Join(err, c.stopAndWait(context.Background()))
+	}
+	// What the operator made at start: its CA and the token Secret.
+	token, caPEM, err := c.readOperatorSecrets(ctx, cfg, opts)
+	if err != nil {
+		return errors.Join(err, c.stopAndWait(context.Background()))
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return errors.Join(errors.New("the operator's CA ConfigMap holds no certificate"), c.stopAndWait(context.Background()))
+	}
+	e.httpClient = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	if err := c.waitOK(ctx, e.httpClient, discoveryURL+"/healthz", 90*time.Second); err != nil {
+		return errors.Join(err, c.stopAndWait(context.Background()))
+	}
+	for _, f := range []struct {
+		name string
+		data string
+		mode os.FileMode
+	}{{CAFile, string(caPEM), 0o644}, {DiscoveryTokenFile, token + "\n", 0o600}, {DiscoveryURLFile, discoveryURL + "\n", 0o644}} {
+		p := e.path(f.name)
+		if err := writeFileAtomic(p, []byte(f.data), f.mode); err != nil {
+			return errors.Join(fmt.Errorf("writing %s: %w", p, err), c.stopAndWait(context.Background()))
 		}
+		c.files = append(c.files, p)
 	}
-	urlPath := e.path(DiscoveryURLFile)
-	if err := writeFileAtomic(urlPath, []byte(discoveryURL+"\n"), 0o644); err != nil {
-		return errors.Join(fmt.Errorf("writing %s: %w", urlPath, err), c.stopAndWait(context.Background()))
-	}
-	c.files = append(c.files, urlPath)
-	e.DiscoveryURL, e.DiscoveryToken = discoveryURL, token
+	e.DiscoveryURL, e.DiscoveryToken, e.CAPath = discoveryURL, token, e.path(CAFile)
 	e.MetricsURL, e.HealthProbeURL = "http://"+hostPort(metricsPort)+"/metrics", probeURL
 	e.APIServerPort = apiPort
 	return nil
 }
 
-// waitOK polls url until it answers 200, the operator stops, or timeout.
-func (c *operatorComponent) waitOK(ctx context.Context, url string, timeout time.Duration) error {
-	client := &http.Client{Timeout: 2 * time.Second}
+// readOperatorSecrets reads the discovery token the operator generated into
+// its token Secret and the CA it published in its CA ConfigMap.
+func (c *operatorComponent) readOperatorSecrets(ctx context.Context, cfg *rest.Config, opts *app.Options) (token string, caPEM []byte, err error) {
+	kube, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	ts := &discovery.TokenSecret{Secrets: kube.CoreV1(), Namespace: opts.Namespace, Name: opts.Discovery.TokenSecret}
+	tokens, err := ts.Load(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	for t, identity := range tokens {
+		if identity == discovery.DefaultIdentity {
+			token = t
+		}
+	}
+	if token == "" {
+		return "", nil, fmt.Errorf("the discovery token Secret holds no token of identity %q", discovery.DefaultIdentity)
+	}
+	cm, err := kube.CoreV1().ConfigMaps(opts.Namespace).Get(ctx, opts.Certs.CAConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return "", nil, fmt.Errorf("reading the operator's CA ConfigMap: %w", err)
+	}
+	return token, []byte(cm.Data[certs.KeyCAConfigMap]), nil
+}
+
+// waitOK polls url with hc until it answers 200, the operator stops, or
+// timeout.
+func (c *operatorComponent) waitOK(ctx context.Context, hc *http.Client, url string, timeout time.Duration) error {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: hc.Transport}
 	deadline := time.Now().Add(timeout)
 	last := "no answer"
 	for {
@@ -319,9 +356,6 @@ func (c *operatorComponent) removeFiles() {
 		_ = os.Remove(f)
 	}
 	c.files = nil
-	if c.certDir != "" {
-		_ = os.RemoveAll(c.certDir)
-	}
 }
 
 // Operator returns the operator options of the dev environment: the
@@ -332,6 +366,12 @@ func (c *operatorComponent) removeFiles() {
 // production addresses; Start overrides them.
 func Operator(nodeName string) *app.Options {
 	opts := app.NewOptions()
+	// As installed: its own certificate (also for localhost, where it runs
+	// here) and a generated token, both in its namespace.
+	opts.Namespace = apiserver.DefaultServiceNamespace
+	opts.Certs.SecretName = ServingCertSecret
+	opts.Certs.Hosts = []string{"localhost", "127.0.0.1"}
+	opts.Discovery.TokenSecret = DiscoveryTokenSecret
 	opts.Providers = []string{kubernetes.Name, gcp.Name}
 	opts.Kubernetes.NodeName = nodeName
 	opts.Intervals.ProvisioningPoll = time.Second
@@ -340,12 +380,3 @@ func Operator(nodeName string) *app.Options {
 }
 
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
-
-// randomToken is 32 random bytes, hex-encoded.
-func randomToken() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("generating the discovery token: %w", err)
-	}
-	return hex.EncodeToString(b), nil
-}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -27,19 +28,26 @@ import (
 const (
 	// KubeconfigFile is an admin kubeconfig, credentials embedded.
 	KubeconfigFile = "kubeconfig"
-	// DiscoveryTokenFile holds the HTTP discovery API's bearer token (random
-	// per run); the operator reads it through --discovery-token-file.
+	// DiscoveryTokenFile holds the HTTP discovery API's bearer token: the one
+	// the operator generated into its token Secret (new every run).
 	DiscoveryTokenFile = "discovery-token"
 	// DiscoveryURLFile holds the discovery API's base URL, e.g.
-	// http://127.0.0.1:8090.
+	// https://127.0.0.1:8090.
 	DiscoveryURLFile = "discovery-url"
+	// CAFile is the CA that verifies the operator's serving certificate (the
+	// HTTP discovery API's and the aggregated API's): the one it issued into
+	// its Secret this run and published in its CA ConfigMap.
+	CAFile = "ca.crt"
 	// ReadyFile exists only while everything is up and the sample fleet is
 	// Ready (written last, removed first).
 	ReadyFile = "ready"
 	// ControlPlaneDir holds certificates, etcd data and the control plane's logs.
 	ControlPlaneDir = "controlplane"
-	// APIServerCertDir holds the aggregated API server's CA and serving pair.
-	APIServerCertDir = "apiserver"
+	// ServingCertSecret and DiscoveryTokenSecret are the Secrets the
+	// operator writes in its namespace (--serving-cert-secret,
+	// --discovery-token-secret), as installed.
+	ServingCertSecret    = "proxy-operator-serving-cert"
+	DiscoveryTokenSecret = "proxy-operator-discovery-token"
 	// LogsDir holds operator.log and nodeagent.log.
 	LogsDir = "logs"
 )
@@ -106,9 +114,11 @@ type Env struct {
 	Agent *nodeagent.Agent
 	// OriginURL is the local origin, e.g. http://127.0.0.1:8088.
 	OriginURL string
-	// DiscoveryURL and DiscoveryToken reach the HTTP discovery API.
+	// DiscoveryURL and DiscoveryToken reach the HTTP discovery API (HTTPS;
+	// CAPath verifies it, as HTTPClient does).
 	DiscoveryURL   string
 	DiscoveryToken string
+	CAPath         string
 	// MetricsURL is the operator's /metrics; HealthProbeURL its probe server
 	// (/healthz, /readyz).
 	MetricsURL     string
@@ -123,10 +133,10 @@ type Env struct {
 	// Fleet are the sample Proxies, Ready when Start returns.
 	Fleet []types.NamespacedName
 
-	opts      Options
-	origin    *originComponent
-	gceDir    string
-	apiCAPath string
+	opts       Options
+	origin     *originComponent
+	gceDir     string
+	httpClient *http.Client
 
 	started  []component
 	failed   chan string
@@ -190,7 +200,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		return nil, fmt.Errorf("devenv: creating %s: %w", dir, err)
 	}
 	// A previous run killed with SIGKILL may have left stale contract files.
-	for _, f := range []string{ReadyFile, DiscoveryTokenFile, DiscoveryURLFile, KubeconfigFile} {
+	for _, f := range []string{ReadyFile, DiscoveryTokenFile, DiscoveryURLFile, CAFile, KubeconfigFile} {
 		_ = os.Remove(filepath.Join(dir, f))
 	}
 	if opts.Log.GetSink() == nil {
@@ -219,6 +229,9 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	e.watch()
 	return e, nil
 }
+
+// HTTPClient reaches the HTTP discovery API, verifying it against CAPath.
+func (e *Env) HTTPClient() *http.Client { return e.httpClient }
 
 // Failed delivers the name of a component that stopped on its own while the
 // environment was up (etcd or kube-apiserver died, the operator returned).

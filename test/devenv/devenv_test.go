@@ -1,9 +1,6 @@
 package devenv
 
 import (
-	"crypto/x509"
-	"encoding/pem"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -13,8 +10,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 )
 
 func TestFleetManifestsPointHealthChecksAtTheOrigin(t *testing.T) {
@@ -50,47 +45,6 @@ func TestFleetManifestsPointHealthChecksAtTheOrigin(t *testing.T) {
 		if interval != float64(10) {
 			t.Errorf("proxy-b healthCheck.intervalSeconds = %v (%T) after the override, want the manifest's 10", interval, interval)
 		}
-	}
-}
-
-func TestServingCertsVerifyForTheAggregatorsServerName(t *testing.T) {
-	dir := t.TempDir()
-	certs, err := writeServingCerts(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caPEM, err := os.ReadFile(certs.caPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		t.Fatal("ca.crt holds no certificate")
-	}
-	certPEM, err := os.ReadFile(certs.certPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		t.Fatal("tls.crt holds no PEM block")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svcName := apiserver.DefaultServiceName + "." + apiserver.DefaultServiceNamespace + ".svc"
-	for _, name := range []string{svcName, "localhost", "127.0.0.1"} {
-		if _, err := cert.Verify(x509.VerifyOptions{DNSName: name, Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-			t.Errorf("serving certificate does not verify for %s: %v", name, err)
-		}
-	}
-	// Negative control: a name the aggregator never uses is refused.
-	if _, err := cert.Verify(x509.VerifyOptions{DNSName: "example.com", Roots: pool}); err == nil {
-		t.Error("serving certificate verifies for example.com; the name check above proves nothing")
-	}
-	if fi, err := os.Stat(certs.keyPath); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Errorf("tls.key mode %v (err %v), want 0600", fi.Mode().Perm(), err)
 	}
 }
 

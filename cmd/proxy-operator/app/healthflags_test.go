@@ -11,7 +11,7 @@ import (
 )
 
 func TestHealthFlags(t *testing.T) {
-	o, err := parse(t, "--health-workers=16", "--health-tick=500ms", "--health-min-report-interval=2m", "--health-event-buffer=128")
+	o, err := parseDev(t, "--health-workers=16", "--health-tick=500ms", "--health-min-report-interval=2m", "--health-event-buffer=128")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func TestHealthFlags(t *testing.T) {
 		MinReportInterval: health.DefaultMinReportInterval, EventBuffer: health.DefaultEventBuffer}, NewOptions().Health); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}
-	_, err = parse(t, "--health-workers=0", "--health-tick=0s", "--health-min-report-interval=-1s", "--health-event-buffer=0")
+	_, err = parseDev(t, "--health-workers=0", "--health-tick=0s", "--health-min-report-interval=-1s", "--health-event-buffer=0")
 	for _, flag := range []string{"--health-workers", "--health-tick", "--health-min-report-interval", "--health-event-buffer"} {
 		if err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("error %v does not name %s", err, flag)

@@ -17,6 +17,7 @@ import (
 
 func TestLeasingFlags(t *testing.T) {
 	o, err := parse(t, "--discovery-bind-address=127.0.0.1:9090", "--discovery-token-file=/run/token",
+		"--discovery-tls-cert-file=/run/tls.crt", "--discovery-tls-private-key-file=/run/tls.key",
 		"--max-leases-per-proxy=3", "--max-lease-ttl=2h", "--default-lease-ttl=10m", "--cooldown-window=90s",
 		"--lease-queue-max-per-flow=2", "--lease-queue-max-per-band=20", "--lease-queue-max=200",
 		"--apiserver-secure-port=0")
@@ -31,7 +32,8 @@ func TestLeasingFlags(t *testing.T) {
 	if d := cmp.Diff(want, o.Leasing); d != "" {
 		t.Errorf("leasing options (-want +got):\n%s", d)
 	}
-	wantDiscovery := discovery.ServingOptions{Addr: "127.0.0.1:9090", TokenFile: "/run/token", MaxWait: discovery.DefaultMaxWait}
+	wantDiscovery := discovery.ServingOptions{Addr: "127.0.0.1:9090", TokenFile: "/run/token", MaxWait: discovery.DefaultMaxWait,
+		TLSCertFile: "/run/tls.crt", TLSKeyFile: "/run/tls.key"}
 	if d := cmp.Diff(wantDiscovery, o.Discovery); d != "" {
 		t.Errorf("discovery options (-want +got):\n%s", d)
 	}
@@ -43,7 +45,7 @@ func TestLeasingFlags(t *testing.T) {
 // The aggregated API server's flags come from its own flag set, prefixed,
 // next to controller-runtime's --kubeconfig without clashing.
 func TestAPIServerFlagsDoNotClash(t *testing.T) {
-	o, err := parse(t, "--kubeconfig=/dev/null", "--apiserver-secure-port=7555",
+	o, err := parseDev(t, "--kubeconfig=/dev/null", "--apiserver-secure-port=7555",
 		"--apiserver-authentication-kubeconfig=/tmp/authn", "--apiserver-max-wait=20s")
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,9 @@ import (
 	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -13,6 +16,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
+	"github.com/proxy-operator/proxy-operator/pkg/certs"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
@@ -28,9 +32,17 @@ import (
 // the store's and the queue's collectors.
 func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics leasing.Recorder) error {
 	logger := log.FromContext(ctx)
-	tokens, err := o.Discovery.Tokens(os.Getenv)
+	// Uncached: the operator must not cache every Secret of the cluster.
+	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("building a Kubernetes client: %w", err)
+	}
+	var tokens map[string]string
+	var tokenSecret *discovery.TokenSecret
+	if o.Discovery.Enabled() {
+		if tokens, tokenSecret, err = o.Discovery.LoadTokens(ctx, os.Getenv, kube.CoreV1(), o.Namespace); err != nil {
+			return err
+		}
 	}
 	clk := clock.RealClock{}
 	l, err := leasing.New(o.Leasing, clk)
@@ -55,6 +67,11 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		}
 	}
 
+	servingCert, err := setupServingCert(ctx, mgr, cfg, kube, o)
+	if err != nil {
+		return err
+	}
+
 	if o.Discovery.Enabled() {
 		if len(tokens) > 0 {
 			logger.Info("discovery API accepts bearer tokens", "identities", discovery.Identities(tokens))
@@ -63,12 +80,17 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if err != nil {
 			return err
 		}
-		srv, err := newDiscoveryServer(&o.Discovery, tokens, svc)
+		srv, err := newDiscoveryServer(&o.Discovery, tokens, svc, servingCert)
 		if err != nil {
 			return err
 		}
 		if err := mgr.Add(srv); err != nil {
 			return fmt.Errorf("adding discovery server: %w", err)
+		}
+		if tokenSecret != nil {
+			if err := mgr.Add(tokenSecret.Follow(srv)); err != nil {
+				return fmt.Errorf("adding the discovery token follower: %w", err)
+			}
 		}
 	} else {
 		logger.Info("HTTP discovery API disabled (--discovery-bind-address=0)")
@@ -81,7 +103,11 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if err != nil {
 			return err
 		}
-		srv, err := apiserver.New(o.APIServer, apiserver.Deps{Service: svc, RESTConfig: cfg, Clock: clk})
+		deps := apiserver.Deps{Service: svc, RESTConfig: cfg, Clock: clk}
+		if servingCert != nil {
+			deps.ServingCert = servingCert
+		}
+		srv, err := apiserver.New(o.APIServer, deps)
 		if err != nil {
 			return fmt.Errorf("creating aggregated API server: %w", err)
 		}
@@ -94,11 +120,44 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	return nil
 }
 
+// setupServingCert builds the operator's certificate manager when
+// --serving-cert-secret is set (nil otherwise), brings its Secret up to date
+// before any server starts, and adds it to mgr to keep it current.
+func setupServingCert(ctx context.Context, mgr manager.Manager, cfg *rest.Config, kube kubernetes.Interface, o *Options) (*certs.Manager, error) {
+	if !o.Certs.Enabled() {
+		return nil, nil
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate client: %w", err)
+	}
+	m, err := certs.NewManager(o.certsOptions(), certs.Deps{Kube: kube, Dynamic: dyn})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Ensure(ctx); err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	if err := mgr.Add(m); err != nil {
+		return nil, fmt.Errorf("adding the serving certificate manager: %w", err)
+	}
+	return m, nil
+}
+
 // newDiscoveryServer builds the HTTP discovery API as Run serves it: every
 // configured token authenticates as its identity, which becomes the holder
-// and default flow of its leases.
-func newDiscoveryServer(o *discovery.ServingOptions, tokens map[string]string, svc *leasing.Service) (*discovery.Server, error) {
-	srv, err := discovery.New(discovery.Options{Addr: o.Addr, Tokens: tokens, Service: svc})
+// and default flow of its leases; it serves TLS with its own files, else the
+// managed certificate (nil: none), else plain HTTP when asked for.
+func newDiscoveryServer(o *discovery.ServingOptions, tokens map[string]string, svc *leasing.Service, managed *certs.Manager) (*discovery.Server, error) {
+	var m dynamiccertificates.CertKeyContentProvider
+	if managed != nil {
+		m = managed
+	}
+	cert, err := o.ServingCert(m)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := discovery.New(discovery.Options{Addr: o.Addr, Tokens: tokens, Service: svc, Cert: cert})
 	if err != nil {
 		return nil, fmt.Errorf("creating discovery server: %w", err)
 	}

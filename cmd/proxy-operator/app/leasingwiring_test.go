@@ -100,6 +100,7 @@ func TestDiscoveryServerTellsTokensApart(t *testing.T) {
 			}
 			o := discovery.DefaultServingOptions()
 			o.TokenFile = tokenFile
+			o.PlainHTTP = true // served by httptest below
 			// The file wins: this token must be refused.
 			tokens, err := o.Tokens(func(string) string { return "token-env" })
 			if err != nil {
@@ -122,7 +123,7 @@ func TestDiscoveryServerTellsTokensApart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := newDiscoveryServer(&o, tokens, svc)
+			srv, err := newDiscoveryServer(&o, tokens, svc, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -269,7 +270,7 @@ func leasingProblems(t *testing.T, m manifests) []string {
 		return append(problems, "want exactly one container")
 	}
 	c := d.Spec.Template.Spec.Containers[0]
-	o, err := parse(t, c.Args...)
+	o, err := parseInPod(t, d.Namespace, c.Args...)
 	if err != nil {
 		return append(problems, fmt.Sprintf("args %v: %v", c.Args, err))
 	}
@@ -348,9 +349,27 @@ func leasingProblems(t *testing.T, m manifests) []string {
 		}
 		bad("%s %s is under no volume mount", flag, file)
 	}
-	fromSecret("--discovery-token-file", o.Discovery.TokenFile)
-	fromSecret("--apiserver-tls-cert-file", o.APIServer.SecureServing.ServerCert.CertKey.CertFile)
-	fromSecret("--apiserver-tls-private-key-file", o.APIServer.SecureServing.ServerCert.CertKey.KeyFile)
+	switch {
+	case o.Discovery.TokenFile != "":
+		fromSecret("--discovery-token-file", o.Discovery.TokenFile)
+	case o.Discovery.TokenSecret == "":
+		bad("the discovery API has no bearer tokens: set --discovery-token-secret (or --discovery-token-file)")
+	}
+	if o.Discovery.PlainHTTP {
+		bad("the discovery API serves plain HTTP (--discovery-plain-http)")
+	}
+	for flag, file := range map[string]string{"--discovery-tls-cert-file": o.Discovery.TLSCertFile, "--discovery-tls-private-key-file": o.Discovery.TLSKeyFile} {
+		if file != "" {
+			fromSecret(flag, file)
+		}
+	}
+	switch cert := o.APIServer.SecureServing.ServerCert.CertKey; {
+	case cert.CertFile != "" || cert.KeyFile != "":
+		fromSecret("--apiserver-tls-cert-file", cert.CertFile)
+		fromSecret("--apiserver-tls-private-key-file", cert.KeyFile)
+	case !o.Certs.Enabled():
+		bad("the aggregated API would serve a self-signed certificate no caBundle names: set --serving-cert-secret (or --apiserver-tls-cert-file)")
+	}
 
 	// Both Services reach the pod: their selectors are among its labels and
 	// their target ports are the container's.
@@ -405,13 +424,16 @@ func TestOperatorManifestLeasing(t *testing.T) {
 		{name: "no leader election", old: "            - --leader-elect\n", new: "", want: "--leader-elect is off"},
 		{name: "unnamed discovery port", old: "name: discovery\n              containerPort: 8090", new: "name: lease-http\n              containerPort: 8090",
 			want: `container port "discovery"`},
-		{name: "token not from a file", old: "            - --discovery-token-file=/etc/proxy-operator/discovery/token\n", new: "",
-			want: "--discovery-token-file is not set"},
-		{name: "token from a wrong key", old: "path: token", new: "path: bearer", want: "projects no item"},
-		{name: "cert outside the Secret", old: "--apiserver-tls-cert-file=/etc/proxy-operator/apiserver-tls/tls.crt",
-			new: "--apiserver-tls-cert-file=/elsewhere/tls.crt", want: "--apiserver-tls-cert-file /elsewhere/tls.crt is under no volume mount"},
-		{name: "key not set", old: "            - --apiserver-tls-private-key-file=/etc/proxy-operator/apiserver-tls/tls.key\n", new: "",
-			want: "--apiserver-tls-private-key-file is not set"},
+		{name: "no tokens", old: "            - --discovery-token-secret=proxy-operator-discovery-token\n", new: "",
+			want: "the discovery API has no bearer tokens"},
+		{name: "plain HTTP", old: "            - --discovery-token-secret=proxy-operator-discovery-token\n",
+			new:  "            - --discovery-token-secret=proxy-operator-discovery-token\n            - --discovery-plain-http\n",
+			want: "serves plain HTTP"},
+		{name: "no serving certificate", old: "            - --serving-cert-secret=proxy-operator-serving-cert\n", new: "",
+			want: "the HTTP discovery API serves TLS"},
+		{name: "own certificate outside any Secret", old: "            - --apiserver-secure-port=7443\n",
+			new:  "            - --apiserver-secure-port=7443\n            - --apiserver-tls-cert-file=/elsewhere/tls.crt\n            - --apiserver-tls-private-key-file=/elsewhere/tls.key\n",
+			want: "--apiserver-tls-cert-file /elsewhere/tls.crt is under no volume mount"},
 		{name: "pod label the APIService's Service selects dropped", old: "        app.kubernetes.io/name: proxy-operator\n    spec:",
 			new: "        app: proxy-operator\n    spec:", want: "which the pod does not carry"},
 		{name: "readiness on the wrong port", old: "path: /readyz\n              port: probes", new: "path: /readyz\n              port: discovery",

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
+	"github.com/proxy-operator/proxy-operator/pkg/certs"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/gc"
@@ -26,6 +28,10 @@ import (
 
 // Options is every setting of the operator binary.
 type Options struct {
+	// Namespace is the operator's own: its certificate and token Secrets and
+	// its CA ConfigMap live there (default: the pod's namespace).
+	Namespace string
+
 	// MetricsAddr serves /metrics ("0" disables).
 	MetricsAddr string
 	// HealthProbeAddr serves /healthz and /readyz ("0" disables).
@@ -71,6 +77,10 @@ type Options struct {
 	// APIs; Discovery the HTTP discovery API (its --discovery-* flags).
 	Leasing   leasing.Options
 	Discovery discovery.ServingOptions
+	// Certs is the operator's own CA and serving certificate (its
+	// --serving-cert-* flags), used by each lease API without certificate
+	// files of its own.
+	Certs certs.Options
 	// APIServer configures the aggregated ProxyLease API server (its own
 	// flag set, every flag prefixed --apiserver-; --apiserver-secure-port=0
 	// disables it).
@@ -86,6 +96,7 @@ func knownProviders() []string { return []string{gcp.Name, kubernetes.Name} }
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
+		Namespace:        podNamespace(),
 		MetricsAddr:      ":8080",
 		HealthProbeAddr:  ":8081",
 		PprofAddr:        "0",
@@ -99,6 +110,7 @@ func NewOptions() *Options {
 		Health:           health.DefaultSettings(),
 		Leasing:          leasing.DefaultOptions(),
 		Discovery:        discovery.DefaultServingOptions(),
+		Certs:            certs.DefaultOptions(),
 		APIServer:        apiserver.NewOptions(),
 		Zap:              zap.Options{Development: false},
 	}
@@ -109,6 +121,7 @@ func NewOptions() *Options {
 // its loader), added here rather than redefined so the two cannot clash; the
 // --zap-* logging flags come from controller-runtime the same way.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The operator's own namespace, of its certificate and token Secrets (default: the pod's; required out of a cluster with --serving-cert-secret or --discovery-token-secret).")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "Address of the /metrics endpoint; \"0\" disables it.")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", o.HealthProbeAddr, "Address of the /healthz and /readyz endpoints; \"0\" disables them.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, "Address of the Go profiler (/debug/pprof/); \"0\" (the default) disables it. Unauthenticated: bind it to localhost.")
@@ -133,6 +146,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Health.AddFlags(fs)
 	o.GC.AddFlags(fs)
 	o.Discovery.AddFlags(fs)
+	o.Certs.AddFlags(fs)
 	o.Leasing.AddFlags(fs)
 	fs.AddFlagSet(o.APIServer.FlagSet())
 
@@ -222,6 +236,18 @@ func (o *Options) Validate() error {
 	}
 	if err := o.Discovery.Validate(); err != nil {
 		errs = append(errs, err)
+	} else if err := o.Discovery.ValidateTLS(o.Certs.Enabled()); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Namespace != "" {
+		if msgs := validation.IsDNS1123Label(o.Namespace); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--namespace %q: %s", o.Namespace, strings.Join(msgs, "; ")))
+		}
+	}
+	if c := o.certsOptions(); c.Enabled() {
+		if err := c.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := o.Leasing.Validate(); err != nil {
 		errs = append(errs, err)
@@ -234,4 +260,23 @@ func (o *Options) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// certsOptions are the --serving-cert-* options in the operator's namespace.
+func (o *Options) certsOptions() certs.Options {
+	c := o.Certs
+	c.Namespace = o.Namespace
+	return c
+}
+
+// inClusterNamespaceFile is where a pod finds its own namespace.
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// podNamespace is the pod's namespace, "" outside a pod.
+func podNamespace() string {
+	b, err := os.ReadFile(inClusterNamespaceFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/artifacts/operator"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 )
 
 func parse(t *testing.T, args ...string) (*Options, error) {
@@ -24,8 +26,27 @@ func parse(t *testing.T, args ...string) (*Options, error) {
 	return o, o.Validate()
 }
 
+// parseDev is parse with the discovery API on plain HTTP, as a local run
+// asks for it.
+func parseDev(t *testing.T, args ...string) (*Options, error) {
+	t.Helper()
+	return parse(t, append([]string{"--discovery-plain-http"}, args...)...)
+}
+
+// parseInPod is parse as the operator reads its flags in a pod of namespace
+// ns (the default of --namespace there).
+func parseInPod(t *testing.T, ns string, args ...string) (*Options, error) {
+	t.Helper()
+	return parse(t, append([]string{"--namespace=" + ns}, args...)...)
+}
+
+// The defaults are valid but for one choice the operator will not make
+// alone: how the HTTP discovery API serves its bearer tokens.
 func TestDefaultsAreValid(t *testing.T) {
-	o, err := parse(t)
+	if _, err := parse(t); !errors.Is(err, discovery.ErrNoServingCert) {
+		t.Fatalf("defaults: %v, want only %v", err, discovery.ErrNoServingCert)
+	}
+	o, err := parseDev(t)
 	if err != nil {
 		t.Fatalf("defaults invalid: %v", err)
 	}
@@ -38,7 +59,7 @@ func TestDefaultsAreValid(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	o, err := parse(t, "--leader-elect", "--leader-election-namespace=ops", "--providers=kubernetes",
+	o, err := parseDev(t, "--leader-elect", "--leader-election-namespace=ops", "--providers=kubernetes",
 		"--drift-poll-interval=30s", "--quota-retry-interval=10m", "--kubernetes-pod-namespace=proxies",
 		"--kubernetes-pod-node-name=node-1", "--kubeconfig=/dev/null", "--zap-log-level=debug", "--pprof-bind-address=127.0.0.1:6060")
 	if err != nil {
@@ -79,7 +100,7 @@ func TestDeploymentManifestArgs(t *testing.T) {
 		}
 		found = true
 		args := d.Spec.Template.Spec.Containers[0].Args
-		o, err := parse(t, args...)
+		o, err := parseInPod(t, d.Namespace, args...)
 		if err != nil {
 			t.Fatalf("manifest args %v: %v", args, err)
 		}
@@ -93,7 +114,7 @@ func TestDeploymentManifestArgs(t *testing.T) {
 }
 
 func TestGCPFlags(t *testing.T) {
-	o, err := parse(t, "--providers=kubernetes,gcp", "--gcp-project=crawl-prod", "--gcp-endpoint=http://127.0.0.1:9999",
+	o, err := parseDev(t, "--providers=kubernetes,gcp", "--gcp-project=crawl-prod", "--gcp-endpoint=http://127.0.0.1:9999",
 		"--gcp-request-timeout=7s", "--create-retry-interval=45s")
 	if err != nil {
 		t.Fatal(err)
@@ -102,20 +123,20 @@ func TestGCPFlags(t *testing.T) {
 		t.Errorf("parsed gcp options %+v, create retry %s", o.GCP, o.Intervals.CreateRetry)
 	}
 	// gcp enabled: its options are checked, and the tag must be a GCE label value.
-	_, err = parse(t, "--providers=gcp", "--instance-tag=Proxy.Operator", "--gcp-endpoint=127.0.0.1:9999")
+	_, err = parseDev(t, "--providers=gcp", "--instance-tag=Proxy.Operator", "--gcp-endpoint=127.0.0.1:9999")
 	for _, want := range []string{"--gcp-project: required", "--gcp-endpoint", `--instance-tag "Proxy.Operator"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
 		}
 	}
 	// gcp not enabled: its options are not required (negative control).
-	if _, err := parse(t, "--providers=kubernetes", "--instance-tag=Proxy.Operator"); err != nil {
+	if _, err := parseDev(t, "--providers=kubernetes", "--instance-tag=Proxy.Operator"); err != nil {
 		t.Errorf("gcp options checked while gcp is disabled: %v", err)
 	}
 }
 
 func TestGCOptions(t *testing.T) {
-	o, err := parse(t, "--gc-interval=1m", "--gc-min-age=30s", "--gc-dry-run")
+	o, err := parseDev(t, "--gc-interval=1m", "--gc-min-age=30s", "--gc-dry-run")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +148,7 @@ func TestGCOptions(t *testing.T) {
 	}
 	// A namespaced cache sees only some Proxies: the collector is refused
 	// at startup unless allowed or disabled.
-	_, err = parse(t, "--watch-namespaces=team-a,team-b")
+	_, err = parseDev(t, "--watch-namespaces=team-a,team-b")
 	if err == nil || !strings.Contains(err.Error(), "--gc-allow-namespaced") || !strings.Contains(err.Error(), "team-a, team-b") {
 		t.Errorf("--watch-namespaces without --gc-allow-namespaced: %v, want a refusal naming the flag and the namespaces", err)
 	}
@@ -135,11 +156,11 @@ func TestGCOptions(t *testing.T) {
 		{"--watch-namespaces=team-a", "--gc-allow-namespaced"},
 		{"--watch-namespaces=team-a", "--gc-interval=0"},
 	} {
-		if _, err := parse(t, ok...); err != nil {
+		if _, err := parseDev(t, ok...); err != nil {
 			t.Errorf("%v: %v, want accepted", ok, err)
 		}
 	}
-	_, err = parse(t, "--gc-interval=-1s", "--gc-min-age=0s", "--watch-namespaces=Bad_NS", "--gc-allow-namespaced")
+	_, err = parseDev(t, "--gc-interval=-1s", "--gc-min-age=0s", "--watch-namespaces=Bad_NS", "--gc-allow-namespaced")
 	for _, want := range []string{"--gc-interval", "--gc-min-age", `--watch-namespaces "Bad_NS"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)

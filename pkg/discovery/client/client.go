@@ -3,12 +3,15 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +33,31 @@ type Option func(*Client)
 // WithHTTPClient replaces http.DefaultClient (timeouts, TLS, transport).
 // Keep any client timeout above the longest waitSeconds you use.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithRootCAs verifies an https:// API against roots (for example the
+// operator's CA: the ConfigMap proxy-operator-ca in a cluster, .dev/ca.crt
+// with make dev) instead of the system's, over TLS 1.2 or later. It replaces
+// the HTTP client, so give WithHTTPClient instead when you need both.
+func WithRootCAs(roots *x509.CertPool) Option {
+	return func(c *Client) {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		c.hc = &http.Client{Transport: t}
+	}
+}
+
+// LoadCAFile reads a PEM CA bundle for WithRootCAs.
+func LoadCAFile(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: reading CA bundle: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("discovery client: %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
 
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }

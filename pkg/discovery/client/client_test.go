@@ -2,9 +2,14 @@ package client_test
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,5 +229,49 @@ func TestClientForbidden(t *testing.T) {
 	}
 	if client.IsForbidden(holder.Release(ctx, l.LeaseID)) {
 		t.Error("the holder's own release is forbidden")
+	}
+}
+
+// TestClientVerifiesTheServer: over https the client trusts only the CA it is
+// given (LoadCAFile/WithRootCAs), never an unknown certificate.
+func TestClientVerifiesTheServer(t *testing.T) {
+	plain, _, _, _ := newServer(t)
+	ts := httptest.NewUnstartedServer(plain.Config.Handler)
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	roots, err := client.LoadCAFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	trusting, err := client.New(ts.URL, "tok", client.WithRootCAs(roots))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trusting.ListProxies(ctx, client.ListOptions{}); err != nil {
+		t.Fatalf("with the server's CA: %v", err)
+	}
+	// Negative control: the system roots do not know the test CA.
+	untrusting, err := client.New(ts.URL, "tok", client.WithRootCAs(x509.NewCertPool()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unknown x509.UnknownAuthorityError
+	if _, err := untrusting.ListProxies(ctx, client.ListOptions{}); !errors.As(err, &unknown) {
+		t.Fatalf("without the CA: %v, want an unknown-authority error", err)
+	}
+	if _, err := client.LoadCAFile(filepath.Join(t.TempDir(), "none")); err == nil {
+		t.Error("LoadCAFile of a missing file succeeded")
+	}
+	empty := filepath.Join(t.TempDir(), "empty.crt")
+	if err := os.WriteFile(empty, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.LoadCAFile(empty); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Errorf("LoadCAFile of a non-PEM file: %v", err)
 	}
 }

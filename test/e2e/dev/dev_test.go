@@ -3,7 +3,9 @@ package deve2e
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -93,6 +95,7 @@ func TestDevEnvironment(t *testing.T) {
 
 	t.Run("contract files", h.contractFiles)
 	t.Run("kubectl get proxies shows the fleet Ready", h.proxiesReady)
+	t.Run("HTTP API is HTTPS with the operator's own certificate", h.operatorTLS)
 	t.Run("HTTP API without the token is 401", h.unauthorized)
 	t.Run("HTTP list, lease, curl -x, report, release", h.httpLeaseCycle)
 	t.Run("waiting HTTP lease granted on release", h.waitingLease)
@@ -117,7 +120,7 @@ func TestDevEnvironment(t *testing.T) {
 		if left := devenv.ProcessesUsing(dirs...); len(left) > 0 {
 			t.Errorf("processes left behind: %v", left)
 		}
-		for _, f := range []string{devenv.ReadyFile, devenv.DiscoveryTokenFile, devenv.DiscoveryURLFile, devenv.KubeconfigFile} {
+		for _, f := range []string{devenv.ReadyFile, devenv.DiscoveryTokenFile, devenv.DiscoveryURLFile, devenv.CAFile, devenv.KubeconfigFile} {
 			if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
 				t.Errorf("%s still present after Stop (stat: %v)", f, err)
 			}
@@ -151,6 +154,46 @@ func (h *harness) contractFiles(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(h.env.Dir, devenv.DiscoveryTokenFile)); err == nil && fi.Mode().Perm()&0o077 != 0 {
 		t.Errorf("discovery-token has mode %v, want no access for group and others", fi.Mode().Perm())
+	}
+}
+
+// operatorTLS: the discovery API serves the certificate the operator issued
+// into its Secret, verified by the CA it published in its ConfigMap, in the
+// APIService's caBundle and in .dev/ca.crt; without that CA, or over plain
+// HTTP, nothing is served.
+func (h *harness) operatorTLS(t *testing.T) {
+	if !strings.HasPrefix(h.env.DiscoveryURL, "https://") {
+		t.Fatalf("discovery URL %s is not https", h.env.DiscoveryURL)
+	}
+	caFile, err := os.ReadFile(h.env.CAPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := h.mustKubectl(t, "-n", "proxy-operator-system", "get", "configmap", "proxy-operator-ca", "-o", "jsonpath={.data.ca\\.crt}")
+	bundle := h.mustKubectl(t, "get", "apiservice", devenv.APIServiceName, "-o", "jsonpath={.spec.caBundle}")
+	caBundle, err := base64.StdEncoding.DecodeString(bundle)
+	if err != nil {
+		t.Fatalf("APIService caBundle: %v", err)
+	}
+	if string(caFile) != cm || string(caBundle) != cm {
+		t.Errorf("CA differs: %s (%d bytes), ConfigMap (%d bytes), APIService caBundle (%d bytes)", devenv.CAFile, len(caFile), len(cm), len(caBundle))
+	}
+	if typ := h.mustKubectl(t, "-n", "proxy-operator-system", "get", "secret", devenv.ServingCertSecret, "-o", "jsonpath={.type}"); typ != "kubernetes.io/tls" {
+		t.Errorf("serving certificate Secret type %q", typ)
+	}
+	if code, body := h.curl(t, "", h.env.DiscoveryURL+"/healthz"); code != 200 {
+		t.Errorf("healthz with the CA: %d %s", code, body)
+	}
+	// Negative controls: curl's own roots do not know the operator's CA, and
+	// plain HTTP on the TLS port is refused.
+	out, err := exec.Command("curl", "-sS", "--max-time", "10", h.env.DiscoveryURL+"/healthz").CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 60 {
+		t.Errorf("curl without --cacert: %v %s, want exit 60 (certificate not verified)", err, out)
+	}
+	plain := "http://" + strings.TrimPrefix(h.env.DiscoveryURL, "https://") + "/healthz"
+	if code, body := h.curl(t, "", plain); code != 400 {
+		t.Errorf("plain HTTP to the TLS port: %d %s, want 400", code, body)
 	}
 }
 
@@ -188,7 +231,7 @@ func (h *harness) unauthorized(t *testing.T) {
 		// Negative control: the same list with the token is allowed.
 		{"list with the token", h.env.DiscoveryToken, []string{h.env.DiscoveryURL + "/v1/proxies"}, 200},
 	} {
-		code, body := curl(t, tc.token, tc.args...)
+		code, body := h.curl(t, tc.token, tc.args...)
 		if code != tc.want {
 			t.Errorf("%s: HTTP %d, want %d (%s)", tc.name, code, tc.want, body)
 		}
@@ -213,7 +256,7 @@ type wireLease struct {
 
 func (h *harness) httpLeaseCycle(t *testing.T) {
 	url, token := h.env.DiscoveryURL, h.env.DiscoveryToken
-	code, body := curl(t, token, url+"/v1/proxies?healthy=true")
+	code, body := h.curl(t, token, url+"/v1/proxies?healthy=true")
 	var list struct {
 		Proxies []wireProxy `json:"proxies"`
 		Count   int         `json:"count"`
@@ -225,7 +268,7 @@ func (h *harness) httpLeaseCycle(t *testing.T) {
 		t.Errorf("list: %d healthy proxies, want the %d of the fleet: %s", list.Count, len(h.env.Fleet), body)
 	}
 
-	code, body = curl(t, token, "-d", `{"selector":{"tier":"standard"},"target":"origin","ttlSeconds":60}`, url+"/v1/leases")
+	code, body = h.curl(t, token, "-d", `{"selector":{"tier":"standard"},"target":"origin","ttlSeconds":60}`, url+"/v1/leases")
 	var l wireLease
 	if code != 201 || json.Unmarshal([]byte(body), &l) != nil || l.LeaseID == "" {
 		t.Fatalf("lease: HTTP %d %s", code, body)
@@ -236,7 +279,7 @@ func (h *harness) httpLeaseCycle(t *testing.T) {
 	released := false
 	defer func() {
 		if !released {
-			curl(t, token, "-X", "DELETE", url+"/v1/leases/"+l.LeaseID)
+			h.curl(t, token, "-X", "DELETE", url+"/v1/leases/"+l.LeaseID)
 		}
 	}()
 
@@ -258,24 +301,24 @@ func (h *harness) httpLeaseCycle(t *testing.T) {
 	if !strings.Contains(pl, l.LeaseID) || !strings.Contains(pl, l.Proxy.Name) {
 		t.Errorf("kubectl get proxyleases does not show HTTP lease %s on %s:\n%s", l.LeaseID, l.Proxy.Name, pl)
 	}
-	if m := metric(t, h.env.MetricsURL, "proxy_operator_leases_active"); m != "1" {
+	if m := h.metric(t, h.env.MetricsURL, "proxy_operator_leases_active"); m != "1" {
 		t.Errorf("proxy_operator_leases_active = %q while one lease is live, want 1", m)
 	}
 
-	if code, body := curl(t, token, "-d", `{"result":"ok","target":"origin"}`, url+"/v1/leases/"+l.LeaseID+"/report"); code != 204 {
+	if code, body := h.curl(t, token, "-d", `{"result":"ok","target":"origin"}`, url+"/v1/leases/"+l.LeaseID+"/report"); code != 204 {
 		t.Errorf("report ok: HTTP %d %s, want 204", code, body)
 	}
-	if code, body := curl(t, token, "-d", `{"result":"meh"}`, url+"/v1/leases/"+l.LeaseID+"/report"); code != 400 || !strings.Contains(body, "invalid_result") {
+	if code, body := h.curl(t, token, "-d", `{"result":"meh"}`, url+"/v1/leases/"+l.LeaseID+"/report"); code != 400 || !strings.Contains(body, "invalid_result") {
 		t.Errorf("report meh: HTTP %d %s, want 400 invalid_result", code, body)
 	}
-	if code, body := curl(t, token, "-X", "DELETE", url+"/v1/leases/"+l.LeaseID); code != 204 {
+	if code, body := h.curl(t, token, "-X", "DELETE", url+"/v1/leases/"+l.LeaseID); code != 204 {
 		t.Errorf("release: HTTP %d %s, want 204", code, body)
 	}
 	released = true
 	if pl := h.mustKubectl(t, "get", "proxyleases", "-A", "-o", "name"); strings.Contains(pl, l.LeaseID) {
 		t.Errorf("released lease still listed:\n%s", pl)
 	}
-	if m := metric(t, h.env.MetricsURL, "proxy_operator_leases_active"); m != "0" {
+	if m := h.metric(t, h.env.MetricsURL, "proxy_operator_leases_active"); m != "0" {
 		t.Errorf("proxy_operator_leases_active = %q after the release, want 0", m)
 	}
 }
@@ -284,13 +327,13 @@ func (h *harness) httpLeaseCycle(t *testing.T) {
 func (h *harness) waitingLease(t *testing.T) {
 	url, token := h.env.DiscoveryURL, h.env.DiscoveryToken
 	req := `{"selector":{"tier":"premium"},"target":"origin","ttlSeconds":60}`
-	code, body := curl(t, token, "-d", req, url+"/v1/leases")
+	code, body := h.curl(t, token, "-d", req, url+"/v1/leases")
 	var first wireLease
 	if code != 201 || json.Unmarshal([]byte(body), &first) != nil {
 		t.Fatalf("first lease: HTTP %d %s", code, body)
 	}
 	// Negative control: without a wait the exclusive proxy is a 409 now.
-	if code, body := curl(t, token, "-d", req, url+"/v1/leases"); code != 409 || !strings.Contains(body, `"atCapacity":1`) {
+	if code, body := h.curl(t, token, "-d", req, url+"/v1/leases"); code != 409 || !strings.Contains(body, `"atCapacity":1`) {
 		t.Errorf("second lease without wait: HTTP %d %s, want 409 no_match with atCapacity 1", code, body)
 	}
 
@@ -301,18 +344,18 @@ func (h *harness) waitingLease(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		code, body := curlNoFatal(token, "-d", `{"selector":{"tier":"premium"},"target":"origin","ttlSeconds":60,"waitSeconds":30}`, url+"/v1/leases")
+		code, body := h.curlNoFatal(token, "-d", `{"selector":{"tier":"premium"},"target":"origin","ttlSeconds":60,"waitSeconds":30}`, url+"/v1/leases")
 		done <- result{code, body, time.Now()}
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for metric(t, h.env.MetricsURL, `proxy_operator_flowcontrol_queue_length{band="0"}`) != "1" {
+	for h.metric(t, h.env.MetricsURL, `proxy_operator_flowcontrol_queue_length{band="0"}`) != "1" {
 		if time.Now().After(deadline) {
 			t.Fatal("the waiting request never showed in proxy_operator_flowcontrol_queue_length")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	releasedAt := time.Now()
-	if code, _ := curl(t, token, "-X", "DELETE", url+"/v1/leases/"+first.LeaseID); code != 204 {
+	if code, _ := h.curl(t, token, "-X", "DELETE", url+"/v1/leases/"+first.LeaseID); code != 204 {
 		t.Fatalf("release: HTTP %d", code)
 	}
 	var r result
@@ -332,7 +375,7 @@ func (h *harness) waitingLease(t *testing.T) {
 	if d := r.returned.Sub(releasedAt); d > 2*time.Second {
 		t.Errorf("waiter returned %s after the release, want promptly", d)
 	}
-	curl(t, token, "-X", "DELETE", url+"/v1/leases/"+second.LeaseID)
+	h.curl(t, token, "-X", "DELETE", url+"/v1/leases/"+second.LeaseID)
 }
 
 func (h *harness) proxyLease(t *testing.T) {
@@ -360,10 +403,10 @@ func (h *harness) proxyLease(t *testing.T) {
 		t.Errorf("deleted ProxyLease still listed:\n%s", pl)
 	}
 	// Both APIs' requests are counted, each under its api label.
-	if v := metric(t, h.env.MetricsURL, `lease_requests_total{api="kubernetes",outcome="granted"}`); v != "1" {
+	if v := h.metric(t, h.env.MetricsURL, `lease_requests_total{api="kubernetes",outcome="granted"}`); v != "1" {
 		t.Errorf(`lease_requests_total{api="kubernetes",outcome="granted"} = %q, want 1`, v)
 	}
-	if v := metric(t, h.env.MetricsURL, `lease_requests_total{api="http",outcome="granted"}`); v == "" || v == "0" {
+	if v := h.metric(t, h.env.MetricsURL, `lease_requests_total{api="http",outcome="granted"}`); v == "" || v == "0" {
 		t.Errorf(`lease_requests_total{api="http",outcome="granted"} = %q, want the HTTP grants of the steps before`, v)
 	}
 }
@@ -391,9 +434,9 @@ func (h *harness) mustKubectlIn(t *testing.T, stdin string, args ...string) stri
 
 // curl runs curl with a bearer token ("" = none) and returns the status
 // code and body.
-func curl(t *testing.T, token string, args ...string) (int, string) {
+func (h *harness) curl(t *testing.T, token string, args ...string) (int, string) {
 	t.Helper()
-	code, body := curlNoFatal(token, args...)
+	code, body := h.curlNoFatal(token, args...)
 	if code == 0 {
 		t.Fatalf("curl %s: %s", strings.Join(args, " "), body)
 	}
@@ -401,8 +444,9 @@ func curl(t *testing.T, token string, args ...string) (int, string) {
 }
 
 // curlNoFatal is curl for goroutines: code 0 and the error text on failure.
-func curlNoFatal(token string, args ...string) (int, string) {
-	full := []string{"-sS", "--max-time", "60", "-w", "\n%{http_code}"}
+// It verifies https:// against the dev CA, as README's commands do.
+func (h *harness) curlNoFatal(token string, args ...string) (int, string) {
+	full := []string{"-sS", "--max-time", "60", "--cacert", h.env.CAPath, "-w", "\n%{http_code}"}
 	if token != "" {
 		full = append(full, "-H", "Authorization: Bearer "+token)
 	}
@@ -469,7 +513,7 @@ func (h *harness) orphanCollected(t *testing.T) {
 	if !young {
 		t.Error("the collector deleted a VM younger than --gc-min-age")
 	}
-	if v := metric(t, h.env.MetricsURL, `proxy_operator_gc_deleted_total{provider="gcp"}`); v != "1" {
+	if v := h.metric(t, h.env.MetricsURL, `proxy_operator_gc_deleted_total{provider="gcp"}`); v != "1" {
 		t.Errorf(`proxy_operator_gc_deleted_total{provider="gcp"} = %q, want 1`, v)
 	}
 }
@@ -483,7 +527,7 @@ func (h *harness) observabilityMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, body := curl(t, "", h.env.MetricsURL)
+	code, body := h.curl(t, "", h.env.MetricsURL)
 	if code != 200 {
 		t.Fatalf("GET %s: HTTP %d", h.env.MetricsURL, code)
 	}
@@ -522,9 +566,9 @@ func (h *harness) observabilityMetrics(t *testing.T) {
 }
 
 // metric returns the value of one sample of /metrics ("" if absent).
-func metric(t *testing.T, metricsURL, series string) string {
+func (h *harness) metric(t *testing.T, metricsURL, series string) string {
 	t.Helper()
-	code, body := curl(t, "", metricsURL)
+	code, body := h.curl(t, "", metricsURL)
 	if code != 200 {
 		t.Fatalf("GET %s: HTTP %d", metricsURL, code)
 	}

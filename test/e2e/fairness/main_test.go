@@ -298,6 +298,9 @@ func (e *env) operatorOptions() (*app.Options, error) {
 	opts.Health.Tick = 100 * time.Millisecond
 	opts.Discovery.Addr = fmt.Sprintf("127.0.0.1:%d", discoveryPort)
 	opts.Discovery.TokenFile = tokenFile
+	// Plain HTTP, asked for: this test is about the lease path, on loopback;
+	// TLS on the HTTP API is covered by test/e2e/dev and pkg/discovery.
+	opts.Discovery.PlainHTTP = true
 	opts.Leasing.MaxLeasesPerProxy = 1
 	opts.Leasing.QueueMaxPerFlow = queueMaxPerFlow
 	opts.Leasing.QueueRetryAfter = queueRetryAfter

@@ -141,6 +141,7 @@ func crawl(t *testing.T, env *devenv.Env, urls []string, settings map[string]any
 		t.Fatal(err)
 	}
 	settings["PROXY_OPERATOR_URL"] = env.DiscoveryURL
+	settings["PROXY_OPERATOR_CA_FILE"] = env.CAPath
 	dir := t.TempDir()
 	cfg, _ := json.Marshal(map[string]any{"urls": urls, "settings": settings})
 	in, out := filepath.Join(dir, "crawl.json"), filepath.Join(dir, "result.json")
@@ -179,7 +180,11 @@ func tail(s string, n int) string {
 // activeLeases sums the fleet's live leases, as the HTTP API reports them.
 func activeLeases(t *testing.T, env *devenv.Env) int {
 	t.Helper()
-	c, err := client.New(env.DiscoveryURL, env.DiscoveryToken)
+	roots, err := client.LoadCAFile(env.CAPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(env.DiscoveryURL, env.DiscoveryToken, client.WithRootCAs(roots))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +253,7 @@ func TestScrapy(t *testing.T) {
 		cmd := exec.Command(py, "-m", "scrapy", "runspider", filepath.Join(root, "examples/scrapy-crawler/spider.py"),
 			"-a", "start="+env.OriginURL, "-a", "pages=5", "-o", out)
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "clients/python"),
-			"PROXY_OPERATOR_URL="+env.DiscoveryURL, "PROXY_OPERATOR_TOKEN="+env.DiscoveryToken)
+			"PROXY_OPERATOR_URL="+env.DiscoveryURL, "PROXY_OPERATOR_TOKEN="+env.DiscoveryToken, "PROXY_OPERATOR_CA_FILE="+env.CAPath)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("scrapy runspider: %v\n%s", err, tail(string(b), 40))
 		}

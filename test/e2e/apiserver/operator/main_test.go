@@ -177,6 +177,9 @@ func start(ctx context.Context) (_ *env, err error) {
 	opts.Intervals.RequeueNow = 50 * time.Millisecond
 	opts.Health.Tick = 100 * time.Millisecond
 	opts.Discovery.Addr = fmt.Sprintf("127.0.0.1:%d", discoveryPort)
+	// Plain HTTP, asked for: this test is about the lease path, on loopback;
+	// TLS on the HTTP API is covered by test/e2e/dev and pkg/discovery.
+	opts.Discovery.PlainHTTP = true
 	opts.APIServer.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
 	opts.APIServer.SecureServing.BindPort = apiPort
 	opts.APIServer.SecureServing.ServerCert.CertKey.CertFile = certFile

@@ -1,0 +1,363 @@
+package install
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
+
+	"github.com/spf13/pflag"
+
+	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
+	"github.com/proxy-operator/proxy-operator/pkg/certs"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery"
+	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
+)
+
+const operatorNamespace = "proxy-operator-system"
+
+// overlays are the kustomizations a user applies.
+var overlays = []string{"artifacts/install", "artifacts/install/overlays/single", "artifacts/install/overlays/production"}
+
+type env struct {
+	cp      *controlplane.ControlPlane
+	root    string
+	kubectl string
+	kube    kubernetes.Interface
+	dyn     dynamic.Interface
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binDir := os.Getenv(controlplane.BinDirEnv)
+	if binDir == "" {
+		binDir = filepath.Join(root, "bin")
+	}
+	// No CRDs preinstalled: the install brings them.
+	cp := controlplane.StartForTest(t, controlplane.Options{SkipCRDs: true})
+	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{cp: cp, root: root, kubectl: filepath.Join(binDir, "kubectl"), kube: kube, dyn: dyn}
+}
+
+// run runs kubectl against the control plane with stdin.
+func (e *env) run(t *testing.T, stdin []byte, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.kubectl, append([]string{"--kubeconfig", e.cp.KubeconfigPath, "--cache-dir", filepath.Join(t.TempDir(), "cache")}, args...)...)
+	cmd.Dir = e.root
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func (e *env) render(t *testing.T, dir string) []byte {
+	t.Helper()
+	out, err := e.run(t, nil, "kustomize", dir)
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, out)
+	}
+	return []byte(out)
+}
+
+// objects decodes a rendered stream.
+func objects(t *testing.T, rendered []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	for _, doc := range strings.Split(string(rendered), "\n---\n") {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("decoding rendered manifest: %v", err)
+		}
+		if len(m) > 0 {
+			out = append(out, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return out
+}
+
+// TestInstall: every overlay renders and passes server-side dry-run (a
+// broken manifest does not: negative control); the production overlay,
+// applied, creates every object it renders; the operator run with the
+// rendered Deployment's arguments as its ServiceAccount sets up its own TLS
+// and token and serves the HTTP API over verified TLS.
+func TestInstall(t *testing.T) {
+	e := setup(t)
+	// Server-side dry-run checks namespaced objects against their namespace,
+	// which a dry run does not create: create it first, as the apply would.
+	if out, err := e.run(t, nil, "create", "namespace", operatorNamespace); err != nil {
+		t.Fatalf("creating the namespace: %v\n%s", err, out)
+	}
+	for _, dir := range overlays {
+		t.Run("dry-run "+dir, func(t *testing.T) {
+			rendered := e.render(t, dir)
+			out, err := e.run(t, rendered, "apply", "--server-side", "--dry-run=server", "-f", "-")
+			if err != nil {
+				t.Fatalf("server-side dry-run: %v\n%s", err, out)
+			}
+			if got, want := strings.Count(out, "(server dry run)"), len(objects(t, rendered)); got != want {
+				t.Errorf("dry run reported %d objects, the overlay renders %d:\n%s", got, want, out)
+			}
+		})
+	}
+	t.Run("dry-run refuses a broken manifest", func(t *testing.T) {
+		rendered := e.render(t, "artifacts/install")
+		broken := bytes.Replace(rendered, []byte("containerPort: 8090"), []byte("containerPort: 80900"), 1)
+		if bytes.Equal(broken, rendered) {
+			t.Fatal("the rendered install no longer has containerPort 8090; update the mutation")
+		}
+		if out, err := e.run(t, broken, "apply", "--server-side", "--dry-run=server", "-f", "-"); err == nil {
+			t.Fatalf("a Deployment with containerPort 80900 passed the dry run:\n%s", out)
+		}
+	})
+
+	rendered := e.render(t, "artifacts/install/overlays/production")
+	if out, err := e.run(t, rendered, "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("applying the production overlay: %v\n%s", err, out)
+	}
+	objs := objects(t, rendered)
+	var deployment appsv1.Deployment
+	t.Run("every object exists", func(t *testing.T) {
+		kinds := map[string]int{}
+		for _, o := range objs {
+			kinds[o.GetKind()]++
+			gvk := o.GroupVersionKind()
+			mapping, err := e.restMapping(gvk)
+			if err != nil {
+				t.Errorf("%s %s: %v", gvk, o.GetName(), err)
+				continue
+			}
+			var got *unstructured.Unstructured
+			if o.GetNamespace() != "" {
+				got, err = e.dyn.Resource(mapping).Namespace(o.GetNamespace()).Get(context.Background(), o.GetName(), metav1.GetOptions{})
+			} else {
+				got, err = e.dyn.Resource(mapping).Get(context.Background(), o.GetName(), metav1.GetOptions{})
+			}
+			if err != nil {
+				t.Errorf("%s %s/%s not created: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+				continue
+			}
+			if got.GetLabels()["app.kubernetes.io/part-of"] != "proxy-operator" && o.GetLabels()["app.kubernetes.io/part-of"] == "proxy-operator" {
+				t.Errorf("%s %s lost its part-of label", o.GetKind(), o.GetName())
+			}
+			if o.GetKind() == "Deployment" {
+				b, _ := yaml.Marshal(o.Object)
+				if err := yaml.Unmarshal(b, &deployment); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, k := range []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+			"Role", "RoleBinding", "Deployment", "Service", "APIService", "PodDisruptionBudget", "NetworkPolicy"} {
+			if kinds[k] == 0 {
+				t.Errorf("the production overlay renders no %s", k)
+			}
+		}
+		if kinds["Secret"] != 0 {
+			t.Errorf("the install ships %d Secrets; the operator makes its own", kinds["Secret"])
+		}
+	})
+	if len(deployment.Spec.Template.Spec.Containers) != 1 {
+		t.Fatal("no operator Deployment in the production overlay")
+	}
+	t.Run("the operator sets up its own TLS and token, with the install's RBAC", func(t *testing.T) {
+		e.operatorAsInstalled(t, deployment)
+	})
+}
+
+// operatorAsInstalled runs the operator in this process with the Deployment's
+// arguments (addresses moved to free loopback ports), authenticated as the
+// Deployment's ServiceAccount, and checks what it made.
+func (e *env) operatorAsInstalled(t *testing.T, d appsv1.Deployment) {
+	ctx := context.Background()
+	spec := d.Spec.Template.Spec
+	tok, err := e.kube.CoreV1().ServiceAccounts(d.Namespace).CreateToken(ctx, spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a token for the operator's ServiceAccount: %v", err)
+	}
+	cfg := rest.AnonymousClientConfig(e.cp.RESTConfig())
+	cfg.BearerToken = tok.Status.Token
+
+	ports := make([]int, 4)
+	for i := range ports {
+		if ports[i], err = framework.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	discoveryAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	args := append([]string{"--namespace=" + d.Namespace, "--leader-election-namespace=" + d.Namespace}, spec.Containers[0].Args...)
+	args = append(args,
+		"--discovery-bind-address="+discoveryAddr,
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(ports[1]),
+		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(ports[2]),
+		"--apiserver-bind-address=127.0.0.1", "--apiserver-secure-port="+strconv.Itoa(ports[3]),
+		// localhost too, so this test can verify the HTTP API it reaches on 127.0.0.1.
+		"--serving-cert-hosts=127.0.0.1")
+	o := app.NewOptions()
+	fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("the Deployment's args %v: %v", args, err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("the Deployment's args %v: %v", args, err)
+	}
+	runCtx, cancel := context.WithCancel(log.IntoContext(ctx, zap.New(zap.WriteTo(io.Discard))))
+	done := make(chan struct{})
+	var runErr error
+	go func() { defer close(done); runErr = app.Run(runCtx, cfg, o) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+			if runErr != nil {
+				t.Errorf("operator: %v", runErr)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("operator did not stop within 30s")
+		}
+	})
+
+	// What it made, read as the admin.
+	var secret *corev1.Secret
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-done:
+			return false, fmt.Errorf("the operator stopped: %v", runErr)
+		default:
+		}
+		secret, err = e.kube.CoreV1().Secrets(d.Namespace).Get(ctx, o.Certs.SecretName, metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("serving certificate Secret %s: %v", o.Certs.SecretName, err)
+	}
+	if secret.Type != corev1.SecretTypeTLS {
+		t.Errorf("serving certificate Secret type %s", secret.Type)
+	}
+	cm, err := e.kube.CoreV1().ConfigMaps(d.Namespace).Get(ctx, o.Certs.CAConfigMap, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("CA ConfigMap: %v", err)
+	}
+	caPEM := []byte(cm.Data[certs.KeyCAConfigMap])
+	if !bytes.Equal(caPEM, secret.Data[certs.KeyCABundle]) {
+		t.Error("the CA ConfigMap differs from the Secret's bundle")
+	}
+	apiSvc, err := e.dyn.Resource(schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}).
+		Get(ctx, o.Certs.APIService, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64, _, _ := unstructured.NestedString(apiSvc.Object, "spec", "caBundle")
+	if got, _ := base64.StdEncoding.DecodeString(b64); !bytes.Equal(got, caPEM) {
+		t.Errorf("APIService caBundle is not the operator's CA (%d bytes, want %d)", len(got), len(caPEM))
+	}
+	serving, err := certs.ParseKeyPair(secret.Data[certs.KeyServingCert], secret.Data[certs.KeyServingKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatal("the CA ConfigMap holds no certificate")
+	}
+	apiName := o.APIServer.ServiceName + "." + d.Namespace + ".svc"
+	if _, err := serving.Cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: apiName}); err != nil {
+		t.Errorf("the serving certificate does not verify for %s, the name kube-apiserver dials: %v", apiName, err)
+	}
+
+	tokens, _, err := o.Discovery.LoadTokens(ctx, func(string) string { return "" }, e.kube.CoreV1(), d.Namespace)
+	if err != nil {
+		t.Fatalf("the generated token Secret: %v", err)
+	}
+	var token string
+	for tk, identity := range tokens {
+		if identity == discovery.DefaultIdentity {
+			token = tk
+		}
+	}
+	if len(tokens) != 1 || len(token) != 64 {
+		t.Fatalf("the generated token Secret holds %d tokens (identity %q), want one 32-byte hex token", len(tokens), discovery.DefaultIdentity)
+	}
+
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	get := func(token string) (int, error) {
+		req, _ := http.NewRequest(http.MethodGet, "https://"+discoveryAddr+"/v1/proxies", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	var code int
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		code, err = get(token)
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("HTTP API over TLS with the operator's CA: %v", err)
+	}
+	if code != 200 {
+		t.Errorf("GET /v1/proxies with the generated token: %d", code)
+	}
+	if code, err := get(""); err != nil || code != 401 {
+		t.Errorf("GET /v1/proxies without a token: %d %v, want 401", code, err)
+	}
+}
+
+func (e *env) restMapping(gvk schema.GroupVersionKind) (schema.GroupVersionResource, error) {
+	resources, err := e.kube.Discovery().ServerResourcesForGroupVersion(gvk.GroupVersion().String())
+	if err != nil {
+		return schema.GroupVersionResource{}, err
+	}
+	for _, r := range resources.APIResources {
+		if r.Kind == gvk.Kind && !strings.Contains(r.Name, "/") {
+			return gvk.GroupVersion().WithResource(r.Name), nil
+		}
+	}
+	return schema.GroupVersionResource{}, fmt.Errorf("no resource of kind %s", gvk.Kind)
+}
