@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -113,5 +118,31 @@ func TestParseSelector(t *testing.T) {
 	}
 	if _, err := parseSelector("region"); err == nil {
 		t.Error("pair without = accepted")
+	}
+}
+
+// TestRunVerifiesTheAPI: over https the example trusts the -ca-file CA, and
+// refuses a server it cannot verify.
+func TestRunVerifiesTheAPI(t *testing.T) {
+	store, _ := lease.New(lease.Options{}, nil)
+	leases := leasing.NewWithStore(store, leasing.DefaultOptions(), clock.RealClock{})
+	defer func() { _ = leases.Shutdown(context.Background()) }()
+	svc, _ := leases.Service(leasing.APIHTTP, discovery.DefaultMaxWait, nil)
+	s, _ := discovery.New(discovery.Options{Tokens: discovery.SingleToken("tok"), Service: svc})
+	api := httptest.NewTLSServer(s.Handler())
+	defer api.Close()
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config{discoveryURL: api.URL, token: "tok", target: "http://site.test/", caFile: caFile}
+	// With the CA the API answers (no proxy: the API's own no_match).
+	if err := run(context.Background(), cfg, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "no proxy free") {
+		t.Errorf("with -ca-file: %v, want the API's no_match", err)
+	}
+	cfg.caFile = ""
+	var unknown x509.UnknownAuthorityError
+	if err := run(context.Background(), cfg, &bytes.Buffer{}); !errors.As(err, &unknown) {
+		t.Errorf("without -ca-file: %v, want an unknown-authority error", err)
 	}
 }
