@@ -10,10 +10,12 @@ package rbac
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=proxy-operator-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=events,verbs=create;patch
 //
-// The operator's own TLS and tokens (pkg/certs, pkg/discovery): the
-// certificate and discovery token Secrets and the CA ConfigMap in its
-// namespace, read directly (never cached: no list or watch), and the caBundle
-// of its one APIService.
+// The operator's own TLS, tokens and lease checkpoint (pkg/certs,
+// pkg/discovery, pkg/checkpoint): the certificate, discovery token and
+// checkpoint Secrets (old checkpoint shards are deleted) and the CA ConfigMap
+// in its namespace, read directly (never cached: no list or watch), and the
+// caBundle of its one APIService.
 //
-// +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=secrets;configmaps,verbs=get;create;update
+// +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=secrets,verbs=get;create;update;delete
+// +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=configmaps,verbs=get;create;update
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,resourceNames=v1alpha1.leasing.crawl.example.com,verbs=get;patch

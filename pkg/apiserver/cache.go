@@ -46,7 +46,9 @@ type leaseCache struct {
 	// time in microseconds, so that the resourceVersions of a restarted
 	// operator (whose store counts from 0 again) are above every one the
 	// previous process handed out, and a client resuming from an old one gets
-	// 410 Gone and lists again instead of silently missing changes.
+	// 410 Gone and lists again instead of silently missing changes. With a
+	// lease checkpoint it is the checkpoint's and the store resumes its
+	// revision, so resourceVersions are the same across the restart.
 	rvBase      uint64
 	svc         *leasing.Service
 	historySize int
@@ -67,9 +69,12 @@ type leaseCache struct {
 
 // newLeaseCache subscribes to the service's lease events. The returned func
 // unsubscribes and closes every watcher.
-func newLeaseCache(svc *leasing.Service, clk clock.PassiveClock, historySize int) (*leaseCache, func()) {
+func newLeaseCache(svc *leasing.Service, clk clock.PassiveClock, historySize int, rvBase uint64) (*leaseCache, func()) {
+	if rvBase == 0 {
+		rvBase = uint64(clk.Now().UnixMicro())
+	}
 	c := &leaseCache{
-		rvBase:      uint64(clk.Now().UnixMicro()),
+		rvBase:      rvBase,
 		svc:         svc,
 		historySize: historySize,
 		history:     make([]*cacheEvent, historySize),

@@ -3,6 +3,8 @@ package apiserver
 import (
 	"crypto/sha1" //nolint:gosec // a name-based (version 5) UUID is defined with SHA-1; nothing secret is hashed.
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"strconv"
 
@@ -118,4 +120,27 @@ func metadataOf(obj *leasingv1alpha1.ProxyLease) lease.Metadata {
 	m := lease.Metadata{Labels: t.Labels, Annotations: t.Annotations, Extra: t}
 	t.Labels, t.Annotations = nil, nil
 	return m
+}
+
+// MetadataCodec encodes the API metadata this server keeps with a lease
+// (lease.Metadata.Extra: the ProxyLease template of metadataOf) for the
+// lease checkpoint, and decodes it back to the same type.
+type MetadataCodec struct{}
+
+// EncodeExtra encodes a ProxyLease template as JSON.
+func (MetadataCodec) EncodeExtra(extra any) ([]byte, error) {
+	t, ok := extra.(*leasingv1alpha1.ProxyLease)
+	if !ok {
+		return nil, fmt.Errorf("lease metadata is a %T, not a ProxyLease template", extra)
+	}
+	return json.Marshal(t)
+}
+
+// DecodeExtra decodes what EncodeExtra wrote.
+func (MetadataCodec) DecodeExtra(data []byte) (any, error) {
+	t := &leasingv1alpha1.ProxyLease{}
+	if err := json.Unmarshal(data, t); err != nil {
+		return nil, fmt.Errorf("decoding a ProxyLease template: %w", err)
+	}
+	return t, nil
 }

@@ -40,6 +40,10 @@ type Deps struct {
 	// Clock drives the table's EXPIRES/AGE and the resourceVersion base; nil
 	// means the real clock. Use the lease store's clock.
 	Clock clock.PassiveClock
+	// ResourceVersionBase is added to store revisions to make
+	// resourceVersions; zero means the start time in microseconds. Give the
+	// lease checkpoint's, so resourceVersions stay the same across restarts.
+	ResourceVersionBase uint64
 	// ServingCert is the serving certificate when
 	// --apiserver-tls-cert-file is unset (the operator's own, from
 	// pkg/certs); nil: a self-signed one kept in memory.
@@ -55,6 +59,7 @@ type Server struct {
 	closeCache  func()
 	caBundle    []byte
 	startedOnce sync.Once
+	stopped     chan struct{}
 }
 
 // New builds the server: serving certificate, delegated authn/authz (this
@@ -111,7 +116,7 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 	if err := applyDelegation(opts, deps.RESTConfig, config); err != nil {
 		return nil, err
 	}
-	cache, closeCache := newLeaseCache(deps.Service, clk, opts.WatchHistory)
+	cache, closeCache := newLeaseCache(deps.Service, clk, opts.WatchHistory, deps.ResourceVersionBase)
 	defer func() {
 		if retErr != nil {
 			closeCache()
@@ -152,7 +157,7 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 		return nil, fmt.Errorf("installing %s: %w", leasingv1alpha1.GroupName, err)
 	}
 
-	s := &Server{generic: generic, cache: cache, closeCache: closeCache}
+	s := &Server{generic: generic, cache: cache, closeCache: closeCache, stopped: make(chan struct{})}
 	if gen := opts.SecureServing.ServerCert.GeneratedCert; gen != nil {
 		s.caBundle = caOfChain(gen)
 	}
@@ -208,6 +213,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("apiserver: Start called twice")
 	}
 	logger := log.FromContext(ctx).WithName("apiserver")
+	defer close(s.stopped)
 	defer s.closeCache()
 	go func() {
 		// Close the watches at once so the HTTP server's shutdown does not wait
@@ -225,3 +231,7 @@ func (s *Server) Start(ctx context.Context) error {
 // NeedLeaderElection is false: lease state is per process, so every replica
 // serves.
 func (s *Server) NeedLeaderElection() bool { return false }
+
+// Stopped is closed once Start has returned: the server takes no more
+// requests and those in flight have been answered.
+func (s *Server) Stopped() <-chan struct{} { return s.stopped }

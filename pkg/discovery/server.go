@@ -72,6 +72,7 @@ type Server struct {
 	tokens  atomic.Pointer[[]tokenEntry]
 	mux     *http.ServeMux
 	handler http.Handler
+	stopped chan struct{}
 }
 
 type tokenEntry struct {
@@ -96,7 +97,7 @@ func New(opts Options) (*Server, error) {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	s := &Server{opts: opts, mux: http.NewServeMux()}
+	s := &Server{opts: opts, mux: http.NewServeMux(), stopped: make(chan struct{})}
 	entries, err := tokenEntries(opts.Tokens)
 	if err != nil {
 		return nil, err
@@ -153,6 +154,7 @@ func (s *Server) Start(ctx context.Context) error {
 
 // Serve serves on ln until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	defer close(s.stopped)
 	logger := log.FromContext(ctx).WithName("discovery")
 	ctx = log.IntoContext(ctx, logger)
 	if !s.AuthEnabled() {
@@ -197,6 +199,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	return nil
 }
+
+// Stopped is closed once Serve has returned: the API takes no more requests
+// and those in flight have been answered (or the shutdown timed out).
+func (s *Server) Stopped() <-chan struct{} { return s.stopped }
 
 // NeedLeaderElection is false: every replica serves (lease state is per process).
 func (s *Server) NeedLeaderElection() bool { return false }

@@ -106,6 +106,7 @@ func (s *Store) coolLocked(e *proxyEntry, target string, until time.Time) {
 		e.cooldowns = map[string]time.Time{}
 	}
 	e.cooldowns[target] = until
+	s.coolings++
 	heap.Push(&s.cools, &cooldownItem{e: e, target: target, until: until})
 	s.scheduledLocked(until)
 	if target == "" && !e.globalCooling {

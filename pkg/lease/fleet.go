@@ -26,7 +26,9 @@ func (s *Store) UpsertProxy(info ProxyInfo) {
 	}
 	wasIndexed := e.indexed
 	attrsChanged := e.removed || !maps.Equal(e.info.Attributes, info.Attributes)
-	follow := !e.removed && e.leases > 0 && e.info.leaseVisible(info)
+	// A restored placeholder (Restore) holds leases while removed: its
+	// first upsert shows the proxy as it is now on them, like any change.
+	follow := e.leases > 0 && e.info.leaseVisible(info)
 	s.unindexLocked(e)
 	if !e.removed {
 		s.removeMembersLocked(e)

@@ -53,6 +53,9 @@ type Store struct {
 	tombHead  int
 	flows     map[string]int
 	revision  uint64
+	// coolings counts cooldowns started (Changes: a checkpoint must see
+	// them, and a report on an ended lease starts one without a revision).
+	coolings uint64
 	// free counts the indexed proxies: those that can take a lease now.
 	free int
 	// armed is when Start's timer fires (UnixNano; MaxInt64 before Start);

@@ -372,6 +372,7 @@ func Operator(nodeName string) *app.Options {
 	opts.Certs.SecretName = ServingCertSecret
 	opts.Certs.Hosts = []string{"localhost", "127.0.0.1"}
 	opts.Discovery.TokenSecret = DiscoveryTokenSecret
+	opts.Checkpoint.SecretName = LeaseCheckpointSecret
 	opts.Providers = []string{kubernetes.Name, gcp.Name}
 	opts.Kubernetes.NodeName = nodeName
 	opts.Intervals.ProvisioningPoll = time.Second

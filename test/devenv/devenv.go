@@ -43,11 +43,12 @@ const (
 	ReadyFile = "ready"
 	// ControlPlaneDir holds certificates, etcd data and the control plane's logs.
 	ControlPlaneDir = "controlplane"
-	// ServingCertSecret and DiscoveryTokenSecret are the Secrets the
-	// operator writes in its namespace (--serving-cert-secret,
-	// --discovery-token-secret), as installed.
-	ServingCertSecret    = "proxy-operator-serving-cert"
-	DiscoveryTokenSecret = "proxy-operator-discovery-token"
+	// ServingCertSecret, DiscoveryTokenSecret and LeaseCheckpointSecret are
+	// the Secrets the operator writes in its namespace (--serving-cert-secret,
+	// --discovery-token-secret, --lease-checkpoint-secret), as installed.
+	ServingCertSecret     = "proxy-operator-serving-cert"
+	DiscoveryTokenSecret  = "proxy-operator-discovery-token"
+	LeaseCheckpointSecret = "proxy-operator-leases"
 	// LogsDir holds operator.log and nodeagent.log.
 	LogsDir = "logs"
 )

@@ -17,6 +17,7 @@ import (
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/certs"
+	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
@@ -48,6 +49,15 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	l, err := leasing.New(o.Leasing, clk)
 	if err != nil {
 		return err
+	}
+	// Before the store is fed or served: the last checkpoint's leases.
+	cp, err := setupCheckpoint(ctx, mgr, kube, o, l.Store)
+	if err != nil {
+		return err
+	}
+	var rvBase uint64
+	if cp != nil {
+		rvBase = cp.RVBase(uint64(clk.Now().UnixMicro()))
 	}
 	inf, err := mgr.GetCache().GetInformer(ctx, &crawlv1alpha1.Proxy{})
 	if err != nil {
@@ -87,6 +97,9 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if err := mgr.Add(srv); err != nil {
 			return fmt.Errorf("adding discovery server: %w", err)
 		}
+		if cp != nil {
+			cp.FinalAfter(srv.Stopped())
+		}
 		if tokenSecret != nil {
 			if err := mgr.Add(tokenSecret.Follow(srv)); err != nil {
 				return fmt.Errorf("adding the discovery token follower: %w", err)
@@ -103,7 +116,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if err != nil {
 			return err
 		}
-		deps := apiserver.Deps{Service: svc, RESTConfig: cfg, Clock: clk}
+		deps := apiserver.Deps{Service: svc, RESTConfig: cfg, Clock: clk, ResourceVersionBase: rvBase}
 		if servingCert != nil {
 			deps.ServingCert = servingCert
 		}
@@ -114,10 +127,42 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if err := mgr.Add(srv); err != nil {
 			return fmt.Errorf("adding aggregated API server: %w", err)
 		}
+		if cp != nil {
+			cp.FinalAfter(srv.Stopped())
+		}
 	} else {
 		logger.Info("aggregated ProxyLease API server disabled (--" + apiserver.FlagPrefix + "secure-port=0)")
 	}
 	return nil
+}
+
+// setupCheckpoint loads the last lease checkpoint into store when
+// --lease-checkpoint-secret is set (nil otherwise) and adds the writer, and
+// the end of the leases whose proxies did not come back, to mgr.
+func setupCheckpoint(ctx context.Context, mgr manager.Manager, kube kubernetes.Interface, o *Options, store *lease.Store) (*checkpoint.Checkpointer, error) {
+	if !o.Checkpoint.Enabled() {
+		return nil, nil
+	}
+	cp, err := checkpoint.New(o.checkpointOptions(), checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}})
+	if err != nil {
+		return nil, err
+	}
+	loaded, err := cp.Load(ctx)
+	if checkpoint.IsCorrupt(err) {
+		log.FromContext(ctx).Error(err, "lease checkpoint unreadable; starting without it (it is overwritten by the next checkpoint)")
+	} else if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(cp); err != nil {
+		return nil, fmt.Errorf("adding the lease checkpoint: %w", err)
+	}
+	if loaded {
+		absent := &checkpoint.AbsentProxies{WaitForSync: mgr.GetCache().WaitForCacheSync, Store: store}
+		if err := mgr.Add(absent); err != nil {
+			return nil, fmt.Errorf("adding the restored-lease sweep: %w", err)
+		}
+	}
+	return cp, nil
 }
 
 // setupServingCert builds the operator's certificate manager when

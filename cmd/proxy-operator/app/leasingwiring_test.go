@@ -355,6 +355,9 @@ func leasingProblems(t *testing.T, m manifests) []string {
 	case o.Discovery.TokenSecret == "":
 		bad("the discovery API has no bearer tokens: set --discovery-token-secret (or --discovery-token-file)")
 	}
+	if !o.Checkpoint.Enabled() {
+		bad("no --lease-checkpoint-secret: a restart would drop every lease and cooldown")
+	}
 	if o.Discovery.PlainHTTP {
 		bad("the discovery API serves plain HTTP (--discovery-plain-http)")
 	}
@@ -429,6 +432,8 @@ func TestOperatorManifestLeasing(t *testing.T) {
 		{name: "plain HTTP", old: "            - --discovery-token-secret=proxy-operator-discovery-token\n",
 			new:  "            - --discovery-token-secret=proxy-operator-discovery-token\n            - --discovery-plain-http\n",
 			want: "serves plain HTTP"},
+		{name: "no checkpoint", old: "            - --lease-checkpoint-secret=proxy-operator-leases\n", new: "",
+			want: "a restart would drop every lease"},
 		{name: "no serving certificate", old: "            - --serving-cert-secret=proxy-operator-serving-cert\n", new: "",
 			want: "the HTTP discovery API serves TLS"},
 		{name: "own certificate outside any Secret", old: "            - --apiserver-secure-port=7443\n",

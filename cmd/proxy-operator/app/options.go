@@ -16,6 +16,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/certs"
+	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/gc"
@@ -77,6 +78,9 @@ type Options struct {
 	// APIs; Discovery the HTTP discovery API (its --discovery-* flags).
 	Leasing   leasing.Options
 	Discovery discovery.ServingOptions
+	// Checkpoint keeps leases across restarts (its --lease-checkpoint-*
+	// flags), in the operator's namespace.
+	Checkpoint checkpoint.Options
 	// Certs is the operator's own CA and serving certificate (its
 	// --serving-cert-* flags), used by each lease API without certificate
 	// files of its own.
@@ -111,6 +115,7 @@ func NewOptions() *Options {
 		Leasing:          leasing.DefaultOptions(),
 		Discovery:        discovery.DefaultServingOptions(),
 		Certs:            certs.DefaultOptions(),
+		Checkpoint:       checkpoint.DefaultOptions(),
 		APIServer:        apiserver.NewOptions(),
 		Zap:              zap.Options{Development: false},
 	}
@@ -147,6 +152,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.GC.AddFlags(fs)
 	o.Discovery.AddFlags(fs)
 	o.Certs.AddFlags(fs)
+	o.Checkpoint.AddFlags(fs)
 	o.Leasing.AddFlags(fs)
 	fs.AddFlagSet(o.APIServer.FlagSet())
 
@@ -249,6 +255,9 @@ func (o *Options) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if c := o.checkpointOptions(); c.Validate() != nil {
+		errs = append(errs, c.Validate())
+	}
 	if err := o.Leasing.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -265,6 +274,14 @@ func (o *Options) Validate() error {
 // certsOptions are the --serving-cert-* options in the operator's namespace.
 func (o *Options) certsOptions() certs.Options {
 	c := o.Certs
+	c.Namespace = o.Namespace
+	return c
+}
+
+// checkpointOptions are the --lease-checkpoint-* options in the operator's
+// namespace.
+func (o *Options) checkpointOptions() checkpoint.Options {
+	c := o.Checkpoint
 	c.Namespace = o.Namespace
 	return c
 }

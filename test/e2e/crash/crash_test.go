@@ -159,7 +159,7 @@ func crashRun(t testing.TB, run int, seed uint64) counts {
 	workload := 2*time.Second + time.Duration(fleetSize)*150*time.Millisecond
 	res.KillAfter = time.Duration(rng.Int64N(int64(workload)))
 	killed := make(chan struct{})
-	killTimer := time.AfterFunc(res.KillAfter, func() { op.kill(); close(killed) })
+	killTimer := time.AfterFunc(res.KillAfter, func() { op.Kill(); close(killed) })
 	res.Ops = runWorkload(t, ctx, rng, ns)
 	<-killed
 	killTimer.Stop()
@@ -184,9 +184,9 @@ func crashRun(t testing.TB, run int, seed uint64) counts {
 	return res
 }
 
-func mustStart(t testing.TB, logPath string, args []string, probePort int) *operator {
+func mustStart(t testing.TB, logPath string, args []string, probePort int) *framework.OperatorProcess {
 	t.Helper()
-	op, err := startOperator(shared.binary, logPath, args)
+	op, err := framework.StartOperatorProcess(shared.binary, logPath, args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,11 +200,11 @@ func mustStart(t testing.TB, logPath string, args []string, probePort int) *oper
 				return op
 			}
 		}
-		if op.exited() {
-			t.Fatalf("operator exited while starting (%v):\n%s", op.err, tail(logPath, 40))
+		if op.Exited() {
+			t.Fatalf("operator exited while starting (%v):\n%s", op.Err(), tail(logPath, 40))
 		}
 		if time.Now().After(deadline) {
-			op.kill()
+			op.Kill()
 			t.Fatalf("operator not ready within 60s:\n%s", tail(logPath, 40))
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -286,12 +286,12 @@ func runWorkload(t testing.TB, ctx context.Context, rng *rand.Rand, ns string) i
 
 // waitSettled waits until every Proxy of ns is gone or not deleting, has its
 // instance recorded and running, and its spec is observed; it returns when.
-func waitSettled(ctx context.Context, c client.Client, ns string, op *operator) (time.Time, error) {
+func waitSettled(ctx context.Context, c client.Client, ns string, op *framework.OperatorProcess) (time.Time, error) {
 	deadline := time.Now().Add(settleTimeout)
 	var why string
 	for time.Now().Before(deadline) {
-		if op.exited() {
-			return time.Time{}, fmt.Errorf("the restarted operator exited: %v", op.err)
+		if op.Exited() {
+			return time.Time{}, fmt.Errorf("the restarted operator exited: %v", op.Err())
 		}
 		why = unsettled(ctx, c, ns)
 		if why == "" {
@@ -338,11 +338,11 @@ func unsettled(ctx context.Context, c client.Client, ns string) string {
 
 // waitCompleteSweepAfter waits for the operator to report a complete orphan
 // sweep that ended after t.
-func waitCompleteSweepAfter(ctx context.Context, port int, t time.Time, op *operator) error {
+func waitCompleteSweepAfter(ctx context.Context, port int, t time.Time, op *framework.OperatorProcess) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
-		if op.exited() {
-			return fmt.Errorf("the operator exited: %v", op.err)
+		if op.Exited() {
+			return fmt.Errorf("the operator exited: %v", op.Err())
 		}
 		fams, err := scrape(ctx, port)
 		if err == nil {
@@ -401,12 +401,12 @@ func fillCounts(t testing.TB, ctx context.Context, c client.Client, ns, tag stri
 
 // cleanUp leaves nothing of a run: its Proxies deleted while the operator
 // runs (so their instances go too), then the operator and the namespace.
-func cleanUp(t testing.TB, ns string, op *operator) {
+func cleanUp(t testing.TB, ns string, op *framework.OperatorProcess) {
 	ctx := context.Background()
 	if err := deleteAll(ctx, shared.client, ns); err != nil {
 		t.Errorf("cleaning up: %v", err)
 	}
-	if err := op.stop(20 * time.Second); err != nil {
+	if err := op.Stop(20 * time.Second); err != nil {
 		t.Error(err)
 	}
 	_ = shared.client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})

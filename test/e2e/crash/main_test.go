@@ -5,17 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proxy-operator/proxy-operator/artifacts/crds"
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/gcefake"
 )
 
@@ -65,7 +63,7 @@ func start() (*environment, error) {
 		return nil, err
 	}
 	env := &environment{dir: dir, binary: filepath.Join(dir, "proxy-operator")}
-	if err := buildOperator(env.binary); err != nil {
+	if err := framework.BuildOperator(env.binary); err != nil {
 		return env, err
 	}
 	ctx := context.Background()
@@ -85,25 +83,6 @@ func start() (*environment, error) {
 	return env, err
 }
 
-// buildOperator builds cmd/proxy-operator to path: the crash test needs the
-// operator as its own process, to kill it as the kernel would.
-func buildOperator(path string) error {
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		return err
-	}
-	goBin := os.Getenv("GO")
-	if goBin == "" {
-		goBin = "go"
-	}
-	cmd := exec.Command(goBin, "build", "-o", path, "./cmd/proxy-operator")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the operator: %v\n%s", err, out)
-	}
-	return nil
-}
-
 func (e *environment) stop() error {
 	var errs []error
 	if e.fake != nil {
@@ -113,62 +92,4 @@ func (e *environment) stop() error {
 		errs = append(errs, e.cp.Stop())
 	}
 	return errors.Join(errs...)
-}
-
-// operator is one operator process.
-type operator struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
-
-// startOperator runs the binary with args, its output appended to logPath.
-// It dies with the test process (Pdeathsig), so a crashed test leaves none.
-func startOperator(binary, logPath string, args []string) (*operator, error) {
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("starting the operator: %w", err)
-	}
-	o := &operator{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		o.err = cmd.Wait()
-		_ = f.Close()
-		close(o.done)
-	}()
-	return o, nil
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (o *operator) kill() {
-	_ = o.cmd.Process.Signal(syscall.SIGKILL)
-	<-o.done
-}
-
-// stop sends SIGTERM and waits, then SIGKILL after grace.
-func (o *operator) stop(grace time.Duration) error {
-	_ = o.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-o.done:
-		return nil
-	case <-time.After(grace):
-		o.kill()
-		return fmt.Errorf("operator did not stop within %s of SIGTERM", grace)
-	}
-}
-
-// exited reports whether the process ended by itself.
-func (o *operator) exited() bool {
-	select {
-	case <-o.done:
-		return true
-	default:
-		return false
-	}
 }

@@ -277,6 +277,13 @@ func (e *env) operatorAsInstalled(t *testing.T, d appsv1.Deployment) {
 	if secret.Type != corev1.SecretTypeTLS {
 		t.Errorf("serving certificate Secret type %s", secret.Type)
 	}
+	// The lease checkpoint is written within a second or two of the start.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := e.kube.CoreV1().Secrets(d.Namespace).Get(ctx, o.Checkpoint.SecretName, metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Errorf("lease checkpoint Secret %s not written (as the ServiceAccount): %v", o.Checkpoint.SecretName, err)
+	}
 	cm, err := e.kube.CoreV1().ConfigMaps(d.Namespace).Get(ctx, o.Certs.CAConfigMap, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("CA ConfigMap: %v", err)

@@ -1,0 +1,360 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// Store is the lease store as the checkpointer uses it (*lease.Store).
+type Store interface {
+	// State returns the durable state and Changes at the same instant.
+	State() (lease.State, uint64)
+	// Changes grows with every change State would show.
+	Changes() uint64
+	// Restore loads a state into an empty store.
+	Restore(lease.State) error
+}
+
+// Secret keys.
+const (
+	keyPayload    = "checkpoint.json.gz"
+	keySHA256     = "sha256"
+	keyShards     = "shards"
+	keyGeneration = "generation"
+)
+
+// shardBytes bounds the payload one Secret carries (a Secret's data must
+// stay under 1 MiB).
+const shardBytes = 700 << 10
+
+// finalWriteTimeout bounds the checkpoint written at shutdown.
+const finalWriteTimeout = 10 * time.Second
+
+// Deps are what a Checkpointer works with.
+type Deps struct {
+	// Secrets reads and writes the checkpoint (an uncached client).
+	Secrets corev1client.SecretsGetter
+	Store   Store
+	// Codec encodes the API metadata of leases (nil: leases carry none).
+	Codec ExtraCodec
+	// Clock paces the writes; nil means the real clock.
+	Clock clock.WithTicker
+	// StopFirst are closed once each lease server has stopped taking
+	// requests: the last checkpoint waits for them (at most
+	// finalWriteTimeout), so that it holds every change they made.
+	StopFirst []<-chan struct{}
+}
+
+// Checkpointer loads the lease store from its Secrets at start and writes
+// them while it runs (a controller-runtime Runnable every replica runs).
+type Checkpointer struct {
+	opts  Options
+	deps  Deps
+	clock clock.WithTicker
+
+	mu sync.Mutex
+	// rvBase is the aggregated API's resourceVersion base: loaded, or set
+	// by the first RVBase call.
+	rvBase uint64
+	// index is the index Secret as last read or written (its
+	// resourceVersion guards the next write).
+	index       *corev1.Secret
+	lastPayload []byte
+	lastChanges uint64
+	generation  uint64
+	writes      int
+}
+
+// New validates opts.
+func New(opts Options, deps Deps) (*Checkpointer, error) {
+	if !opts.Enabled() {
+		return nil, errors.New("checkpoint: --lease-checkpoint-secret is unset; do not build a Checkpointer")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Secrets == nil || deps.Store == nil {
+		return nil, errors.New("checkpoint: Deps.Secrets and Deps.Store are required")
+	}
+	clk := deps.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Checkpointer{opts: opts, deps: deps, clock: clk}, nil
+}
+
+// RVBase is the aggregated API's resourceVersion base: the checkpoint's when
+// one was loaded, else def (the first caller's; the start time), kept from
+// then on and written with every checkpoint.
+func (c *Checkpointer) RVBase(def uint64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rvBase == 0 {
+		c.rvBase = def
+	}
+	return c.rvBase
+}
+
+// Load reads the checkpoint and restores it into the store; run it before
+// the store is fed or any server answers. No checkpoint is not an error
+// (loaded false). An unreadable one is logged and skipped (loaded false, the
+// error returned wraps ErrCorrupt only for the caller's log): starting empty
+// loses what a restart without checkpoints always lost, refusing to start
+// would lose the fleet.
+func (c *Checkpointer) Load(ctx context.Context) (loaded bool, err error) {
+	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
+	index, err := secrets.Get(ctx, c.opts.SecretName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading lease checkpoint %s/%s: %w", c.opts.Namespace, c.opts.SecretName, err)
+	}
+	c.mu.Lock()
+	c.index = index
+	c.generation, _ = strconv.ParseUint(string(index.Data[keyGeneration]), 10, 64)
+	c.mu.Unlock()
+	payload, err := c.readPayload(ctx, index)
+	if err != nil {
+		return false, err
+	}
+	st, rvBase, err := decode(payload, c.deps.Codec)
+	if err != nil {
+		return false, err
+	}
+	if err := c.deps.Store.Restore(st); err != nil {
+		return false, fmt.Errorf("restoring the lease checkpoint: %w", err)
+	}
+	c.mu.Lock()
+	c.rvBase = rvBase
+	c.lastPayload = payload
+	c.lastChanges = c.deps.Store.Changes()
+	c.mu.Unlock()
+	log.FromContext(ctx).Info("lease checkpoint loaded", "secret", c.opts.Namespace+"/"+c.opts.SecretName,
+		"leases", len(st.Leases), "cooldowns", len(st.Cooldowns), "ended", len(st.Ended), "revision", st.Revision)
+	return true, nil
+}
+
+// readPayload joins the index Secret's shard with its extra shards and
+// checks the whole against its digest.
+func (c *Checkpointer) readPayload(ctx context.Context, index *corev1.Secret) ([]byte, error) {
+	shards, err := strconv.Atoi(string(index.Data[keyShards]))
+	if err != nil || shards < 1 || shards > 1000 {
+		return nil, fmt.Errorf("%w: shard count %q", ErrCorrupt, index.Data[keyShards])
+	}
+	payload := bytes.Clone(index.Data[keyPayload])
+	gen := string(index.Data[keyGeneration])
+	for i := 1; i < shards; i++ {
+		name := shardName(c.opts.SecretName, gen, i)
+		s, err := c.deps.Secrets.Secrets(c.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("%w: shard %s: %v", ErrCorrupt, name, err)
+		}
+		payload = append(payload, s.Data[keyPayload]...)
+	}
+	sum := sha256.Sum256(payload)
+	if hex.EncodeToString(sum[:]) != string(index.Data[keySHA256]) {
+		return nil, fmt.Errorf("%w: digest mismatch (a shard is missing or changed)", ErrCorrupt)
+	}
+	return payload, nil
+}
+
+func shardName(name, generation string, i int) string {
+	return fmt.Sprintf("%s-%s-%d", name, generation, i)
+}
+
+// Start writes a checkpoint at most every Interval while the store changes,
+// and a last one when ctx ends, after the lease servers stopped
+// (Deps.StopFirst). A failed write is logged and retried at the next tick.
+func (c *Checkpointer) Start(ctx context.Context) error {
+	logger := log.FromContext(ctx).WithName("lease-checkpoint")
+	ctx = log.IntoContext(ctx, logger)
+	ticker := c.clock.NewTicker(c.opts.Interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return c.final(ctx)
+		case <-ticker.C():
+		}
+		if err := c.WriteIfChanged(ctx); err != nil {
+			logger.Error(err, "writing the lease checkpoint; retrying")
+		}
+	}
+}
+
+// final waits for the servers and writes the last checkpoint.
+func (c *Checkpointer) final(ctx context.Context) error {
+	logger := log.FromContext(ctx)
+	deadline := c.clock.NewTimer(finalWriteTimeout)
+	defer deadline.Stop()
+	c.mu.Lock()
+	stopFirst := c.deps.StopFirst
+	c.mu.Unlock()
+	for _, ch := range stopFirst {
+		select {
+		case <-ch:
+		case <-deadline.C():
+			logger.Info("lease servers still running after the shutdown timeout; writing the last checkpoint anyway", "timeout", finalWriteTimeout)
+		}
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteTimeout)
+	defer cancel()
+	if err := c.WriteIfChanged(wctx); err != nil {
+		return fmt.Errorf("writing the last lease checkpoint: %w", err)
+	}
+	logger.Info("last lease checkpoint written")
+	return nil
+}
+
+// NeedLeaderElection is false: every replica keeps its own store (one
+// replica until leases are leader-served).
+func (c *Checkpointer) NeedLeaderElection() bool { return false }
+
+// WriteIfChanged writes the store's state unless nothing changed since the
+// last write (or load).
+func (c *Checkpointer) WriteIfChanged(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.index != nil && c.deps.Store.Changes() == c.lastChanges {
+		return nil
+	}
+	st, changes := c.deps.Store.State()
+	if c.rvBase == 0 {
+		c.rvBase = uint64(c.clock.Now().UnixMicro())
+	}
+	payload, err := encode(st, c.rvBase, c.deps.Codec)
+	if err != nil {
+		return err
+	}
+	if c.index != nil && bytes.Equal(payload, c.lastPayload) {
+		c.lastChanges = changes
+		return nil
+	}
+	if err := c.writeLocked(ctx, payload); err != nil {
+		return err
+	}
+	c.lastPayload, c.lastChanges = payload, changes
+	c.writes++
+	return nil
+}
+
+// Writes counts the checkpoints written by this process.
+func (c *Checkpointer) Writes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writes
+}
+
+// writeLocked writes payload: extra shards first (under a new generation),
+// then the index Secret that names them, then the previous generation's
+// extra shards are deleted. A reader sees the old checkpoint or the new one,
+// never a mix. One write when the payload fits in one Secret.
+func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte) error {
+	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
+	oldGen, oldShards := c.generation, 1
+	if c.index != nil {
+		oldShards, _ = strconv.Atoi(string(c.index.Data[keyShards]))
+	}
+	gen := oldGen + 1
+	genStr := strconv.FormatUint(gen, 10)
+	var chunks [][]byte
+	for rest := payload; len(rest) > 0 || len(chunks) == 0; {
+		n := min(len(rest), shardBytes)
+		chunks = append(chunks, rest[:n])
+		rest = rest[n:]
+	}
+	labels := map[string]string{"app.kubernetes.io/managed-by": "proxy-operator", "app.kubernetes.io/component": "lease-checkpoint"}
+	for i := 1; i < len(chunks); i++ {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: shardName(c.opts.SecretName, genStr, i), Namespace: c.opts.Namespace, Labels: labels},
+			Data: map[string][]byte{keyPayload: chunks[i]}}
+		if _, err := secrets.Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("writing lease checkpoint shard %s: %w", s.Name, err)
+		}
+	}
+	sum := sha256.Sum256(payload)
+	data := map[string][]byte{
+		keyPayload:    chunks[0],
+		keySHA256:     []byte(hex.EncodeToString(sum[:])),
+		keyShards:     []byte(strconv.Itoa(len(chunks))),
+		keyGeneration: []byte(genStr),
+	}
+	var written *corev1.Secret
+	var err error
+	if c.index == nil {
+		written, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: c.opts.SecretName, Namespace: c.opts.Namespace, Labels: labels}, Data: data}, metav1.CreateOptions{})
+	} else {
+		next := c.index.DeepCopy()
+		next.Data = data
+		written, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
+	}
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) {
+		// Changed behind our back (edited, deleted): read it again, write on
+		// the next tick.
+		c.index = nil
+		if cur, gerr := secrets.Get(ctx, c.opts.SecretName, metav1.GetOptions{}); gerr == nil {
+			c.index = cur
+			c.generation, _ = strconv.ParseUint(string(cur.Data[keyGeneration]), 10, 64)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("writing lease checkpoint %s/%s: %w", c.opts.Namespace, c.opts.SecretName, err)
+	}
+	c.index, c.generation = written, gen
+	oldStr := strconv.FormatUint(oldGen, 10)
+	for i := 1; i < oldShards; i++ {
+		if err := secrets.Delete(ctx, shardName(c.opts.SecretName, oldStr, i), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			log.FromContext(ctx).Error(err, "deleting an old lease checkpoint shard", "shard", shardName(c.opts.SecretName, oldStr, i))
+		}
+	}
+	return nil
+}
+
+// FinalAfter adds channels the last checkpoint waits for (each lease
+// server's Stopped); call it before Start.
+func (c *Checkpointer) FinalAfter(chs ...<-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deps.StopFirst = append(c.deps.StopFirst, chs...)
+}
+
+// AbsentProxies ends, once the Proxy informer has synced, the restored
+// leases of proxies it did not bring back (deleted while the operator was
+// down): their holders learn it as they would have live (410, reason
+// ProxyDeleted). A Runnable every replica runs.
+type AbsentProxies struct {
+	// WaitForSync blocks until the Proxy informer has synced (false: ctx
+	// ended first).
+	WaitForSync func(ctx context.Context) bool
+	Store       interface{ EndLeasesOfAbsentProxies() int }
+}
+
+// Start waits for the sync and ends those leases once.
+func (a *AbsentProxies) Start(ctx context.Context) error {
+	if !a.WaitForSync(ctx) {
+		return nil
+	}
+	if n := a.Store.EndLeasesOfAbsentProxies(); n > 0 {
+		log.FromContext(ctx).Info("restored leases of deleted proxies ended", "leases", n)
+	}
+	return nil
+}
+
+// NeedLeaderElection is false: every replica has its own store.
+func (a *AbsentProxies) NeedLeaderElection() bool { return false }

@@ -1,0 +1,120 @@
+package checkpoint
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// stringCodec stands in for an API's metadata codec: Extra is a string.
+type stringCodec struct{}
+
+var _ ExtraCodec = stringCodec{}
+
+func (stringCodec) EncodeExtra(extra any) ([]byte, error) {
+	s, ok := extra.(string)
+	if !ok {
+		return nil, errors.New("not a string")
+	}
+	return []byte(s), nil
+}
+func (stringCodec) DecodeExtra(b []byte) (any, error) { return string(b), nil }
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func sampleState() lease.State {
+	key := lease.ProxyKey{Namespace: "crawl", Name: "p1"}
+	return lease.State{
+		Revision: 42,
+		Leases: []lease.Lease{{
+			ID: "a", Namespace: "crawl", Name: "named", Holder: "h", Flow: "h", Target: "site",
+			Proxy:      lease.ProxyInfo{Namespace: "crawl", Name: "p1", URL: "http://10.0.0.1:3128", Host: "10.0.0.1", Port: 3128, Attributes: map[string]string{"tier": "gold"}, Healthy: true},
+			AcquiredAt: t0, ExpiresAt: t0.Add(time.Hour), TTL: time.Hour, LastResult: "ok", Revision: 41,
+			Meta: lease.Metadata{Labels: map[string]string{"app": "x"}, Annotations: map[string]string{"n": "v"}, Extra: "template"},
+		}, {
+			ID: "b", Namespace: "crawl", Name: "b", Proxy: lease.ProxyInfo{Namespace: "crawl", Name: "p1"}, ExpiresAt: t0.Add(time.Minute),
+		}},
+		Cooldowns: []lease.Cooldown{{Proxy: key, Target: "site", Until: t0.Add(time.Minute)}},
+		Ended:     []lease.EndedLease{{ID: "c", Name: key, Proxy: key, Target: "t", Holder: "h", Reason: lease.Released, Until: t0.Add(time.Minute)}},
+	}
+}
+
+func TestFormatRoundTrip(t *testing.T) {
+	st := sampleState()
+	data, err := encode(st, 777, stringCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, rvBase, err := decode(data, stringCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rvBase != 777 {
+		t.Errorf("rvBase %d", rvBase)
+	}
+	if d := cmp.Diff(st, got); d != "" {
+		t.Errorf("round trip (-want +got):\n%s", d)
+	}
+	if st.Leases[0].Meta.Extra != "template" {
+		t.Error("encode changed the caller's state")
+	}
+	again, _ := encode(st, 777, stringCodec{})
+	if !bytes.Equal(data, again) {
+		t.Error("the same state encodes differently (a write would happen with nothing changed)")
+	}
+}
+
+func TestFormatErrors(t *testing.T) {
+	st := sampleState()
+	if _, err := encode(st, 1, nil); err == nil || !strings.Contains(err.Error(), "no codec") {
+		t.Errorf("metadata without a codec: %v", err)
+	}
+	gz := func(s string) []byte {
+		var b bytes.Buffer
+		w := gzip.NewWriter(&b)
+		_, _ = w.Write([]byte(s))
+		_ = w.Close()
+		return b.Bytes()
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"not gzip", []byte("plain text, not compressed"), "gzip"},
+		{"not JSON", gz("{"), "unexpected end"},
+		{"another version", gz(`{"version":2}`), "format version 2"},
+		{"metadata and no codec", gz(`{"version":1,"leases":[{"ID":"a","extra":"eA=="}]}`), "no codec"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := decode(tc.data, nil)
+			if !IsCorrupt(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("decode: %v, want a corrupt-checkpoint error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestOptions(t *testing.T) {
+	if o := DefaultOptions(); o.Enabled() || o.Validate() != nil {
+		t.Fatalf("defaults: %v", o.Validate())
+	}
+	o := Options{SecretName: "Bad_Name", Interval: 0}
+	err := o.Validate()
+	for _, want := range []string{`--lease-checkpoint-secret "Bad_Name"`, "namespace is unknown", "--lease-checkpoint-interval: must be positive"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+	ok := Options{SecretName: "leases", Namespace: "ops", Interval: time.Second}
+	if err := ok.Validate(); err != nil {
+		t.Error(err)
+	}
+}

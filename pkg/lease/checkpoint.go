@@ -1,0 +1,186 @@
+package lease
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// State is what of the store must outlive the process: live leases (as the
+// APIs show them), cooldowns, ended leases still inside their report window
+// and the revision counter. Proxies are not in it: the Proxy informer feeds
+// them again.
+type State struct {
+	// Revision is the store's revision counter.
+	Revision uint64
+	// Leases are the live leases, Proxy as granted (or as last followed).
+	Leases []Lease
+	// Cooldowns are the (proxy, target) pairs cooling; target "" is the
+	// whole proxy.
+	Cooldowns []Cooldown
+	// Ended are leases ended within the report window: a late report still
+	// starts a cooldown, a renew still says why the lease ended.
+	Ended []EndedLease
+}
+
+// Cooldown is one cooling (proxy, target) pair.
+type Cooldown struct {
+	Proxy  ProxyKey
+	Target string
+	Until  time.Time
+}
+
+// EndedLease is an ended lease remembered until Until.
+type EndedLease struct {
+	ID     string
+	Name   ProxyKey
+	Proxy  ProxyKey
+	Target string
+	Holder string
+	Reason Reason
+	Until  time.Time
+}
+
+// Changes counts every change a checkpoint must see: it grows with the
+// revision and with every cooldown started (a report on an ended lease starts
+// one without a revision).
+func (s *Store) Changes() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.revision + s.coolings
+}
+
+// State returns the store's durable state at now, sorted (leases and ended
+// leases by ID, cooldowns by proxy and target) so that equal stores give
+// equal states. It also returns Changes at the same instant.
+func (s *Store) State() (State, uint64) {
+	var p pending
+	s.mu.Lock()
+	now := s.now()
+	s.advanceLocked(now, &p)
+	st := State{Revision: s.revision, Leases: make([]Lease, 0, len(s.leases))}
+	for _, le := range s.leases {
+		st.Leases = append(st.Leases, le.Lease)
+	}
+	for _, e := range s.proxies {
+		for target, until := range e.cooldowns {
+			if until.After(now) {
+				st.Cooldowns = append(st.Cooldowns, Cooldown{Proxy: e.key, Target: target, Until: until})
+			}
+		}
+	}
+	for id, t := range s.tombs {
+		if t.until.After(now) {
+			st.Ended = append(st.Ended, EndedLease{ID: id, Name: t.name, Proxy: t.proxy, Target: t.target,
+				Holder: t.holder, Reason: t.reason, Until: t.until})
+		}
+	}
+	changes := s.revision + s.coolings
+	s.unlockAndNotify(&p)
+	slices.SortFunc(st.Leases, func(a, b Lease) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(st.Ended, func(a, b EndedLease) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(st.Cooldowns, func(a, b Cooldown) int {
+		if c := strings.Compare(a.Proxy.String(), b.Proxy.String()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Target, b.Target)
+	})
+	return st, changes
+}
+
+// ErrNotEmpty is returned by Restore into a store that holds anything.
+var ErrNotEmpty = errors.New("restoring lease state: the store is not empty")
+
+// Restore loads st into an empty store (before the Proxy informer feeds it
+// and before any API serves). Leases go onto placeholders of their proxies
+// that count their leases and cooldowns; the informer's first UpsertProxy of
+// each makes it live again (a changed address shows on its leases), and
+// EndLeasesOfAbsentProxies ends the leases of proxies deleted meanwhile. What
+// expired while the process was down is applied as if it had been running:
+// a lease past its expiry is ended (reason Expired), a cooldown or ended
+// lease past its time is dropped. Emits no events.
+func (s *Store) Restore(st State) error {
+	var p pending
+	s.mu.Lock()
+	defer s.unlockAndNotify(&p)
+	if len(s.proxies) > 0 || len(s.leases) > 0 || len(s.tombs) > 0 || s.revision > 0 {
+		return ErrNotEmpty
+	}
+	now := s.now()
+	seen := make(map[string]bool, len(st.Leases))
+	for _, l := range st.Leases {
+		if l.ID == "" || l.Namespace == "" || l.Proxy.Name == "" {
+			return fmt.Errorf("restoring lease %q: missing ID, namespace or proxy", l.ID)
+		}
+		if seen[l.ID] {
+			return fmt.Errorf("restoring lease %q: listed twice", l.ID)
+		}
+		seen[l.ID] = true
+	}
+	s.revision = st.Revision
+	for _, l := range st.Leases {
+		key := l.Proxy.Key()
+		e := s.proxies[key]
+		if e == nil {
+			e = &proxyEntry{key: key, info: l.Proxy.clone(), removed: true}
+			s.proxies[key] = e
+		}
+		le := &leaseEntry{Lease: l, proxy: e, expiresNanos: l.ExpiresAt.UnixNano()}
+		le.Proxy = l.Proxy.clone()
+		s.leases[l.ID] = le
+		s.names[ProxyKey{Namespace: l.Namespace, Name: l.Name}] = l.ID
+		s.flows[l.Flow]++
+		heap.Push(&s.expiries, le)
+		s.scheduledLocked(le.ExpiresAt)
+		e.leases++
+	}
+	for _, c := range st.Cooldowns {
+		if c.Until.After(now) {
+			s.coolLocked(s.entryLocked(c.Proxy), c.Target, c.Until)
+		}
+	}
+	ended := slices.Clone(st.Ended)
+	slices.SortFunc(ended, func(a, b EndedLease) int { return a.Until.Compare(b.Until) })
+	for _, t := range ended {
+		if !t.Until.After(now) {
+			continue
+		}
+		if _, live := s.leases[t.ID]; live {
+			continue
+		}
+		s.tombs[t.ID] = tombstone{name: t.Name, proxy: t.Proxy, target: t.Target, holder: t.Holder, reason: t.Reason, until: t.Until}
+		s.tombNames[t.Name] = t.ID
+		s.tombQ = append(s.tombQ, tombRef{id: t.ID, until: t.Until})
+	}
+	// Leases that expired while down end now, in expiry order, as Start's
+	// timer would have ended them.
+	s.advanceLocked(now, &p)
+	p.events = nil // a restore is not news: watchers start after it
+	return nil
+}
+
+// EndLeasesOfAbsentProxies ends (reason ProxyDeleted) the live leases of
+// proxies the informer never brought back after a Restore. Call it once the
+// Proxy informer has synced.
+func (s *Store) EndLeasesOfAbsentProxies() int {
+	var p pending
+	s.mu.Lock()
+	now := s.now()
+	s.advanceLocked(now, &p)
+	n := 0
+	for _, le := range s.leases {
+		if le.proxy.removed {
+			heap.Remove(&s.expiries, le.heapIndex)
+			s.endLocked(le, now, ProxyDeleted, &p)
+			n++
+		}
+	}
+	for _, e := range s.proxies {
+		s.forgetIfUnusedLocked(e)
+	}
+	s.unlockAndNotify(&p)
+	return n
+}

@@ -1,0 +1,178 @@
+package lease
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// fleetWithHistory builds a store with live leases (named, with metadata),
+// a cooldown from a report, an ended lease and a lease on an unhealthy proxy.
+func fleetWithHistory(t *testing.T) (*Store, []*Lease) {
+	t.Helper()
+	s, _ := newTestStore(t, Options{MaxLeasesPerProxy: 1, CooldownWindow: time.Minute, MaxTTL: time.Hour})
+	for _, p := range []ProxyInfo{px("a", "p1", 1, "tier", "gold"), px("a", "p2", 2, "tier", "gold"), px("a", "p3", 3), px("b", "p4", 4)} {
+		s.UpsertProxy(p)
+	}
+	l1 := mustAcquire(t, s, AcquireRequest{Selector: map[string]string{"tier": "gold"}, Target: "site", TTL: 10 * time.Minute,
+		Holder: "http:crawler-a", Flow: "http:crawler-a", Name: "first", Meta: Metadata{Labels: map[string]string{"app": "x"}}})
+	l2 := mustAcquire(t, s, AcquireRequest{Namespace: "b", Target: "other", TTL: 20 * time.Minute, Holder: "u", Flow: "u"})
+	l3 := mustAcquire(t, s, AcquireRequest{Namespace: "a", Target: "site", TTL: 30 * time.Minute, Holder: "u", Flow: "u"})
+	if err := s.Report(l3.ID, ResultBanned, "site"); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Release(l3.ID) {
+		t.Fatal("release")
+	}
+	return s, []*Lease{l1, l2, l3}
+}
+
+func TestStateRestoreRoundTrip(t *testing.T) {
+	a, live := fleetWithHistory(t)
+	st, changes := a.State()
+	if len(st.Leases) != 2 || len(st.Cooldowns) != 1 || len(st.Ended) != 1 || st.Revision == 0 || changes <= st.Revision {
+		t.Fatalf("state: %d leases, %d cooldowns, %d ended, revision %d, changes %d", len(st.Leases), len(st.Cooldowns), len(st.Ended), st.Revision, changes)
+	}
+	b, _ := newTestStore(t, Options{MaxLeasesPerProxy: 1, CooldownWindow: time.Minute, MaxTTL: time.Hour})
+	if err := b.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if bad := checkInvariants(b); len(bad) > 0 {
+		t.Fatalf("invariants after Restore: %q", bad)
+	}
+	got, _ := b.State()
+	if d := cmp.Diff(st, got); d != "" {
+		t.Errorf("restored state (-want +got):\n%s", d)
+	}
+	if b.Revision() != a.Revision() {
+		t.Errorf("revision %d, want %d", b.Revision(), a.Revision())
+	}
+	// Nothing is offered until the informer brings the proxies back.
+	if _, err := b.Acquire(AcquireRequest{}); !IsNoMatch(err) && !errors.Is(err, ErrExhausted) {
+		t.Fatalf("acquire before the proxies are back: %v", err)
+	}
+	for _, p := range []ProxyInfo{px("a", "p1", 1, "tier", "gold"), px("a", "p2", 2, "tier", "gold"), px("a", "p3", 3), px("b", "p4", 4)} {
+		b.UpsertProxy(p)
+	}
+	if bad := checkInvariants(b); len(bad) > 0 {
+		t.Fatalf("invariants after the proxies came back: %q", bad)
+	}
+	// The leased proxies stay taken (capacity 1), the banned pair cools:
+	// of namespace a's three proxies only the third is free for "site".
+	l := mustAcquire(t, b, AcquireRequest{Namespace: "a", Target: "site"})
+	if l.Proxy.Name == live[0].Proxy.Name || l.Proxy.Name == live[2].Proxy.Name {
+		t.Errorf("granted %s: the restored lease's proxy is %s, the banned one %s", l.Proxy.Name, live[0].Proxy.Name, live[2].Proxy.Name)
+	}
+	if _, err := b.Acquire(AcquireRequest{Namespace: "b"}); !IsNoMatch(err) {
+		t.Errorf("b/p4 is leased: %v", err)
+	}
+	// The holder renews and releases its restored lease; names still resolve.
+	if _, err := b.RenewAs("http:crawler-a", live[0].ID, time.Minute); err != nil {
+		t.Errorf("renew of a restored lease: %v", err)
+	}
+	if got, ok := b.GetByName("a", "first"); !ok || got.ID != live[0].ID || got.Meta.Labels["app"] != "x" {
+		t.Errorf("GetByName after restore: %+v %v", got, ok)
+	}
+	if _, err := b.RenewAs("someone-else", live[1].ID, time.Minute); err == nil {
+		t.Error("another holder renewed a restored lease")
+	}
+	// A late report on the restored ended lease still starts a cooldown.
+	if err := b.Report(st.Ended[0].ID, ResultRateLimited, "late"); err != nil {
+		t.Errorf("report on a restored ended lease: %v", err)
+	}
+	if bad := checkInvariants(b); len(bad) > 0 {
+		t.Fatalf("invariants at the end: %q", bad)
+	}
+}
+
+func TestRestoreAppliesWhatHappenedWhileDown(t *testing.T) {
+	a, live := fleetWithHistory(t)
+	st, _ := a.State()
+	b, fc := newTestStore(t, Options{MaxLeasesPerProxy: 1, CooldownWindow: time.Minute, MaxTTL: time.Hour})
+	var events []Event
+	b.Subscribe(func(ev Event) { events = append(events, ev) })
+	// The first lease (10m) expired while down and is inside its report
+	// window (1m); the second (20m) is live; the ban's cooldown and the
+	// released lease's record (1m) are over.
+	fc.Step(10*time.Minute + 30*time.Second)
+	if err := b.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 0 {
+		t.Errorf("Restore emitted %d events", len(events))
+	}
+	if _, ok := b.Get(live[0].ID); ok {
+		t.Error("a lease past its expiry was restored live")
+	}
+	if _, err := b.GetAs(AnyHolder, live[0].ID); !IsLeaseEnded(err) {
+		t.Errorf("expired-while-down lease: %v, want ended", err)
+	}
+	if _, ok := b.Get(live[1].ID); !ok {
+		t.Error("a live lease was not restored")
+	}
+	got, _ := b.State()
+	if len(got.Cooldowns) != 0 {
+		t.Errorf("cooldowns past their end restored: %+v", got.Cooldowns)
+	}
+	if bad := checkInvariants(b); len(bad) > 0 {
+		t.Fatalf("invariants: %q", bad)
+	}
+
+	// p4 was deleted while down: the informer never brings it back.
+	b.UpsertProxy(px("a", "p1", 1, "tier", "gold"))
+	if n := b.EndLeasesOfAbsentProxies(); n != 1 {
+		t.Errorf("ended %d leases of absent proxies, want 1 (on b/p4)", n)
+	}
+	if _, err := b.GetAs(AnyHolder, live[1].ID); !IsLeaseEnded(err) {
+		t.Errorf("lease on the deleted proxy: %v, want ended", err)
+	}
+	if bad := checkInvariants(b); len(bad) > 0 {
+		t.Fatalf("invariants: %q", bad)
+	}
+}
+
+func TestRestoredLeaseFollowsAMovedProxy(t *testing.T) {
+	a, live := fleetWithHistory(t)
+	st, _ := a.State()
+	b, _ := newTestStore(t, Options{MaxLeasesPerProxy: 1, CooldownWindow: time.Minute, MaxTTL: time.Hour})
+	if err := b.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	moved := px("b", "p4", 4)
+	moved.URL, moved.Host = "http://10.0.0.9:3128", "10.0.0.9"
+	var events []Event
+	b.Subscribe(func(ev Event) { events = append(events, ev) })
+	b.UpsertProxy(moved)
+	got, ok := b.Get(live[1].ID)
+	if !ok || got.Proxy.URL != moved.URL {
+		t.Errorf("restored lease shows %q, want the proxy's new address %q", got.Proxy.URL, moved.URL)
+	}
+	if len(events) != 1 || events[0].Type != Modified {
+		t.Errorf("events %+v, want one Modified", events)
+	}
+	// Unchanged address: no event (negative control of the above).
+	events = nil
+	b.UpsertProxy(px("a", "p1", 1, "tier", "gold"))
+	if len(events) != 0 {
+		t.Errorf("an unmoved proxy's return emitted %+v", events)
+	}
+}
+
+func TestRestoreRefusesANonEmptyStoreAndBadState(t *testing.T) {
+	a, _ := fleetWithHistory(t)
+	st, _ := a.State()
+	if err := a.Restore(st); !errors.Is(err, ErrNotEmpty) {
+		t.Errorf("restore into a used store: %v", err)
+	}
+	b, _ := newTestStore(t, Options{})
+	bad := st
+	bad.Leases = append(bad.Leases, bad.Leases[0])
+	if err := b.Restore(bad); err == nil {
+		t.Error("a state listing a lease twice was restored")
+	}
+	if len(b.List("")) != 0 {
+		t.Error("a refused restore left leases behind")
+	}
+}

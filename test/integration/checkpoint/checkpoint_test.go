@@ -1,0 +1,298 @@
+package checkpoint
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
+	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/test/controlplane"
+)
+
+const componentLabel = "app.kubernetes.io/component=lease-checkpoint"
+
+type env struct {
+	kube kubernetes.Interface
+	ns   string
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	cp := controlplane.StartForTest(t, controlplane.Options{SkipCRDs: true})
+	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := "operator"
+	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &env{kube: kube, ns: ns}
+}
+
+func newStore(t *testing.T, clk *clocktesting.FakeClock) *lease.Store {
+	t.Helper()
+	s, err := lease.New(lease.Options{MaxLeasesPerProxy: 4, MaxTTL: 2 * time.Hour, CooldownWindow: 30 * time.Minute}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (e *env) checkpointer(t *testing.T, store checkpoint.Store, clk *clocktesting.FakeClock, name string) *checkpoint.Checkpointer {
+	t.Helper()
+	o := checkpoint.DefaultOptions()
+	o.SecretName, o.Namespace = name, e.ns
+	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: e.kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// fill gives the store proxies, leases (some with a ProxyLease template and
+// an incompressible annotation of pad bytes), cooldowns and ended leases.
+func fill(t *testing.T, s *lease.Store, proxies, leases, pad int) {
+	t.Helper()
+	for i := range proxies {
+		host := fmt.Sprintf("10.0.%d.%d", i/250, i%250+1)
+		s.UpsertProxy(lease.ProxyInfo{Namespace: "crawl", Name: fmt.Sprintf("p%04d", i), URL: "http://" + host + ":3128", Host: host, Port: 3128,
+			Attributes: map[string]string{"tier": []string{"gold", "standard"}[i%2]}, Healthy: true})
+	}
+	for i := range leases {
+		req := lease.AcquireRequest{Target: fmt.Sprintf("site-%d", i%7), TTL: time.Duration(10+i%50) * time.Minute, Holder: fmt.Sprintf("h%d", i%5), Flow: fmt.Sprintf("h%d", i%5)}
+		if i%3 == 0 {
+			tmpl := &leasingv1alpha1.ProxyLease{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pl-%d", i), Namespace: "crawl", UID: "u"},
+				Spec: leasingv1alpha1.ProxyLeaseSpec{Selector: map[string]string{"tier": "gold"}, Target: req.Target}}
+			req.Name = tmpl.Name
+			req.Meta = lease.Metadata{Labels: map[string]string{"app": "crawler"}, Extra: tmpl}
+			if pad > 0 {
+				b := make([]byte, pad)
+				_, _ = rand.Read(b)
+				req.Meta.Annotations = map[string]string{"pad": hex.EncodeToString(b)}
+			}
+		}
+		l, err := s.Acquire(req)
+		if err != nil {
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+		switch i % 10 {
+		case 1:
+			if err := s.Report(l.ID, lease.ResultRateLimited, ""); err != nil {
+				t.Fatal(err)
+			}
+		case 2:
+			s.Release(l.ID)
+		}
+	}
+}
+
+// TestWritesOnlyWhatChanged: the first write creates the Secret; without a
+// change nothing is written; a change is written by the loop at its next
+// tick, many changes in one interval as one write.
+func TestWritesOnlyWhatChanged(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Now())
+	store := newStore(t, clk)
+	fill(t, store, 10, 20, 0)
+	c := e.checkpointer(t, store, clk, "leases")
+	if err := c.WriteIfChanged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, err := e.kube.CoreV1().Secrets(e.ns).Get(ctx, "leases", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteIfChanged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := e.kube.CoreV1().Secrets(e.ns).Get(ctx, "leases", metav1.GetOptions{})
+	if c.Writes() != 1 || again.ResourceVersion != first.ResourceVersion {
+		t.Fatalf("unchanged store: %d writes, resourceVersion %s → %s", c.Writes(), first.ResourceVersion, again.ResourceVersion)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Start(runCtx) }()
+	tick := func() {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return clk.HasWaiters(), nil
+		}); err != nil {
+			t.Fatal("the checkpoint loop is not waiting on its ticker")
+		}
+		clk.Step(checkpoint.DefaultInterval)
+	}
+	for range 5 {
+		if _, err := store.Acquire(lease.AcquireRequest{Target: "burst"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick()
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return c.Writes() == 2, nil
+	}); err != nil {
+		t.Fatalf("five changes then a tick: %d writes, want 2", c.Writes())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if c.Writes() != 2 {
+		t.Errorf("shutdown with nothing new wrote again: %d writes", c.Writes())
+	}
+}
+
+// TestRoundTrip: a checkpoint too large for one Secret is sharded, loads into
+// a new store as the same state with the same resourceVersion base, and a
+// smaller checkpoint afterwards leaves no old shard behind.
+func TestRoundTrip(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Now())
+	store := newStore(t, clk)
+	fill(t, store, 500, 1800, 1024) // ~1.2 MiB of incompressible annotations
+	c := e.checkpointer(t, store, clk, "leases")
+	base := c.RVBase(123456)
+	if err := c.WriteIfChanged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	shards, err := e.kube.CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{LabelSelector: componentLabel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(shards.Items) < 2 {
+		t.Fatalf("%d checkpoint Secrets for ~1.2 MiB, want it sharded", len(shards.Items))
+	}
+	for _, s := range shards.Items {
+		size := 0
+		for _, v := range s.Data {
+			size += len(v)
+		}
+		if size >= 1<<20 {
+			t.Errorf("Secret %s holds %d bytes, over the 1 MiB limit", s.Name, size)
+		}
+	}
+
+	want, _ := store.State()
+	restored := newStore(t, clk)
+	c2 := e.checkpointer(t, restored, clk, "leases")
+	loaded, err := c2.Load(ctx)
+	if err != nil || !loaded {
+		t.Fatalf("Load: %v %v", loaded, err)
+	}
+	got, _ := restored.State()
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("restored state (-want +got):\n%s", d)
+	}
+	if c2.RVBase(999) != base {
+		t.Errorf("resourceVersion base %d after the load, want the checkpoint's %d", c2.RVBase(999), base)
+	}
+	var templates int
+	for _, l := range got.Leases {
+		if tmpl, ok := l.Meta.Extra.(*leasingv1alpha1.ProxyLease); ok && tmpl.Spec.Selector["tier"] == "gold" {
+			templates++
+		}
+	}
+	if templates == 0 {
+		t.Error("no ProxyLease template came back")
+	}
+
+	// Fewer leases: one Secret again, the old shards deleted.
+	for _, l := range restored.List("") {
+		restored.Release(l.ID)
+	}
+	if err := c2.WriteIfChanged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := e.kube.CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{LabelSelector: componentLabel})
+	if len(after.Items) != 1 {
+		t.Errorf("%d checkpoint Secrets after shrinking, want 1 (old shards deleted)", len(after.Items))
+	}
+}
+
+// TestTamperedCheckpointIsRefused: a changed shard is caught by the digest
+// and nothing is restored.
+func TestTamperedCheckpointIsRefused(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Now())
+	store := newStore(t, clk)
+	fill(t, store, 10, 20, 0)
+	if err := e.checkpointer(t, store, clk, "leases").WriteIfChanged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := e.kube.CoreV1().Secrets(e.ns).Get(ctx, "leases", metav1.GetOptions{})
+	s.Data["checkpoint.json.gz"][10] ^= 0xff
+	if _, err := e.kube.CoreV1().Secrets(e.ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	restored := newStore(t, clk)
+	loaded, err := e.checkpointer(t, restored, clk, "leases").Load(ctx)
+	if loaded || !checkpoint.IsCorrupt(err) {
+		t.Fatalf("tampered checkpoint: loaded %v, %v; want a corrupt-checkpoint error", loaded, err)
+	}
+	if n := len(restored.List("")); n != 0 {
+		t.Errorf("%d leases restored from a tampered checkpoint", n)
+	}
+	// No checkpoint at all: nothing loaded, no error.
+	loaded, err = e.checkpointer(t, newStore(t, clk), clk, "none").Load(ctx)
+	if loaded || err != nil {
+		t.Errorf("no checkpoint: %v %v", loaded, err)
+	}
+}
+
+// TestLastCheckpointAfterTheServers: at shutdown the last checkpoint waits
+// for the servers to stop, so a change made while they drain is in it.
+func TestLastCheckpointAfterTheServers(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Now())
+	store := newStore(t, clk)
+	fill(t, store, 10, 5, 0)
+	c := e.checkpointer(t, store, clk, "leases")
+	if err := c.WriteIfChanged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	serverStopped := make(chan struct{})
+	c.FinalAfter(serverStopped)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Start(runCtx) }()
+	cancel()
+	// A request still draining: its lease must be in the last checkpoint.
+	late, err := store.Acquire(lease.AcquireRequest{Target: "draining"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the last checkpoint did not wait for the server: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(serverStopped)
+	if err := <-done; err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	restored := newStore(t, clk)
+	if _, err := e.checkpointer(t, restored, clk, "leases").Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := restored.Get(late.ID); !ok {
+		t.Error("the lease granted while the server drained is not in the last checkpoint")
+	}
+}
