@@ -6,7 +6,8 @@
 // it again and checks that every lease is there with the same ID, proxy,
 // holder and expiry, every cooldown still holds, and the ProxyLease list has
 // the same resourceVersion, from which a watch resumes. The unavailability
-// of the restart is logged.
+// of the restart is logged. Then it SIGKILLs the operator after a checkpoint
+// and checks that every checkpointed lease is back.
 //
 // This package holds tests only; nothing may import it.
 package restart

@@ -205,7 +205,16 @@ func (e *env) start(t *testing.T) *framework.OperatorProcess {
 			return false, nil
 		}
 		resp.Body.Close()
-		return resp.StatusCode == 200, nil
+		if resp.StatusCode != 200 {
+			return false, nil
+		}
+		// Ready, and the HTTP lease API listening (it starts beside the probes).
+		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", e.ports[0]))
+		if err != nil {
+			return false, nil
+		}
+		conn.Close()
+		return true, nil
 	}); err != nil {
 		t.Fatalf("operator not ready: %v\n%s", err, tail(filepath.Join(e.dir, "operator.log")))
 	}
@@ -347,7 +356,7 @@ func TestGracefulRestartKeepsEveryLease(t *testing.T) {
 	if err := op.Stop(60 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	e.start(t)
+	op = e.start(t)
 	probe := held[len(held)-1].id
 	var back time.Time
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -442,6 +451,59 @@ func TestGracefulRestartKeepsEveryLease(t *testing.T) {
 		t.Fatalf("negative control: a warm target on a cooled proxy: %v", err)
 	}
 	_ = c.Release(ctx, l.LeaseID)
+
+	// SIGKILL: every lease in the last checkpoint survives. Leases granted,
+	// then two checkpoint writes seen (the second began after the grants).
+	const late = 200
+	lateIDs := make([]string, late)
+	if err := parallel(late, func(i int) error {
+		l, err := c.Acquire(ctx, wire.AcquireRequest{Target: fmt.Sprintf("late-%d", i), TTLSeconds: leaseTTL})
+		if err == nil {
+			lateIDs[i] = l.LeaseID
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	secretRV := func() string {
+		s, err := e.kube.CoreV1().Secrets(operatorNS).Get(ctx, "leases", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.ResourceVersion
+	}
+	rv := secretRV()
+	for range 2 {
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return secretRV() != rv, nil
+		}); err != nil {
+			t.Fatalf("no checkpoint written after the late leases: %v", err)
+		}
+		rv = secretRV()
+		// A change, so the writer has something to write next tick.
+		if l, err := c.Acquire(ctx, wire.AcquireRequest{Target: "tick", TTLSeconds: 60}); err == nil {
+			_ = c.Release(ctx, l.LeaseID)
+		}
+	}
+	op.Kill()
+	e.start(t)
+	var missing []string
+	if err := parallel(late, func(i int) error {
+		if _, err := c.Get(ctx, lateIDs[i]); err != nil {
+			mu.Lock()
+			missing = append(missing, fmt.Sprintf("%s: %v", lateIDs[i], err))
+			mu.Unlock()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Fatalf("after SIGKILL, %d of %d checkpointed leases lost, e.g. %v", len(missing), late, missing[:min(5, len(missing))])
+	}
+	if _, err := c.Get(ctx, held[httpLeases-1].id); err != nil {
+		t.Errorf("after SIGKILL, a lease from before the graceful restart: %v", err)
+	}
 }
 
 func tail(path string) string {
