@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -49,7 +50,7 @@ type leaseCache struct {
 	// 410 Gone and lists again instead of silently missing changes. With a
 	// lease checkpoint it is the checkpoint's and the store resumes its
 	// revision, so resourceVersions are the same across the restart.
-	rvBase      uint64
+	rvBase      atomic.Uint64
 	svc         *leasing.Service
 	historySize int
 
@@ -69,17 +70,14 @@ type leaseCache struct {
 
 // newLeaseCache subscribes to the service's lease events. The returned func
 // unsubscribes and closes every watcher.
-func newLeaseCache(svc *leasing.Service, clk clock.PassiveClock, historySize int, rvBase uint64) (*leaseCache, func()) {
-	if rvBase == 0 {
-		rvBase = uint64(clk.Now().UnixMicro())
-	}
+func newLeaseCache(svc *leasing.Service, clk clock.PassiveClock, historySize int) (*leaseCache, func()) {
 	c := &leaseCache{
-		rvBase:      rvBase,
 		svc:         svc,
 		historySize: historySize,
 		history:     make([]*cacheEvent, historySize),
 		watchers:    map[*cacheWatcher]struct{}{},
 	}
+	c.rvBase.Store(uint64(clk.Now().UnixMicro()))
 	c.advanced = sync.NewCond(&c.mu)
 	// Subscribe before reading the revision, hold events back until it is
 	// known, then drop those at or below it: every change is seen once.
@@ -136,9 +134,9 @@ func (c *leaseCache) applyLocked(ev lease.Event) {
 // objects renders ev's objects once.
 func (c *leaseCache) objectsLocked(ev *cacheEvent) (obj, prev *leasingv1alpha1.ProxyLease) {
 	if ev.obj == nil {
-		ev.obj = buildObject(&ev.lease, c.rvBase)
+		ev.obj = buildObject(&ev.lease, c.rvBase.Load())
 		if ev.prev != nil {
-			ev.prevObj = buildObject(ev.prev, c.rvBase)
+			ev.prevObj = buildObject(ev.prev, c.rvBase.Load())
 		}
 	}
 	return ev.obj, ev.prevObj
@@ -179,12 +177,12 @@ func (c *leaseCache) get(namespace, name string) (lease.Lease, *leasingv1alpha1.
 	if !ok {
 		return lease.Lease{}, nil, false
 	}
-	return l, buildObject(&l, c.rvBase), true
+	return l, buildObject(&l, c.rvBase.Load()), true
 }
 
 // render is the object of a lease the service just returned.
 func (c *leaseCache) render(l *lease.Lease) *leasingv1alpha1.ProxyLease {
-	return buildObject(l, c.rvBase)
+	return buildObject(l, c.rvBase.Load())
 }
 
 // list renders the live leases of namespace ("" = all) that pred accepts,
@@ -193,21 +191,21 @@ func (c *leaseCache) list(namespace string, pred func(*leasingv1alpha1.ProxyLeas
 	leases, rev := c.svc.List(namespace)
 	var out []leasingv1alpha1.ProxyLease
 	for i := range leases {
-		if obj := buildObject(&leases[i], c.rvBase); pred(obj) {
+		if obj := buildObject(&leases[i], c.rvBase.Load()); pred(obj) {
 			out = append(out, *obj)
 		}
 	}
 	c.mu.Lock()
 	c.awaitLocked(rev)
 	c.mu.Unlock()
-	return out, c.rvBase + rev
+	return out, c.rvBase.Load() + rev
 }
 
 // resourceVersion is the resourceVersion of the last event applied.
 func (c *leaseCache) resourceVersion() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.rvBase + c.rev
+	return c.rvBase.Load() + c.rev
 }
 
 func predicateFor(opts *metainternalversion.ListOptions) func(*leasingv1alpha1.ProxyLease) bool {
@@ -284,32 +282,32 @@ func (c *leaseCache) watch(ctx context.Context, namespace string, opts *metainte
 		c.awaitLocked(initialRev)
 		from = initialRev
 		for i := range initial {
-			if obj := buildObject(&initial[i], c.rvBase); w.pred(obj) {
+			if obj := buildObject(&initial[i], c.rvBase.Load()); w.pred(obj) {
 				w.queue = append(w.queue, watch.Event{Type: watch.Added, Object: obj})
 			}
 		}
 		if opts.AllowWatchBookmarks {
 			w.queue = append(w.queue, watch.Event{Type: watch.Bookmark, Object: &leasingv1alpha1.ProxyLease{
 				ObjectMeta: metav1.ObjectMeta{
-					ResourceVersion: strconv.FormatUint(c.rvBase+from, 10),
+					ResourceVersion: strconv.FormatUint(c.rvBase.Load()+from, 10),
 					Annotations:     map[string]string{metav1.InitialEventsAnnotationKey: "true"},
 				},
 			}})
 		}
 	case legacy:
 		from = c.rev // from now on
-	case external > c.rvBase+newest:
+	case external > c.rvBase.Load()+newest:
 		return nil, apierrors.NewResourceExpired(fmt.Sprintf(
-			"resourceVersion %d is newer than the server's %d; list again", external, c.rvBase+newest))
-	case external < c.rvBase:
+			"resourceVersion %d is newer than the server's %d; list again", external, c.rvBase.Load()+newest))
+	case external < c.rvBase.Load():
 		return nil, apierrors.NewResourceExpired(fmt.Sprintf(
 			"resourceVersion %d is from before the operator restarted (leases live in its memory); list again", external))
 	default:
-		from = external - c.rvBase
+		from = external - c.rvBase.Load()
 		c.awaitLocked(from)
 		if from < c.floor {
 			return nil, apierrors.NewResourceExpired(fmt.Sprintf(
-				"too old resource version: %d (the oldest kept is %d)", external, c.rvBase+c.floor))
+				"too old resource version: %d (the oldest kept is %d)", external, c.rvBase.Load()+c.floor))
 		}
 	}
 	for i := 0; i < c.histLen; i++ {
@@ -451,3 +449,20 @@ func (w *cacheWatcher) Stop() {
 
 // ResultChan delivers the events.
 func (w *cacheWatcher) ResultChan() <-chan watch.Event { return w.result }
+
+// restored follows a lease checkpoint loaded into the store (before this
+// replica serves): resourceVersions continue from the checkpoint's base and
+// revision, and the history starts there, so a watch from a resourceVersion
+// of the previous process resumes.
+func (c *leaseCache) restored(rvBase uint64) {
+	rev := c.svc.Revision()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rvBase.Store(rvBase)
+	c.rev, c.floor = rev, rev
+	for i := range c.history {
+		c.history[i] = nil
+	}
+	c.histHead, c.histLen = 0, 0
+	c.advanced.Broadcast()
+}

@@ -244,7 +244,7 @@ func TestCacheSeesLeasesThatExistedBeforeIt(t *testing.T) {
 	if _, err := f.store.Acquire(lease.AcquireRequest{Namespace: "ns", Name: "old", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	late, closeLate := newLeaseCache(f.rest.svc, f.clock, 8, 0)
+	late, closeLate := newLeaseCache(f.rest.svc, f.clock, 8)
 	defer closeLate()
 	items, rev := late.list("ns", predicateFor(nil))
 	if len(items) != 1 || items[0].Name != "old" || rev != f.cache.resourceVersion() {
@@ -260,7 +260,7 @@ func TestResourceVersionsOfARestartedOperatorAreNotResumed(t *testing.T) {
 	// The operator restarts a second later: a new store counting from 0 again.
 	after := newFixture(t, lease.Options{MaxLeasesPerProxy: 10}, proxy("ns", "px", nil))
 	after.clock.SetTime(epoch.Add(time.Second))
-	restarted, closeRestarted := newLeaseCache(after.rest.svc, after.clock, 64, 0)
+	restarted, closeRestarted := newLeaseCache(after.rest.svc, after.clock, 64)
 	defer closeRestarted()
 	after.rest.cache = restarted
 	for i := 0; i < 5; i++ {

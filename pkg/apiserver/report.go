@@ -37,6 +37,9 @@ func (r *reportREST) NamespaceScoped() bool { return true }
 
 // Create records the report on lease name.
 func (r *reportREST) Create(ctx context.Context, name string, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	if err := serving(ctx, r.svc, name); err != nil {
+		return nil, err
+	}
 	rep, ok := obj.(*leasingv1alpha1.ProxyLeaseReport)
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a ProxyLeaseReport: %T", obj))

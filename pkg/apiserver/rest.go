@@ -184,6 +184,15 @@ func (r *leaseREST) acquire(ctx context.Context, namespace, holder string, pl *l
 	return l, nil
 }
 
+// serving is nil when this replica serves leases, else the 503 naming the
+// leader: a standby's store is empty, so it must not answer reads either.
+func serving(ctx context.Context, svc *leasing.Service, name string) error {
+	if err := svc.Serving(ctx); err != nil {
+		return statusFor(proxyLeaseKind, name, nil, err, nil)
+	}
+	return nil
+}
+
 // leaseStatus is the answer to a failed request on ProxyLease pl.
 func leaseStatus(pl *leasingv1alpha1.ProxyLease, err error) error {
 	return statusFor(proxyLeaseKind, pl.Name, field.NewPath("spec"), err, func(e *leasing.Error) error {
@@ -231,7 +240,7 @@ func statusFor(kind schema.GroupKind, name string, root *field.Path, err error, 
 		return apierrors.NewAlreadyExists(proxyLeaseResource, name)
 	case leasing.ReasonCancelled:
 		return apierrors.NewTimeoutError(fmt.Sprintf("gave up waiting for a proxy for %s %s: %v", kind.Kind, name, err), 0)
-	case leasing.ReasonShuttingDown:
+	case leasing.ReasonShuttingDown, leasing.ReasonNotLeader:
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s %s: %v", kind.Kind, name, err))
 	}
 	return apierrors.NewInternalError(fmt.Errorf("%s %s: %w", kind.Kind, name, err))
@@ -301,6 +310,9 @@ func selectorString(sel map[string]string) string {
 
 // Get returns a live lease.
 func (r *leaseREST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	if err := serving(ctx, r.svc, name); err != nil {
+		return nil, err
+	}
 	_, obj, ok := r.cache.get(genericapirequest.NamespaceValue(ctx), name)
 	if !ok {
 		return nil, apierrors.NewNotFound(proxyLeaseResource, name)
@@ -313,6 +325,9 @@ func (r *leaseREST) Get(ctx context.Context, name string, _ *metav1.GetOptions) 
 // the newest state: limit is ignored (the whole list is one page) and an
 // Exact resourceVersionMatch other than the newest is 410 Gone.
 func (r *leaseREST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	if err := serving(ctx, r.svc, ""); err != nil {
+		return nil, err
+	}
 	items, rev := r.cache.list(genericapirequest.NamespaceValue(ctx), predicateFor(options))
 	if options != nil && options.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
 		want, err := parseResourceVersion(options.ResourceVersion)
@@ -333,6 +348,9 @@ func (r *leaseREST) List(ctx context.Context, options *metainternalversion.ListO
 
 // Watch streams lease events; see leaseCache.watch.
 func (r *leaseREST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	if err := serving(ctx, r.svc, ""); err != nil {
+		return nil, err
+	}
 	return r.cache.watch(ctx, genericapirequest.NamespaceValue(ctx), options)
 }
 
@@ -342,6 +360,9 @@ func (r *leaseREST) Watch(ctx context.Context, options *metainternalversion.List
 // TTL is unchanged.
 func (r *leaseREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	if err := serving(ctx, r.svc, name); err != nil {
+		return nil, false, err
+	}
 	namespace := genericapirequest.NamespaceValue(ctx)
 	r.updateMu.Lock()
 	cur, old, ok := r.cache.get(namespace, name)
@@ -435,6 +456,9 @@ func (r *leaseREST) createFromUpdate(ctx context.Context, name string, objInfo r
 
 // Delete releases the lease.
 func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	if err := serving(ctx, r.svc, name); err != nil {
+		return nil, false, err
+	}
 	cur, obj, ok := r.cache.get(genericapirequest.NamespaceValue(ctx), name)
 	if !ok {
 		return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
@@ -471,6 +495,9 @@ func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation re
 // DeleteCollection releases every lease the list options select.
 func (r *leaseREST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions,
 	listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	if err := serving(ctx, r.svc, ""); err != nil {
+		return nil, err
+	}
 	items, rev := r.cache.list(genericapirequest.NamespaceValue(ctx), predicateFor(listOptions))
 	out := &leasingv1alpha1.ProxyLeaseList{Items: []leasingv1alpha1.ProxyLease{}}
 	out.ResourceVersion = fmt.Sprint(rev)

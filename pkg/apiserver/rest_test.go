@@ -57,7 +57,7 @@ func newFixture(t testing.TB, opts lease.Options, proxies ...lease.ProxyInfo) *f
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache, closeCache := newLeaseCache(svc, clk, 64, 0)
+	cache, closeCache := newLeaseCache(svc, clk, 64)
 	t.Cleanup(closeCache)
 	return &fixture{
 		t: t, clock: clk, store: store, queue: q, rec: rec, cache: cache,

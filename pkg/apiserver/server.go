@@ -40,10 +40,6 @@ type Deps struct {
 	// Clock drives the table's EXPIRES/AGE and the resourceVersion base; nil
 	// means the real clock. Use the lease store's clock.
 	Clock clock.PassiveClock
-	// ResourceVersionBase is added to store revisions to make
-	// resourceVersions; zero means the start time in microseconds. Give the
-	// lease checkpoint's, so resourceVersions stay the same across restarts.
-	ResourceVersionBase uint64
 	// ServingCert is the serving certificate when
 	// --apiserver-tls-cert-file is unset (the operator's own, from
 	// pkg/certs); nil: a self-signed one kept in memory.
@@ -116,7 +112,7 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 	if err := applyDelegation(opts, deps.RESTConfig, config); err != nil {
 		return nil, err
 	}
-	cache, closeCache := newLeaseCache(deps.Service, clk, opts.WatchHistory, deps.ResourceVersionBase)
+	cache, closeCache := newLeaseCache(deps.Service, clk, opts.WatchHistory)
 	defer func() {
 		if retErr != nil {
 			closeCache()
@@ -231,6 +227,11 @@ func (s *Server) Start(ctx context.Context) error {
 // NeedLeaderElection is false: lease state is per process, so every replica
 // serves.
 func (s *Server) NeedLeaderElection() bool { return false }
+
+// Restored makes resourceVersions continue from a lease checkpoint just
+// loaded into the store: rvBase is the checkpoint's base (see
+// checkpoint.Checkpointer.RVBase). Call it before this replica serves.
+func (s *Server) Restored(rvBase uint64) { s.cache.restored(rvBase) }
 
 // Stopped is closed once Start has returned: the server takes no more
 // requests and those in flight have been answered.

@@ -61,8 +61,9 @@ type Deps struct {
 	StopFirst []<-chan struct{}
 }
 
-// Checkpointer loads the lease store from its Secrets at start and writes
-// them while it runs (a controller-runtime Runnable every replica runs).
+// Checkpointer loads the lease store from its Secrets when this replica
+// takes the leases over and writes them while it serves them (Load, then
+// Start, both from leasing.Takeover on the leader: a standby never writes).
 type Checkpointer struct {
 	opts  Options
 	deps  Deps
@@ -223,10 +224,6 @@ func (c *Checkpointer) final(ctx context.Context) error {
 	return nil
 }
 
-// NeedLeaderElection is false: every replica keeps its own store (one
-// replica until leases are leader-served).
-func (c *Checkpointer) NeedLeaderElection() bool { return false }
-
 // WriteIfChanged writes the store's state unless nothing changed since the
 // last write (or load).
 func (c *Checkpointer) WriteIfChanged(ctx context.Context) error {
@@ -333,28 +330,3 @@ func (c *Checkpointer) FinalAfter(chs ...<-chan struct{}) {
 	defer c.mu.Unlock()
 	c.deps.StopFirst = append(c.deps.StopFirst, chs...)
 }
-
-// AbsentProxies ends, once the Proxy informer has synced, the restored
-// leases of proxies it did not bring back (deleted while the operator was
-// down): their holders learn it as they would have live (410, reason
-// ProxyDeleted). A Runnable every replica runs.
-type AbsentProxies struct {
-	// WaitForSync blocks until the Proxy informer has synced (false: ctx
-	// ended first).
-	WaitForSync func(ctx context.Context) bool
-	Store       interface{ EndLeasesOfAbsentProxies() int }
-}
-
-// Start waits for the sync and ends those leases once.
-func (a *AbsentProxies) Start(ctx context.Context) error {
-	if !a.WaitForSync(ctx) {
-		return nil
-	}
-	if n := a.Store.EndLeasesOfAbsentProxies(); n > 0 {
-		log.FromContext(ctx).Info("restored leases of deleted proxies ended", "leases", n)
-	}
-	return nil
-}
-
-// NeedLeaderElection is false: every replica has its own store.
-func (a *AbsentProxies) NeedLeaderElection() bool { return false }

@@ -210,6 +210,9 @@ func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled")
 	case leasing.ReasonShuttingDown:
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error()+"; retry shortly")
+	case leasing.ReasonNotLeader:
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, wire.Error{Error: wire.CodeNotLeader, Message: err.Error(), Leader: e.Leader})
 	default:
 		log.FromContext(r.Context()).Error(err, "lease request failed", "method", r.Method, "path", r.URL.Path)
 		writeError(w, http.StatusInternalServerError, wire.CodeInternal, err.Error())

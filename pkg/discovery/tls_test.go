@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,10 +17,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/pkg/certs"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // writePair issues a serving pair for 127.0.0.1 from a new CA, writes it to
@@ -230,5 +235,55 @@ func TestServingCertChoice(t *testing.T) {
 				t.Errorf("source = %s, want %s", source, tc.wantSource)
 			}
 		})
+	}
+}
+
+// TestStandbyAnswers503NamingTheLeader: a replica whose lease gate is closed
+// answers every lease endpoint 503 not_leader with the leader and
+// Retry-After, and still lists the fleet.
+func TestStandbyAnswers503NamingTheLeader(t *testing.T) {
+	store, _ := lease.New(lease.Options{}, nil)
+	l := leasing.NewWithStore(store, leasing.DefaultOptions(), clock.RealClock{})
+	t.Cleanup(func() { _ = l.Shutdown(context.Background()) })
+	l.Gate = leasing.NewGate(func(context.Context) string { return "operator-1_x" })
+	svc, err := l.Service(leasing.APIHTTP, DefaultMaxWait, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Tokens: SingleToken("t"), Service: svc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	for _, rq := range []struct{ method, path, body string }{
+		{http.MethodPost, "/v1/leases", `{}`},
+		{http.MethodGet, "/v1/leases/abc", ""},
+		{http.MethodDelete, "/v1/leases/abc", ""},
+		{http.MethodPost, "/v1/leases/abc/renew", `{}`},
+		{http.MethodPost, "/v1/leases/abc/report", `{"result":"ok"}`},
+	} {
+		req, _ := http.NewRequest(rq.method, ts.URL+rq.path, strings.NewReader(rq.body))
+		req.Header.Set("Authorization", "Bearer t")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body wire.Error
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || body.Error != wire.CodeNotLeader || body.Leader != "operator-1_x" || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("%s %s on a standby: %d %+v Retry-After %q", rq.method, rq.path, resp.StatusCode, body, resp.Header.Get("Retry-After"))
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/v1/proxies", nil)
+	req.Header.Set("Authorization", "Bearer t")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("fleet listing on a standby: %d", resp.StatusCode)
 	}
 }

@@ -91,22 +91,24 @@ func (s *Store) State() (State, uint64) {
 	return st, changes
 }
 
-// ErrNotEmpty is returned by Restore into a store that holds anything.
-var ErrNotEmpty = errors.New("restoring lease state: the store is not empty")
+// ErrNotEmpty is returned by Restore into a store that has leases, ended
+// leases, cooldowns or a revision of its own.
+var ErrNotEmpty = errors.New("restoring lease state: the store already has lease state")
 
-// Restore loads st into an empty store (before the Proxy informer feeds it
-// and before any API serves). Leases go onto placeholders of their proxies
-// that count their leases and cooldowns; the informer's first UpsertProxy of
-// each makes it live again (a changed address shows on its leases), and
-// EndLeasesOfAbsentProxies ends the leases of proxies deleted meanwhile. What
-// expired while the process was down is applied as if it had been running:
-// a lease past its expiry is ended (reason Expired), a cooldown or ended
-// lease past its time is dropped. Emits no events.
+// Restore loads st into a store that has no lease state yet (before any API
+// serves; the Proxy informer may already have fed it proxies, as on a
+// standby taking over). A lease goes onto its proxy when the store has it
+// (shown as the proxy is now, if its address or health changed), else onto
+// a placeholder that counts its leases and cooldowns until the informer's
+// first UpsertProxy makes it live; EndLeasesOfAbsentProxies ends the leases
+// of proxies deleted meanwhile. What expired while no process served is
+// applied as if one had: a lease past its expiry is ended (reason Expired), a
+// cooldown or ended lease past its time is dropped. Emits no events.
 func (s *Store) Restore(st State) error {
 	var p pending
 	s.mu.Lock()
 	defer s.unlockAndNotify(&p)
-	if len(s.proxies) > 0 || len(s.leases) > 0 || len(s.tombs) > 0 || s.revision > 0 {
+	if len(s.leases) > 0 || len(s.tombs) > 0 || s.revision > 0 || s.coolings > 0 {
 		return ErrNotEmpty
 	}
 	now := s.now()
@@ -130,12 +132,18 @@ func (s *Store) Restore(st State) error {
 		}
 		le := &leaseEntry{Lease: l, proxy: e, expiresNanos: l.ExpiresAt.UnixNano()}
 		le.Proxy = l.Proxy.clone()
+		if !e.removed && e.info.leaseVisible(l.Proxy) {
+			le.Proxy = e.info.clone()
+			le.ProxyChangedAt = now
+			s.revision++
+			le.Revision = s.revision
+		}
 		s.leases[l.ID] = le
 		s.names[ProxyKey{Namespace: l.Namespace, Name: l.Name}] = l.ID
 		s.flows[l.Flow]++
 		heap.Push(&s.expiries, le)
 		s.scheduledLocked(le.ExpiresAt)
-		e.leases++
+		s.setLeasesLocked(e, e.leases+1)
 	}
 	for _, c := range st.Cooldowns {
 		if c.Until.After(now) {

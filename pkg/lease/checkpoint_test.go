@@ -176,3 +176,36 @@ func TestRestoreRefusesANonEmptyStoreAndBadState(t *testing.T) {
 		t.Error("a refused restore left leases behind")
 	}
 }
+
+// A standby's store already has the fleet from its informer when it takes
+// over: Restore puts the leases onto those proxies (capacity counted, a
+// moved proxy shown), with no placeholder left.
+func TestRestoreOntoAFedStore(t *testing.T) {
+	a, live := fleetWithHistory(t)
+	st, _ := a.State()
+	b, _ := newTestStore(t, Options{MaxLeasesPerProxy: 1, CooldownWindow: time.Minute, MaxTTL: time.Hour})
+	moved := px("b", "p4", 4)
+	moved.URL = "http://10.9.9.9:3128"
+	for _, p := range []ProxyInfo{px("a", "p1", 1, "tier", "gold"), px("a", "p2", 2, "tier", "gold"), px("a", "p3", 3), moved} {
+		b.UpsertProxy(p)
+	}
+	if err := b.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if bad := checkInvariants(b); len(bad) > 0 {
+		t.Fatalf("invariants: %q", bad)
+	}
+	if n := b.EndLeasesOfAbsentProxies(); n != 0 {
+		t.Errorf("ended %d leases, but every proxy is there", n)
+	}
+	if got, _ := b.Get(live[1].ID); got.Proxy.URL != moved.URL || got.Revision <= st.Revision {
+		t.Errorf("lease on the moved proxy shows %s (revision %d), want %s after %d", got.Proxy.URL, got.Revision, moved.URL, st.Revision)
+	}
+	if _, err := b.Acquire(AcquireRequest{Namespace: "b"}); !IsNoMatch(err) {
+		t.Errorf("b/p4 holds a restored lease at capacity 1, yet: %v", err)
+	}
+	// Restoring twice is refused: the store has lease state now.
+	if err := b.Restore(st); !errors.Is(err, ErrNotEmpty) {
+		t.Errorf("second restore: %v", err)
+	}
+}

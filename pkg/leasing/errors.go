@@ -42,6 +42,9 @@ const (
 	// ReasonCancelled: the caller left (or its request timed out) first;
 	// nothing is left behind.
 	ReasonCancelled Reason = "Cancelled"
+	// ReasonNotLeader: this replica does not serve leases (a standby, or the
+	// leader still loading its checkpoint); Error.Leader names who does.
+	ReasonNotLeader Reason = "NotLeader"
 	// ReasonInternal: a bug; the message says what.
 	ReasonInternal Reason = "Internal"
 )
@@ -59,6 +62,9 @@ type Error struct {
 	MaxTTL time.Duration
 	// EndReason says how a ReasonEnded lease ended.
 	EndReason lease.Reason
+	// Leader is the replica that serves, for a ReasonNotLeader ("" if
+	// unknown).
+	Leader string
 	// ID is the lease the error is about, if any.
 	ID  string
 	err error
@@ -111,6 +117,7 @@ func IsEnded(err error) bool         { return ReasonOf(err) == ReasonEnded }
 func IsForbidden(err error) bool     { return ReasonOf(err) == ReasonForbidden }
 func IsAlreadyExists(err error) bool { return ReasonOf(err) == ReasonAlreadyExists }
 func IsCancelled(err error) bool     { return ReasonOf(err) == ReasonCancelled }
+func IsNotLeader(err error) bool     { return ReasonOf(err) == ReasonNotLeader }
 
 func invalid(errs ...*field.Error) *Error {
 	return &Error{Reason: ReasonInvalid, Fields: errs}

@@ -21,6 +21,9 @@ type Leasing struct {
 	Store *lease.Store
 	// Waiter is the queue every acquire goes through (the Services' Queue).
 	Waiter *Waiter
+	// Gate, when set before Service is called, keeps the services closed
+	// until this replica takes over (Takeover); nil: they always serve.
+	Gate *Gate
 
 	clock        clock.PassiveClock
 	ctl          *LeaseController

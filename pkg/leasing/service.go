@@ -84,6 +84,7 @@ type Service struct {
 	queue   Queue
 	clock   clock.PassiveClock
 	rec     Recorder
+	gate    *Gate
 }
 
 // ServiceDeps are what a Service runs on.
@@ -96,6 +97,9 @@ type ServiceDeps struct {
 	Clock clock.PassiveClock
 	// Recorder counts outcomes (optional).
 	Recorder Recorder
+	// Gate refuses lease requests while this replica does not serve (nil:
+	// always serves).
+	Gate *Gate
 }
 
 // NewService returns the service of the front door api, whose requests may
@@ -113,13 +117,18 @@ func NewService(api string, maxWait time.Duration, deps ServiceDeps) (*Service, 
 	if deps.Recorder == nil {
 		deps.Recorder = nopRecorder{}
 	}
-	return &Service{api: api, maxWait: maxWait, store: deps.Store, queue: deps.Queue, clock: deps.Clock, rec: deps.Recorder}, nil
+	return &Service{api: api, maxWait: maxWait, store: deps.Store, queue: deps.Queue, clock: deps.Clock, rec: deps.Recorder, gate: deps.Gate}, nil
 }
 
 // Service returns the service of front door api over this store and queue.
 func (l *Leasing) Service(api string, maxWait time.Duration, rec Recorder) (*Service, error) {
-	return NewService(api, maxWait, ServiceDeps{Store: l.Store, Queue: l.Waiter, Clock: l.clock, Recorder: rec})
+	return NewService(api, maxWait, ServiceDeps{Store: l.Store, Queue: l.Waiter, Clock: l.clock, Recorder: rec, Gate: l.Gate})
 }
+
+// Serving is nil when this replica serves leases, else a ReasonNotLeader
+// error naming the leader. Every lease method checks it; a front door calls
+// it for what it serves without one (reads of the lease list).
+func (s *Service) Serving(ctx context.Context) error { return s.gate.check(ctx) }
 
 // Limits are the bounds Acquire and Renew check.
 func (s *Service) Limits() Limits { return Limits{MaxTTL: s.store.MaxTTL(), MaxWait: s.maxWait} }
@@ -130,6 +139,10 @@ func (s *Service) Limits() Limits { return Limits{MaxTTL: s.store.MaxTTL(), MaxW
 // ReasonAlreadyExists, ReasonCancelled (a grant made as the caller left is
 // given back), ReasonShuttingDown.
 func (s *Service) Acquire(ctx context.Context, req Request) (*lease.Lease, error) {
+	if err := s.gate.check(ctx); err != nil {
+		s.rec.LeaseRequest(s.api, outcomeOf(err))
+		return nil, err
+	}
 	if err := s.validate(req); err != nil {
 		s.rec.LeaseRequest(s.api, OutcomeBadRequest)
 		return nil, err
@@ -180,6 +193,9 @@ func (s *Service) Invalid() { s.rec.LeaseRequest(s.api, OutcomeBadRequest) }
 // it; releasing an unknown or ended lease is not an error (idempotent).
 // Errors: ReasonForbidden (another holder's lease, left as it was).
 func (s *Service) Release(holder, id string) (bool, error) {
+	if err := s.gate.check(context.Background()); err != nil {
+		return false, err
+	}
 	ok, err := s.store.ReleaseAs(holder, id)
 	return ok, classify(nil, id, err)
 }
@@ -194,6 +210,9 @@ func (s *Service) Renew(holder, id string, ttl time.Duration) (*lease.Lease, err
 // Update is Renew that also replaces the lease's metadata when meta is not
 // nil, in one change.
 func (s *Service) Update(holder, id string, ttl time.Duration, meta *lease.Metadata) (*lease.Lease, error) {
+	if err := s.gate.check(context.Background()); err != nil {
+		return nil, err
+	}
 	if err := s.store.CheckTTL(ttl); err != nil {
 		e := invalidTTL(err, ttl)
 		e.ID = id
@@ -207,6 +226,9 @@ func (s *Service) Update(holder, id string, ttl time.Duration, meta *lease.Metad
 // holder, live or ended within the cooldown window. Errors: ReasonInvalid
 // (result), ReasonNotFound, ReasonForbidden.
 func (s *Service) Report(holder, id, result, target string) error {
+	if err := s.gate.check(context.Background()); err != nil {
+		return err
+	}
 	if !lease.ValidResult(result) {
 		e := invalid(field.NotSupported(field.NewPath("result"), result, []string{lease.ResultOK, lease.ResultRateLimited, lease.ResultBanned}))
 		e.ID = id
@@ -218,6 +240,9 @@ func (s *Service) Report(holder, id, result, target string) error {
 // Get returns a live lease of holder as it is now. Errors: ReasonNotFound,
 // ReasonEnded, ReasonForbidden.
 func (s *Service) Get(holder, id string) (lease.Lease, error) {
+	if err := s.gate.check(context.Background()); err != nil {
+		return lease.Lease{}, err
+	}
 	l, err := s.store.GetAs(holder, id)
 	return l, classify(nil, id, err)
 }

@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,13 +26,16 @@ import (
 )
 
 // setupLeasing builds the lease store and the wait queue (pkg/leasing) and
-// everything that serves them, and adds them to mgr, none of them
-// leader-elected (lease state lives in this process, so every replica serves
-// its own): the store fed by the manager's Proxy informer, the HTTP
-// discovery API (unless --discovery-bind-address=0) and the aggregated
-// ProxyLease API server (unless --apiserver-secure-port=0), each through its
-// leasing.Service, which counts its requests on leaseMetrics. reg receives
-// the store's and the queue's collectors.
+// everything that serves them, and adds them to mgr: the store fed by the
+// manager's Proxy informer, the HTTP discovery API (unless
+// --discovery-bind-address=0) and the aggregated ProxyLease API server
+// (unless --apiserver-secure-port=0), each through its leasing.Service,
+// which counts its requests on leaseMetrics. The servers run on every
+// replica, but their Gate opens only on the one that leads (every replica
+// without --leader-elect), once it has loaded the lease checkpoint
+// (leasing.Takeover, which then writes the checkpoint); a standby answers
+// 503 naming the leader and is not ready. reg receives the store's and the
+// queue's collectors.
 func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics leasing.Recorder) error {
 	logger := log.FromContext(ctx)
 	// Uncached: the operator must not cache every Secret of the cluster.
@@ -50,14 +55,21 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	if err != nil {
 		return err
 	}
-	// Before the store is fed or served: the last checkpoint's leases.
-	cp, err := setupCheckpoint(ctx, mgr, kube, o, l.Store)
-	if err != nil {
-		return err
+	// Only the replica that leads serves leases, once it has loaded them.
+	var leader func(context.Context) string
+	if o.LeaderElection {
+		ns := o.LeaderElectionNamespace
+		if ns == "" {
+			ns = o.Namespace
+		}
+		leader = leasing.LeaseHolder(kube.CoordinationV1(), ns, o.LeaderElectionID, clk)
 	}
-	var rvBase uint64
-	if cp != nil {
-		rvBase = cp.RVBase(uint64(clk.Now().UnixMicro()))
+	l.Gate = leasing.NewGate(leader)
+	var cp *checkpoint.Checkpointer
+	if o.Checkpoint.Enabled() {
+		if cp, err = checkpoint.New(o.checkpointOptions(), checkpoint.Deps{Secrets: kube.CoreV1(), Store: l.Store, Codec: apiserver.MetadataCodec{}}); err != nil {
+			return err
+		}
 	}
 	inf, err := mgr.GetCache().GetInformer(ctx, &crawlv1alpha1.Proxy{})
 	if err != nil {
@@ -109,6 +121,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		logger.Info("HTTP discovery API disabled (--discovery-bind-address=0)")
 	}
 
+	var apiServer *apiserver.Server
 	if o.APIServer.Enabled() {
 		// Delegated authn/authz read kube-system/extension-apiserver-authentication
 		// here, so kube-apiserver must be reachable (as for the manager).
@@ -116,7 +129,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if err != nil {
 			return err
 		}
-		deps := apiserver.Deps{Service: svc, RESTConfig: cfg, Clock: clk, ResourceVersionBase: rvBase}
+		deps := apiserver.Deps{Service: svc, RESTConfig: cfg, Clock: clk}
 		if servingCert != nil {
 			deps.ServingCert = servingCert
 		}
@@ -130,39 +143,55 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if cp != nil {
 			cp.FinalAfter(srv.Stopped())
 		}
+		apiServer = srv
 	} else {
 		logger.Info("aggregated ProxyLease API server disabled (--" + apiserver.FlagPrefix + "secure-port=0)")
+	}
+
+	takeover := &leasing.Takeover{Gate: l.Gate}
+	if cp != nil {
+		takeover.Prepare = func(ctx context.Context) error { return takeOverCheckpoint(ctx, mgr, cp, l.Store, apiServer, clk) }
+		takeover.Run = cp.Start
+	}
+	if err := mgr.Add(takeover); err != nil {
+		return fmt.Errorf("adding the lease takeover: %w", err)
+	}
+	// Ready only where leases are served: a Service routes to the leader.
+	if err := mgr.AddReadyzCheck("leases", func(*http.Request) error {
+		if !l.Gate.IsOpen() {
+			return errors.New("not serving leases: a standby, or loading the lease checkpoint")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("adding the leases readyz check: %w", err)
 	}
 	return nil
 }
 
-// setupCheckpoint loads the last lease checkpoint into store when
-// --lease-checkpoint-secret is set (nil otherwise) and adds the writer, and
-// the end of the leases whose proxies did not come back, to mgr.
-func setupCheckpoint(ctx context.Context, mgr manager.Manager, kube kubernetes.Interface, o *Options, store *lease.Store) (*checkpoint.Checkpointer, error) {
-	if !o.Checkpoint.Enabled() {
-		return nil, nil
-	}
-	cp, err := checkpoint.New(o.checkpointOptions(), checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}})
-	if err != nil {
-		return nil, err
-	}
+// takeOverCheckpoint loads the last lease checkpoint into store, on the
+// replica taking over (nothing served yet): leases of proxies deleted
+// meanwhile end once the Proxy informer has synced, and the aggregated API's
+// resourceVersions continue from the checkpoint's. A corrupt checkpoint is
+// logged and skipped (it is overwritten by the next write).
+func takeOverCheckpoint(ctx context.Context, mgr manager.Manager, cp *checkpoint.Checkpointer, store *lease.Store, apiServer *apiserver.Server, clk clock.PassiveClock) error {
 	loaded, err := cp.Load(ctx)
 	if checkpoint.IsCorrupt(err) {
-		log.FromContext(ctx).Error(err, "lease checkpoint unreadable; starting without it (it is overwritten by the next checkpoint)")
+		log.FromContext(ctx).Error(err, "lease checkpoint unreadable; serving without it (it is overwritten by the next checkpoint)")
 	} else if err != nil {
-		return nil, err
-	}
-	if err := mgr.Add(cp); err != nil {
-		return nil, fmt.Errorf("adding the lease checkpoint: %w", err)
+		return err
 	}
 	if loaded {
-		absent := &checkpoint.AbsentProxies{WaitForSync: mgr.GetCache().WaitForCacheSync, Store: store}
-		if err := mgr.Add(absent); err != nil {
-			return nil, fmt.Errorf("adding the restored-lease sweep: %w", err)
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return ctx.Err()
+		}
+		if n := store.EndLeasesOfAbsentProxies(); n > 0 {
+			log.FromContext(ctx).Info("restored leases of deleted proxies ended", "leases", n)
 		}
 	}
-	return cp, nil
+	if apiServer != nil {
+		apiServer.Restored(cp.RVBase(uint64(clk.Now().UnixMicro())))
+	}
+	return nil
 }
 
 // setupServingCert builds the operator's certificate manager when

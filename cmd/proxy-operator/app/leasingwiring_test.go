@@ -260,11 +260,12 @@ func leasingProblems(t *testing.T, m manifests) []string {
 	if d == nil {
 		return []string{"no Deployment"}
 	}
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
-		bad("replicas must be 1 (lease state is per process)")
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		bad("replicas must be 2 (a leader serving leases and a standby)")
 	}
-	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
-		bad("strategy must be Recreate (a surge pod runs a second lease store)")
+	if ru := d.Spec.Strategy.RollingUpdate; d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || ru == nil ||
+		ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 1 {
+		bad("strategy must be a RollingUpdate with maxSurge 0 and maxUnavailable 1 (one pod at a time, never a third)")
 	}
 	if len(d.Spec.Template.Spec.Containers) != 1 {
 		return append(problems, "want exactly one container")
@@ -422,8 +423,8 @@ func TestOperatorManifestLeasing(t *testing.T) {
 		want     string // a problem mentioning this; "" = none
 	}{
 		{name: "as shipped"},
-		{name: "two replicas", old: "replicas: 1", new: "replicas: 2", want: "replicas must be 1"},
-		{name: "rolling update", old: "type: Recreate", new: "type: RollingUpdate", want: "strategy must be Recreate"},
+		{name: "one replica", old: "replicas: 2", new: "replicas: 1", want: "replicas must be 2"},
+		{name: "surge", old: "maxSurge: 0", new: "maxSurge: 1", want: "maxSurge 0"},
 		{name: "no leader election", old: "            - --leader-elect\n", new: "", want: "--leader-elect is off"},
 		{name: "unnamed discovery port", old: "name: discovery\n              containerPort: 8090", new: "name: lease-http\n              containerPort: 8090",
 			want: `container port "discovery"`},

@@ -48,6 +48,9 @@ type Options struct {
 	LeaderElectionID string
 	// LeaderElectionNamespace holds the Lease; required out of cluster.
 	LeaderElectionNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod time the election: a
+	// crashed leader is replaced within about LeaseDuration + RetryPeriod.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
 	// Providers are the enabled provider names.
 	Providers []string
@@ -105,6 +108,9 @@ func NewOptions() *Options {
 		HealthProbeAddr:  ":8081",
 		PprofAddr:        "0",
 		LeaderElectionID: "proxy-operator.crawl.example.com",
+		LeaseDuration:    15 * time.Second,
+		RenewDeadline:    10 * time.Second,
+		RetryPeriod:      2 * time.Second,
 		Providers:        []string{kubernetes.Name},
 		InstanceTag:      provider.DefaultTag,
 		Intervals:        controller.DefaultIntervals(),
@@ -133,6 +139,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Elect a leader so that only one replica reconciles.")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader-election Lease.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader-election Lease (default: the pod's namespace; required out of cluster).")
+	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", o.LeaseDuration, "How long a standby waits after the leader's last renewal before taking over (a crashed leader is replaced within about this plus the retry period).")
+	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", o.RenewDeadline, "How long the leader keeps retrying a renewal before it gives up leading (and exits).")
+	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", o.RetryPeriod, "How often candidates try to acquire or renew leadership.")
 	fs.StringSliceVar(&o.Providers, "providers", o.Providers, "Enabled providers (comma-separated). Known: "+strings.Join(knownProviders(), ", ")+".")
 	fs.StringVar(&o.InstanceTag, "instance-tag", o.InstanceTag, "Tag marking the instances this deployment owns.")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", o.WatchNamespaces, "Serve and reconcile only the Proxies of these namespaces (comma-separated; default: the whole cluster).")
@@ -166,6 +175,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 func (o *Options) Validate() error {
 	var errs []error
 	if o.LeaderElection {
+		// client-go's rule: LeaseDuration > RenewDeadline > 1.2 × RetryPeriod.
+		if o.RetryPeriod <= 0 || o.RenewDeadline <= o.RetryPeriod*12/10 || o.LeaseDuration <= o.RenewDeadline {
+			errs = append(errs, fmt.Errorf("--leader-election-lease-duration (%s) must exceed --leader-election-renew-deadline (%s), which must exceed 1.2 × --leader-election-retry-period (%s)",
+				o.LeaseDuration, o.RenewDeadline, o.RetryPeriod))
+		}
 		if o.LeaderElectionID == "" {
 			errs = append(errs, errors.New("--leader-election-id: required with --leader-elect"))
 		} else if msgs := validation.IsDNS1123Subdomain(o.LeaderElectionID); len(msgs) > 0 {

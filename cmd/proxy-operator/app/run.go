@@ -71,6 +71,9 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        o.LeaderElectionID,
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		LeaseDuration:           &o.LeaseDuration,
+		RenewDeadline:           &o.RenewDeadline,
+		RetryPeriod:             &o.RetryPeriod,
 		// Release the Lease on shutdown so a rolling update does not wait
 		// out the lease duration; safe because nothing runs after Start returns.
 		LeaderElectionReleaseOnCancel: true,

@@ -98,6 +98,9 @@ type APIError struct {
 	NoMatch *NoMatch
 	// MaxTTLSeconds is set for ttl_too_long.
 	MaxTTLSeconds int64
+	// Leader is set for not_leader: the replica that serves leases (retry
+	// after RetryAfter; a Service routes to it).
+	Leader string
 }
 
 func (e *APIError) Error() string {
@@ -132,6 +135,9 @@ func IsTTLTooLong(err error) bool { return hasCode(err, wire.CodeTTLTooLong) }
 
 // IsInvalidResult: report result not ok, rate_limited or banned (400).
 func IsInvalidResult(err error) bool { return hasCode(err, wire.CodeInvalidResult) }
+
+// IsNotLeader reports a 503 not_leader: this replica is a standby.
+func IsNotLeader(err error) bool { return hasCode(err, wire.CodeNotLeader) }
 
 // IsQueueFull reports a 429 and how long to wait before retrying.
 func IsQueueFull(err error) (retryAfter time.Duration, ok bool) {
@@ -276,7 +282,7 @@ func apiError(resp *http.Response, data []byte) *APIError {
 		}
 		return e
 	}
-	e.Code, e.Message = body.Error, body.Message
+	e.Code, e.Message, e.Leader = body.Error, body.Message, body.Leader
 	if body.Error == wire.CodeNoMatch {
 		e.NoMatch = &NoMatch{Considered: deref(body.Considered), AtCapacity: deref(body.AtCapacity),
 			InCooldown: deref(body.InCooldown), Unhealthy: deref(body.Unhealthy)}

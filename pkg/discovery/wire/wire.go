@@ -35,6 +35,9 @@ const (
 	CodeQueueFull = "queue_full"
 	// 503: the server cannot answer now (proxy cache not ready, shutting down).
 	CodeUnavailable = "unavailable"
+	// 503: this replica is a standby (Retry-After header); leader names the
+	// replica that serves leases.
+	CodeNotLeader = "not_leader"
 	// 500: a bug; the request may be retried.
 	CodeInternal = "internal"
 )
@@ -48,7 +51,7 @@ const (
 
 // Error is every error body. The count fields are set only for no_match
 // (considered = atCapacity + inCooldown + unhealthy + eligible-but-outranked),
-// maxTtlSeconds only for ttl_too_long.
+// maxTtlSeconds only for ttl_too_long, leader only for not_leader.
 type Error struct {
 	Error         string `json:"error"`
 	Message       string `json:"message"`
@@ -57,6 +60,7 @@ type Error struct {
 	InCooldown    *int   `json:"inCooldown,omitempty"`
 	Unhealthy     *int   `json:"unhealthy,omitempty"`
 	MaxTTLSeconds *int64 `json:"maxTtlSeconds,omitempty"`
+	Leader        string `json:"leader,omitempty"`
 }
 
 // AcquireRequest is the body of POST /v1/leases. Every field is optional.

@@ -171,23 +171,34 @@ func (e *env) register(t *testing.T) {
 	}
 }
 
-func (e *env) args() []string {
+// args are the flags of an operator on ports (discovery, probes,
+// aggregated API, metrics).
+func (e *env) args(ports [4]int) []string {
 	return []string{
 		"--kubeconfig=" + e.cp.KubeconfigPath, "--namespace=" + operatorNS, "--providers=kubernetes",
-		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(e.ports[3]),
-		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(e.ports[1]),
-		"--discovery-bind-address=127.0.0.1:" + strconv.Itoa(e.ports[0]),
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[3]),
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(ports[1]),
+		"--discovery-bind-address=127.0.0.1:" + strconv.Itoa(ports[0]),
 		"--discovery-token-secret=" + tokenSecret,
 		"--serving-cert-secret=" + certSecret, "--serving-cert-hosts=localhost,127.0.0.1",
-		"--apiserver-bind-address=127.0.0.1", "--apiserver-secure-port=" + strconv.Itoa(e.ports[2]),
+		"--apiserver-bind-address=127.0.0.1", "--apiserver-secure-port=" + strconv.Itoa(ports[2]),
 		"--lease-checkpoint-secret=leases", "--max-leases-per-proxy=1000", "--max-lease-ttl=2h",
 		"--cooldown-window=1h", "--gc-interval=0",
 	}
 }
 
+// start runs the operator on e.ports and waits until it serves.
 func (e *env) start(t *testing.T) *framework.OperatorProcess {
 	t.Helper()
-	op, err := framework.StartOperatorProcess(e.binary, filepath.Join(e.dir, "operator.log"), e.args())
+	return e.startOn(t, e.ports, nil, true)
+}
+
+// startOn runs an operator on ports with extra flags; with ready it waits
+// until it is ready (it serves leases), else only until its probe server
+// and HTTP API listen.
+func (e *env) startOn(t *testing.T, ports [4]int, extra []string, ready bool) *framework.OperatorProcess {
+	t.Helper()
+	op, err := framework.StartOperatorProcess(e.binary, filepath.Join(e.dir, fmt.Sprintf("operator-%d.log", ports[0])), append(e.args(ports), extra...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,29 +211,36 @@ func (e *env) start(t *testing.T) *framework.OperatorProcess {
 		if op.Exited() {
 			return false, fmt.Errorf("operator exited: %v", op.Err())
 		}
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", e.ports[1]))
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]))
 		if err != nil {
 			return false, nil
 		}
 		resp.Body.Close()
-		if resp.StatusCode != 200 {
+		if ready && resp.StatusCode != 200 {
 			return false, nil
 		}
-		// Ready, and the HTTP lease API listening (it starts beside the probes).
-		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", e.ports[0]))
+		// And the HTTP lease API listening (it starts beside the probes).
+		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", ports[0]))
 		if err != nil {
 			return false, nil
 		}
 		conn.Close()
 		return true, nil
 	}); err != nil {
-		t.Fatalf("operator not ready: %v\n%s", err, tail(filepath.Join(e.dir, "operator.log")))
+		t.Fatalf("operator not up: %v\n%s", err, tail(filepath.Join(e.dir, fmt.Sprintf("operator-%d.log", ports[0]))))
 	}
 	return op
 }
 
-// client is the HTTP API client with the operator's generated token and CA.
+// client is the HTTP API client of the operator on e.ports.
 func (e *env) client(t *testing.T) *dclient.Client {
+	t.Helper()
+	return e.clientOn(t, e.ports)
+}
+
+// clientOn is the HTTP API client of the operator on ports, with the
+// operator's generated token and CA.
+func (e *env) clientOn(t *testing.T, ports [4]int) *dclient.Client {
 	t.Helper()
 	ctx := context.Background()
 	ts := &discovery.TokenSecret{Secrets: e.kube.CoreV1(), Namespace: operatorNS, Name: tokenSecret}
@@ -246,7 +264,7 @@ func (e *env) client(t *testing.T) *dclient.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := dclient.New(fmt.Sprintf("https://127.0.0.1:%d", e.ports[0]), token, dclient.WithRootCAs(roots))
+	c, err := dclient.New(fmt.Sprintf("https://127.0.0.1:%d", ports[0]), token, dclient.WithRootCAs(roots))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +319,7 @@ func TestGracefulRestartKeepsEveryLease(t *testing.T) {
 		list, err := c.ListProxies(ctx, dclient.ListOptions{Healthy: &healthy})
 		return err == nil && len(list) == proxies, nil
 	}); err != nil {
-		t.Fatalf("proxies not healthy: %v\n%s", err, tail(filepath.Join(e.dir, "operator.log")))
+		t.Fatalf("proxies not healthy: %v\n%s", err, tail(filepath.Join(e.dir, fmt.Sprintf("operator-%d.log", e.ports[0]))))
 	}
 
 	held := make([]heldLease, httpLeases)

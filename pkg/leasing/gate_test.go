@@ -1,0 +1,127 @@
+package leasing
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// A closed gate refuses every lease method with ReasonNotLeader naming the
+// leader, changes nothing, and counts the refused acquire; once open the
+// same calls go through (negative control).
+func TestGateRefusesUntilOpen(t *testing.T) {
+	e := newServiceEnv(t, time.Minute)
+	granted, err := e.svc.Acquire(context.Background(), request(time.Minute, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := NewGate(func(context.Context) string { return "operator-0_abc" })
+	closed, err := NewService(APIHTTP, time.Minute, ServiceDeps{Store: e.store, Queue: e.queue, Clock: e.clk, Recorder: e.rec, Gate: gate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	calls := map[string]func() error{
+		"Acquire": func() error { _, err := closed.Acquire(ctx, request(time.Minute, 0)); return err },
+		"Release": func() error { _, err := closed.Release("http:a", granted.ID); return err },
+		"Renew":   func() error { _, err := closed.Renew("http:a", granted.ID, time.Minute); return err },
+		"Report":  func() error { return closed.Report("http:a", granted.ID, lease.ResultBanned, "") },
+		"Get":     func() error { _, err := closed.Get("http:a", granted.ID); return err },
+		"Serving": func() error { return closed.Serving(ctx) },
+	}
+	for name, call := range calls {
+		err := call()
+		var le *Error
+		if !IsNotLeader(err) || !errors.As(err, &le) || le.Leader != "operator-0_abc" {
+			t.Errorf("%s through a closed gate: %v, want NotLeader naming operator-0_abc", name, err)
+		}
+	}
+	if _, ok := e.store.Get(granted.ID); !ok {
+		t.Error("a refused Release ended the lease")
+	}
+	if st, _ := e.store.State(); len(st.Cooldowns) != 0 {
+		t.Error("a refused Report started a cooldown")
+	}
+	if d := cmp.Diff([]string{"http/granted", "http/error"}, e.rec.got); d != "" {
+		t.Errorf("outcomes (-want +got):\n%s", d)
+	}
+	gate.Open()
+	for name, call := range calls {
+		if name == "Acquire" || name == "Release" {
+			continue
+		}
+		if err := call(); err != nil {
+			t.Errorf("%s through the open gate: %v", name, err)
+		}
+	}
+	if (*Gate)(nil).IsOpen() != true {
+		t.Error("a nil gate must always serve")
+	}
+}
+
+// Takeover prepares, then opens, then runs; a failed prepare never opens.
+func TestTakeover(t *testing.T) {
+	gate := NewGate(nil)
+	var order []string
+	ctx, cancel := context.WithCancel(context.Background())
+	tk := &Takeover{Gate: gate,
+		Prepare: func(context.Context) error {
+			order = append(order, "prepare open="+map[bool]string{true: "yes", false: "no"}[gate.IsOpen()])
+			return nil
+		},
+		Run: func(ctx context.Context) error {
+			order = append(order, "run open="+map[bool]string{true: "yes", false: "no"}[gate.IsOpen()])
+			cancel()
+			<-ctx.Done()
+			return nil
+		}}
+	if !tk.NeedLeaderElection() {
+		t.Error("Takeover must be leader-elected")
+	}
+	if err := tk.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"prepare open=no", "run open=yes"}, order); d != "" {
+		t.Errorf("order (-want +got):\n%s", d)
+	}
+	failing := &Takeover{Gate: NewGate(nil), Prepare: func(context.Context) error { return errors.New("checkpoint unreachable") }}
+	if err := failing.Start(context.Background()); err == nil || failing.Gate.IsOpen() {
+		t.Errorf("failed prepare: %v, open %v", err, failing.Gate.IsOpen())
+	}
+}
+
+// LeaseHolder reads the election Lease's holder at most once a second.
+func TestLeaseHolder(t *testing.T) {
+	kube := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "election", Namespace: "ops"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-a_1")}})
+	clk := clocktesting.NewFakeClock(epoch)
+	holder := LeaseHolder(kube.CoordinationV1(), "ops", "election", clk)
+	if got := holder(context.Background()); got != "pod-a_1" {
+		t.Fatalf("holder %q", got)
+	}
+	l, _ := kube.CoordinationV1().Leases("ops").Get(context.Background(), "election", metav1.GetOptions{})
+	l.Spec.HolderIdentity = ptr.To("pod-b_2")
+	if _, err := kube.CoordinationV1().Leases("ops").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := holder(context.Background()); got != "pod-a_1" {
+		t.Errorf("read again within the second: %q", got)
+	}
+	clk.Step(time.Second)
+	if got := holder(context.Background()); got != "pod-b_2" {
+		t.Errorf("after a second: %q, want pod-b_2", got)
+	}
+	if got := LeaseHolder(kube.CoordinationV1(), "ops", "missing", clk)(context.Background()); got != "" {
+		t.Errorf("no Lease: %q", got)
+	}
+}

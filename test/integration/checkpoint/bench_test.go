@@ -1,0 +1,81 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
+	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/test/controlplane"
+)
+
+// BenchmarkChurnWithCheckpoint is acquire+release pairs on a store holding
+// 10,000 leases, without and with the checkpoint writer running (real clock,
+// one write a second into a real kube-apiserver). b.N is pairs; compare the
+// two pairs/s (target: with ≥ 0.9× without).
+//
+//	go test ./test/integration/checkpoint -run '^$' -bench ChurnWithCheckpoint -benchtime 200000x -count 3
+func BenchmarkChurnWithCheckpoint(b *testing.B) {
+	cp := controlplane.StartForTest(b, controlplane.Options{SkipCRDs: true})
+	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("checkpoint=%v", on), func(b *testing.B) {
+			store, err := lease.New(lease.Options{MaxLeasesPerProxy: 100, MaxTTL: 2 * time.Hour}, clock.RealClock{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range 200 {
+				store.UpsertProxy(lease.ProxyInfo{Namespace: "crawl", Name: fmt.Sprintf("p%03d", i), URL: "http://10.0.0.1:3128", Host: "10.0.0.1", Port: 3128, Healthy: true})
+			}
+			for i := range 10000 {
+				if _, err := store.Acquire(lease.AcquireRequest{Target: fmt.Sprintf("held-%d", i), TTL: time.Hour}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			writes := func() int { return 0 }
+			if on {
+				o := checkpoint.DefaultOptions()
+				o.SecretName, o.Namespace = fmt.Sprintf("churn-%d", b.N), "bench"
+				c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				go func() { done <- c.Start(ctx) }()
+				writes = c.Writes
+			} else {
+				close(done)
+			}
+			b.ResetTimer()
+			began := time.Now()
+			for i := 0; i < b.N; i++ {
+				l, err := store.Acquire(lease.AcquireRequest{Target: "churn"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				store.Release(l.ID)
+			}
+			elapsed := time.Since(began)
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pairs/s")
+			b.ReportMetric(float64(writes()), "checkpoints")
+			cancel()
+			<-done
+		})
+	}
+}
