@@ -20,6 +20,7 @@ INTEGRATION_P ?= 1
 INTEGRATION_TIMEOUT ?= 45m
 INTEGRATION_FLAGS ?=
 CRASH_RUNS ?= 20
+FAILOVER_KILLS ?= 50
 
 .PHONY: help
 help: ## list targets
@@ -88,6 +89,10 @@ bench: ## Go benchmarks (speed and memory targets)
 .PHONY: crash
 crash: tools ## kill the operator at CRASH_RUNS (20) random points under faults; print leaked/duplicate/missing per run
 	$(GO) test ./test/e2e/crash -run '^$$' -bench CrashRestart -benchtime $(CRASH_RUNS)x -timeout 60m -v
+
+.PHONY: failover
+failover: tools ## two replicas, FAILOVER_KILLS (50) random SIGTERM/SIGKILL kill points of the leader under lease load; print double grants
+	HISTORY_KILLS=$(FAILOVER_KILLS) $(GO) test ./test/e2e/restart -run '^TestHistoryUnderKills$$' -count=1 -timeout 60m -v
 
 .PHONY: clean
 clean: ## remove build outputs and .dev/ (keeps the slow bin/ tool builds)

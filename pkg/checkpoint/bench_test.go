@@ -33,7 +33,7 @@ func benchmarkEncode(b *testing.B, leases int) {
 	var size int
 	b.ReportAllocs()
 	for b.Loop() {
-		data, err := encode(st, 1, nil)
+		data, err := (&encoder{}).encode(st, 1, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

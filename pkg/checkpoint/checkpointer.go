@@ -80,6 +80,7 @@ type Checkpointer struct {
 	lastChanges uint64
 	generation  uint64
 	writes      int
+	enc         encoder
 }
 
 // New validates opts.
@@ -236,7 +237,7 @@ func (c *Checkpointer) WriteIfChanged(ctx context.Context) error {
 	if c.rvBase == 0 {
 		c.rvBase = uint64(c.clock.Now().UnixMicro())
 	}
-	payload, err := encode(st, c.rvBase, c.deps.Codec)
+	payload, err := c.enc.encode(st, c.rvBase, c.deps.Codec)
 	if err != nil {
 		return err
 	}
@@ -247,7 +248,8 @@ func (c *Checkpointer) WriteIfChanged(ctx context.Context) error {
 	if err := c.writeLocked(ctx, payload); err != nil {
 		return err
 	}
-	c.lastPayload, c.lastChanges = payload, changes
+	// payload is the encoder's buffer: keep a copy to compare the next one.
+	c.lastPayload, c.lastChanges = append(c.lastPayload[:0], payload...), changes
 	c.writes++
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"time"
 
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
@@ -15,7 +17,7 @@ import (
 const formatVersion = 1
 
 // maxDocumentBytes bounds a decompressed document (a corrupt or hostile
-// checkpoint must not exhaust memory): about 50 times a 10,000-lease one.
+// checkpoint must not exhaust memory): about 50 times a 100,000-lease one.
 const maxDocumentBytes = 512 << 20
 
 // ExtraCodec turns what an API keeps as a lease's opaque metadata
@@ -25,30 +27,105 @@ type ExtraCodec interface {
 	DecodeExtra(data []byte) (any, error)
 }
 
-// document is the checkpoint as written.
+// document is the checkpoint as written. Each distinct proxy (as leases
+// show it) is written once, and times are Unix nanoseconds: a checkpoint of
+// many leases on few proxies is mostly lease IDs.
 type document struct {
 	Version int `json:"version"`
 	// RVBase is the aggregated API's resourceVersion base, kept so that its
 	// resourceVersions stay the same across a restart.
-	RVBase    uint64             `json:"rvBase"`
-	Revision  uint64             `json:"revision"`
-	Leases    []storedLease      `json:"leases"`
-	Cooldowns []lease.Cooldown   `json:"cooldowns,omitempty"`
-	Ended     []lease.EndedLease `json:"ended,omitempty"`
+	RVBase    uint64            `json:"rvBase"`
+	Revision  uint64            `json:"revision"`
+	Proxies   []lease.ProxyInfo `json:"proxies,omitempty"`
+	Leases    []storedLease     `json:"leases"`
+	Cooldowns []storedCooldown  `json:"cooldowns,omitempty"`
+	Ended     []storedEnded     `json:"ended,omitempty"`
 }
 
-// storedLease is a lease with its opaque metadata encoded by the codec.
+// storedLease is a lease; Proxy indexes document.Proxies.
 type storedLease struct {
-	lease.Lease
-	Extra []byte `json:"extra,omitempty"`
+	ID             string            `json:"id"`
+	Namespace      string            `json:"ns"`
+	Name           string            `json:"name,omitempty"`
+	Holder         string            `json:"holder,omitempty"`
+	Flow           string            `json:"flow,omitempty"`
+	Target         string            `json:"target,omitempty"`
+	Proxy          int               `json:"proxy"`
+	AcquiredAt     int64             `json:"acquired"`
+	ProxyChangedAt int64             `json:"proxyChanged,omitempty"`
+	ExpiresAt      int64             `json:"expires"`
+	TTL            time.Duration     `json:"ttl"`
+	LastResult     string            `json:"lastResult,omitempty"`
+	Revision       uint64            `json:"rev"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	Annotations    map[string]string `json:"annotations,omitempty"`
+	Extra          []byte            `json:"extra,omitempty"`
 }
 
-// encode writes st as a gzip-compressed document.
-func encode(st lease.State, rvBase uint64, codec ExtraCodec) ([]byte, error) {
+type storedCooldown struct {
+	Namespace string `json:"ns"`
+	Proxy     string `json:"proxy"`
+	Target    string `json:"target,omitempty"`
+	Until     int64  `json:"until"`
+}
+
+type storedEnded struct {
+	ID             string       `json:"id"`
+	Namespace      string       `json:"ns"`
+	Name           string       `json:"name"`
+	ProxyNamespace string       `json:"proxyNs"`
+	Proxy          string       `json:"proxy"`
+	Target         string       `json:"target,omitempty"`
+	Holder         string       `json:"holder,omitempty"`
+	Reason         lease.Reason `json:"reason"`
+	Until          int64        `json:"until"`
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// encoder writes checkpoints, reusing its buffers from one to the next.
+type encoder struct {
+	buf bytes.Buffer
+	zw  *gzip.Writer
+}
+
+// encode writes st as a gzip-compressed document; the result is valid until
+// the next call.
+func (enc *encoder) encode(st lease.State, rvBase uint64, codec ExtraCodec) ([]byte, error) {
 	doc := document{Version: formatVersion, RVBase: rvBase, Revision: st.Revision,
-		Leases: make([]storedLease, 0, len(st.Leases)), Cooldowns: st.Cooldowns, Ended: st.Ended}
+		Leases: make([]storedLease, 0, len(st.Leases))}
+	proxyIndex := map[lease.ProxyKey][]int{}
+	indexOf := func(p lease.ProxyInfo) int {
+		for _, i := range proxyIndex[p.Key()] {
+			if sameProxy(doc.Proxies[i], p) {
+				return i
+			}
+		}
+		doc.Proxies = append(doc.Proxies, p)
+		i := len(doc.Proxies) - 1
+		proxyIndex[p.Key()] = append(proxyIndex[p.Key()], i)
+		return i
+	}
 	for _, l := range st.Leases {
-		sl := storedLease{Lease: l}
+		sl := storedLease{ID: l.ID, Namespace: l.Namespace, Name: l.Name, Holder: l.Holder, Flow: l.Flow, Target: l.Target,
+			Proxy: indexOf(l.Proxy), AcquiredAt: unixNano(l.AcquiredAt), ProxyChangedAt: unixNano(l.ProxyChangedAt),
+			ExpiresAt: unixNano(l.ExpiresAt), TTL: l.TTL, LastResult: l.LastResult, Revision: l.Revision,
+			Labels: l.Meta.Labels, Annotations: l.Meta.Annotations}
+		if l.Name == l.ID {
+			sl.Name = ""
+		}
 		if l.Meta.Extra != nil {
 			if codec == nil {
 				return nil, fmt.Errorf("lease %s carries API metadata and no codec was given", l.ID)
@@ -58,22 +135,38 @@ func encode(st lease.State, rvBase uint64, codec ExtraCodec) ([]byte, error) {
 				return nil, fmt.Errorf("encoding lease %s: %w", l.ID, err)
 			}
 			sl.Extra = b
-			sl.Meta.Extra = nil
 		}
 		doc.Leases = append(doc.Leases, sl)
 	}
-	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
-	if err != nil {
-		return nil, err
+	for _, c := range st.Cooldowns {
+		doc.Cooldowns = append(doc.Cooldowns, storedCooldown{Namespace: c.Proxy.Namespace, Proxy: c.Proxy.Name, Target: c.Target, Until: unixNano(c.Until)})
 	}
-	if err := json.NewEncoder(zw).Encode(&doc); err != nil {
+	for _, e := range st.Ended {
+		doc.Ended = append(doc.Ended, storedEnded{ID: e.ID, Namespace: e.Name.Namespace, Name: e.Name.Name, ProxyNamespace: e.Proxy.Namespace,
+			Proxy: e.Proxy.Name, Target: e.Target, Holder: e.Holder, Reason: e.Reason, Until: unixNano(e.Until)})
+	}
+	enc.buf.Reset()
+	if enc.zw == nil {
+		zw, err := gzip.NewWriterLevel(&enc.buf, gzip.BestSpeed)
+		if err != nil {
+			return nil, err
+		}
+		enc.zw = zw
+	} else {
+		enc.zw.Reset(&enc.buf)
+	}
+	if err := json.NewEncoder(enc.zw).Encode(&doc); err != nil {
 		return nil, fmt.Errorf("encoding the lease checkpoint: %w", err)
 	}
-	if err := zw.Close(); err != nil {
+	if err := enc.zw.Close(); err != nil {
 		return nil, err
 	}
-	return buf.Bytes(), nil
+	return enc.buf.Bytes(), nil
+}
+
+func sameProxy(a, b lease.ProxyInfo) bool {
+	return a.Namespace == b.Namespace && a.Name == b.Name && a.URL == b.URL && a.Host == b.Host && a.Port == b.Port &&
+		a.LatencyMillis == b.LatencyMillis && a.Healthy == b.Healthy && maps.Equal(a.Attributes, b.Attributes)
 }
 
 // ErrCorrupt is wrapped by every error of a checkpoint that cannot be read.
@@ -102,9 +195,18 @@ func decode(data []byte, codec ExtraCodec) (lease.State, uint64, error) {
 	if doc.Version != formatVersion {
 		return lease.State{}, 0, fmt.Errorf("%w: format version %d, this operator reads %d", ErrCorrupt, doc.Version, formatVersion)
 	}
-	st := lease.State{Revision: doc.Revision, Leases: make([]lease.Lease, 0, len(doc.Leases)), Cooldowns: doc.Cooldowns, Ended: doc.Ended}
+	st := lease.State{Revision: doc.Revision, Leases: make([]lease.Lease, 0, len(doc.Leases))}
 	for _, sl := range doc.Leases {
-		l := sl.Lease
+		if sl.Proxy < 0 || sl.Proxy >= len(doc.Proxies) {
+			return lease.State{}, 0, fmt.Errorf("%w: lease %s names proxy %d of %d", ErrCorrupt, sl.ID, sl.Proxy, len(doc.Proxies))
+		}
+		l := lease.Lease{ID: sl.ID, Namespace: sl.Namespace, Name: sl.Name, Holder: sl.Holder, Flow: sl.Flow, Target: sl.Target,
+			Proxy: doc.Proxies[sl.Proxy], AcquiredAt: fromUnixNano(sl.AcquiredAt), ProxyChangedAt: fromUnixNano(sl.ProxyChangedAt),
+			ExpiresAt: fromUnixNano(sl.ExpiresAt), TTL: sl.TTL, LastResult: sl.LastResult, Revision: sl.Revision,
+			Meta: lease.Metadata{Labels: sl.Labels, Annotations: sl.Annotations}}
+		if l.Name == "" {
+			l.Name = l.ID
+		}
 		if len(sl.Extra) > 0 {
 			if codec == nil {
 				return lease.State{}, 0, fmt.Errorf("%w: lease %s carries API metadata and no codec was given", ErrCorrupt, l.ID)
@@ -116,6 +218,13 @@ func decode(data []byte, codec ExtraCodec) (lease.State, uint64, error) {
 			l.Meta.Extra = extra
 		}
 		st.Leases = append(st.Leases, l)
+	}
+	for _, c := range doc.Cooldowns {
+		st.Cooldowns = append(st.Cooldowns, lease.Cooldown{Proxy: lease.ProxyKey{Namespace: c.Namespace, Name: c.Proxy}, Target: c.Target, Until: fromUnixNano(c.Until)})
+	}
+	for _, e := range doc.Ended {
+		st.Ended = append(st.Ended, lease.EndedLease{ID: e.ID, Name: lease.ProxyKey{Namespace: e.Namespace, Name: e.Name},
+			Proxy: lease.ProxyKey{Namespace: e.ProxyNamespace, Name: e.Proxy}, Target: e.Target, Holder: e.Holder, Reason: e.Reason, Until: fromUnixNano(e.Until)})
 	}
 	return st, doc.RVBase, nil
 }

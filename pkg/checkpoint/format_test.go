@@ -48,7 +48,7 @@ func sampleState() lease.State {
 
 func TestFormatRoundTrip(t *testing.T) {
 	st := sampleState()
-	data, err := encode(st, 777, stringCodec{})
+	data, err := (&encoder{}).encode(st, 777, stringCodec{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestFormatRoundTrip(t *testing.T) {
 	if st.Leases[0].Meta.Extra != "template" {
 		t.Error("encode changed the caller's state")
 	}
-	again, _ := encode(st, 777, stringCodec{})
+	again, _ := (&encoder{}).encode(st, 777, stringCodec{})
 	if !bytes.Equal(data, again) {
 		t.Error("the same state encodes differently (a write would happen with nothing changed)")
 	}
@@ -73,7 +73,7 @@ func TestFormatRoundTrip(t *testing.T) {
 
 func TestFormatErrors(t *testing.T) {
 	st := sampleState()
-	if _, err := encode(st, 1, nil); err == nil || !strings.Contains(err.Error(), "no codec") {
+	if _, err := (&encoder{}).encode(st, 1, nil); err == nil || !strings.Contains(err.Error(), "no codec") {
 		t.Errorf("metadata without a codec: %v", err)
 	}
 	gz := func(s string) []byte {
@@ -91,7 +91,8 @@ func TestFormatErrors(t *testing.T) {
 		{"not gzip", []byte("plain text, not compressed"), "gzip"},
 		{"not JSON", gz("{"), "unexpected end"},
 		{"another version", gz(`{"version":2}`), "format version 2"},
-		{"metadata and no codec", gz(`{"version":1,"leases":[{"ID":"a","extra":"eA=="}]}`), "no codec"},
+		{"metadata and no codec", gz(`{"version":1,"proxies":[{"Namespace":"a","Name":"p"}],"leases":[{"id":"a","proxy":0,"extra":"eA=="}]}`), "no codec"},
+		{"a lease on no proxy", gz(`{"version":1,"proxies":[],"leases":[{"id":"a","proxy":3}]}`), "names proxy 3 of 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := decode(tc.data, nil)

@@ -121,6 +121,8 @@ func (s *Sweeper) liveUIDs(ctx context.Context) (map[types.UID]bool, error) {
 	return live, nil
 }
 
+func deletedKey(provider, providerID string) string { return provider + "\x00" + providerID }
+
 func (s *Sweeper) sweepProvider(ctx context.Context, name string, p provider.Provider, live map[types.UID]bool, rep *Report) {
 	logger := log.FromContext(ctx).WithValues("provider", name)
 	insts, err := p.ListByTag(ctx, s.cfg.Tag)
@@ -140,8 +142,25 @@ func (s *Sweeper) sweepProvider(ctx context.Context, name string, p provider.Pro
 	}
 	slices.SortFunc(insts, func(a, b provider.Instance) int { return strings.Compare(a.ProviderID, b.ProviderID) })
 	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		// A full listing: forget the deleted orphans that are gone.
+		listed := make(map[string]bool, len(insts))
+		for _, inst := range insts {
+			listed[deletedKey(name, inst.ProviderID)] = true
+		}
+		for k := range s.deleted {
+			if strings.HasPrefix(k, name+"\x00") && !listed[k] {
+				delete(s.deleted, k)
+			}
+		}
+	}
 	for _, inst := range insts {
 		v := decide(inst, s.cfg.Tag, live, unreachable, now, s.cfg.MinAge)
+		if at, ok := s.deleted[deletedKey(name, inst.ProviderID)]; ok && v == Orphan && now.Sub(at) < redeleteAfter {
+			v = KeepTerminating // already being deleted
+		}
 		if v != Orphan {
 			rep.Kept[v]++
 			continue
@@ -165,6 +184,7 @@ func (s *Sweeper) sweepProvider(ctx context.Context, name string, p provider.Pro
 			logger.Error(f.Err, "deleting orphaned instance failed", kv...)
 		} else {
 			f.Deleted = true
+			s.deleted[deletedKey(name, inst.ProviderID)] = now
 			s.cfg.Recorder.GCDeleted(name)
 		}
 		rep.Orphans = append(rep.Orphans, f)

@@ -353,3 +353,39 @@ func TestSweepRetriesAFailedDelete(t *testing.T) {
 		t.Error("the orphan is still there after the second sweep")
 	}
 }
+
+// TestSweepDeletesAnOrphanOnce: a provider that lists an instance being
+// deleted as stopped (Compute Engine's STOPPING) gets one Delete, counted
+// once, not one per sweep until it is gone; an orphan still listed after
+// the redelete window is deleted again.
+func TestSweepDeletesAnOrphanOnce(t *testing.T) {
+	clk := clocktesting.NewFakeClock(now)
+	f := fake.New(fake.WithClock(clk), fake.WithGetsUntilGone(1000), fake.WithDeletingState(provider.StateStopped))
+	f.Plant(instance("orphan", "gone", time.Hour))
+	s, err := gc.New(gc.Config{Options: gc.DefaultOptions(), Reader: ctrlfake.NewClientBuilder().WithScheme(scheme(t)).Build(),
+		Providers: providers{"a": f}, Tag: tag, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deletes := func() int {
+		n := 0
+		for _, c := range f.Calls() {
+			if c.Op == provider.OpDelete {
+				n++
+			}
+		}
+		return n
+	}
+	if rep := s.Sweep(t.Context()); len(rep.Orphans) != 1 || !rep.Orphans[0].Deleted {
+		t.Fatalf("first sweep = %+v", rep)
+	}
+	clk.Step(2 * time.Second)
+	rep := s.Sweep(t.Context())
+	if len(rep.Orphans) != 0 || rep.Kept[gc.KeepTerminating] != 1 || deletes() != 1 {
+		t.Errorf("second sweep while it is still being deleted = %+v, %d deletes; want it kept as terminating, 1 delete", rep, deletes())
+	}
+	clk.Step(11 * time.Minute)
+	if rep := s.Sweep(t.Context()); len(rep.Orphans) != 1 || deletes() != 2 {
+		t.Errorf("after the redelete window = %+v, %d deletes; want it deleted again", rep, deletes())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -50,7 +51,19 @@ type Config struct {
 // Sweeper is the collector. Add it to a manager; it runs on the leader only.
 type Sweeper struct {
 	cfg Config
+
+	mu sync.Mutex
+	// deleted are the orphans whose Delete the provider accepted, by
+	// provider and providerID, and when: a provider may list an instance
+	// being deleted as merely stopped (Compute Engine shows STOPPING), and
+	// deleting it again would count it twice. After redeleteAfter it is
+	// deleted again (a delete the cloud accepted and then dropped).
+	deleted map[string]time.Time
 }
+
+// redeleteAfter is how long an orphan whose Delete was accepted is left to
+// disappear before it is deleted again.
+const redeleteAfter = 10 * time.Minute
 
 // New returns a Sweeper for cfg. It refuses invalid options, a missing
 // dependency, and a namespace-restricted cache without AllowNamespaced.
@@ -80,7 +93,7 @@ func New(cfg Config) (*Sweeper, error) {
 	if cfg.Recorder == nil {
 		cfg.Recorder = nopRecorder{}
 	}
-	return &Sweeper{cfg: cfg}, nil
+	return &Sweeper{cfg: cfg, deleted: map[string]time.Time{}}, nil
 }
 
 // NeedLeaderElection is true: deleting is for one writer.

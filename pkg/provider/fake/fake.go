@@ -54,12 +54,20 @@ func WithGetsUntilRunning(n int) Option { return func(p *Provider) { p.getsUntil
 // providerID, as a cloud that answers "already exists" would.
 func WithGetsUntilGone(n int) Option { return func(p *Provider) { p.getsUntilGone = n } }
 
+// WithDeletingState sets the state a deleted instance reports while it
+// lingers (WithGetsUntilGone). Default StateTerminated; StateStopped is what
+// Compute Engine shows (STOPPING) for an instance being deleted.
+func WithDeletingState(s provider.InstanceState) Option {
+	return func(p *Provider) { p.deletingState = s }
+}
+
 // Provider is the in-memory fake. The zero value is not usable; call New.
 // All methods are safe for concurrent use.
 type Provider struct {
 	clock            clock.PassiveClock
 	getsUntilRunning int
 	getsUntilGone    int
+	deletingState    provider.InstanceState
 
 	mu        sync.Mutex
 	instances map[string]*record // by providerID
@@ -86,6 +94,7 @@ func New(opts ...Option) *Provider {
 	p := &Provider{
 		clock:            clock.RealClock{},
 		getsUntilRunning: 1,
+		deletingState:    provider.StateTerminated,
 		instances:        map[string]*record{},
 		injected:         map[string][]error{},
 		unreachable:      map[string]bool{},
@@ -266,7 +275,7 @@ func (p *Provider) Delete(_ context.Context, providerID string) (err error) {
 	}
 	r.deleting = true
 	r.goneGetLeft = p.getsUntilGone
-	r.inst.State = provider.StateTerminated
+	r.inst.State = p.deletingState
 	return nil
 }
 

@@ -1,0 +1,264 @@
+package restart
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	dclient "github.com/proxy-operator/proxy-operator/pkg/discovery/client"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/test/framework"
+)
+
+const (
+	historyClients = 12
+	// historyProxies of the 100 are leased, at capacity 1 each, so that
+	// clients contend and a proxy given out twice shows.
+	historyProxies = 5
+	// crashWindow bounds how long before a SIGKILL a lost grant may have
+	// been made: one checkpoint interval and the write itself.
+	crashWindow = 2 * time.Second
+)
+
+// grant is one lease as a client lived it: held from got (its grant
+// received) to ended (its release sent; still held while a release was
+// refused by a standby).
+type grant struct {
+	id, proxy  string
+	got, ended time.Time
+}
+
+// kill is one kill point.
+type kill struct {
+	at     time.Time
+	signal string
+}
+
+// historyResult is what the checker found.
+type historyResult struct {
+	grants, kills int
+	// planned are grants of a proxy beyond its capacity not explained by a
+	// crash: must be zero. crash are those within crashWindow before a
+	// SIGKILL: leases granted after the last checkpoint.
+	planned, crash int
+}
+
+func (r historyResult) String() string {
+	return fmt.Sprintf("%d grants, %d kill points: %d over capacity outside a crash window, %d within one (granted after the last checkpoint)",
+		r.grants, r.kills, r.planned, r.crash)
+}
+
+// replicas are the two operators of a history run; the client side looks
+// for the one that serves, as a Service would route.
+type replicas struct {
+	e       *env
+	ports   [2][4]int
+	procs   [2]*framework.OperatorProcess
+	clients [2]*dclient.Client
+}
+
+func (r *replicas) ready(i int) bool {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", r.ports[i][1]))
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}
+
+// do runs f against the replica that serves, retrying while neither does.
+func (r *replicas) do(ctx context.Context, f func(c *dclient.Client) error) error {
+	for i := 0; ; i++ {
+		err := f(r.clients[i%2])
+		var apiErr *dclient.APIError
+		if err == nil || (errors.As(err, &apiErr) && apiErr.Code != wire.CodeNotLeader && apiErr.Code != wire.CodeUnavailable) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if i%2 == 1 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// runHistory drives clients against two replicas while kills kill points
+// terminate or kill the leader, then checks the recorded history.
+func runHistory(t *testing.T, e *env, seed uint64, kills int) historyResult {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	r := &replicas{e: e}
+	r.ports[0] = e.ports
+	for i := range r.ports[1] {
+		var err error
+		if r.ports[1][i], err = framework.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	extra := append(slices.Clone(electionArgs), "--max-leases-per-proxy=1")
+	r.procs[0] = e.startOn(t, r.ports[0], extra, true)
+	r.procs[1] = e.startOn(t, r.ports[1], extra, false)
+	r.clients[0], r.clients[1] = e.clientOn(t, r.ports[0]), e.clientOn(t, r.ports[1])
+
+	ctx, stop := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var grants []grant
+	var wg sync.WaitGroup
+	for c := range historyClients {
+		wg.Add(1)
+		crng := rand.New(rand.NewPCG(seed+uint64(c), uint64(c)))
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				var l *wire.Lease
+				err := r.do(ctx, func(cl *dclient.Client) error {
+					var err error
+					l, err = cl.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"id": fmt.Sprintf("p%03d", crng.IntN(historyProxies))},
+						Target: "history", TTLSeconds: 60, WaitSeconds: 2})
+					return err
+				})
+				if err != nil {
+					continue // no_match, queue full, or stopping
+				}
+				g := grant{id: l.LeaseID, proxy: l.Proxy.Name, got: time.Now()}
+				time.Sleep(time.Duration(10+crng.IntN(60)) * time.Millisecond)
+				_ = r.do(context.Background(), func(cl *dclient.Client) error {
+					g.ended = time.Now()
+					return cl.Release(context.Background(), g.id)
+				})
+				mu.Lock()
+				grants = append(grants, g)
+				mu.Unlock()
+			}
+		}()
+	}
+
+	var points []kill
+	for k := range kills {
+		time.Sleep(time.Duration(2000+rng.IntN(3000)) * time.Millisecond)
+		leader := -1
+		for i := range 2 {
+			if r.ready(i) {
+				leader = i
+			}
+		}
+		if leader < 0 {
+			t.Fatalf("kill point %d: no replica is ready", k)
+		}
+		p := kill{at: time.Now(), signal: "SIGTERM"}
+		if rng.IntN(2) == 0 {
+			p.signal = "SIGKILL"
+			r.procs[leader].Kill()
+		} else if err := r.procs[leader].Stop(60 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		points = append(points, p)
+		other := 1 - leader
+		deadline := time.Now().Add(leaseDuration + retryPeriod + 10*time.Second)
+		for !r.ready(other) {
+			if time.Now().After(deadline) {
+				t.Fatalf("kill point %d (%s): the standby did not take over", k, p.signal)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		r.procs[leader] = e.startOn(t, r.ports[leader], extra, false)
+	}
+	time.Sleep(time.Second)
+	stop()
+	wg.Wait()
+	for i := range 2 {
+		_ = r.procs[i].Stop(30 * time.Second)
+	}
+	return checkHistory(grants, points)
+}
+
+// checkHistory counts, per proxy (capacity 1), pairs of grants held at the
+// same time. A pair is explained by a crash when the earlier grant was made
+// within crashWindow before a SIGKILL and the later after it.
+func checkHistory(grants []grant, points []kill) historyResult {
+	res := historyResult{grants: len(grants), kills: len(points)}
+	byProxy := map[string][]grant{}
+	for _, g := range grants {
+		byProxy[g.proxy] = append(byProxy[g.proxy], g)
+	}
+	for _, gs := range byProxy {
+		slices.SortFunc(gs, func(a, b grant) int { return a.got.Compare(b.got) })
+		for i := range gs {
+			for j := i + 1; j < len(gs) && gs[j].got.Before(gs[i].ended); j++ {
+				explained := false
+				for _, p := range points {
+					if p.signal == "SIGKILL" && !gs[i].got.Before(p.at.Add(-crashWindow)) && gs[i].got.Before(p.at) && gs[j].got.After(p.at) {
+						explained = true
+					}
+				}
+				if explained {
+					res.crash++
+				} else {
+					res.planned++
+				}
+			}
+		}
+	}
+	return res
+}
+
+// The checker must see a proxy given out twice (negative control).
+func TestCheckHistoryCatchesADoubleGrant(t *testing.T) {
+	t0 := time.Now()
+	a := grant{id: "a", proxy: "p", got: t0, ended: t0.Add(time.Second)}
+	b := grant{id: "b", proxy: "p", got: t0.Add(500 * time.Millisecond), ended: t0.Add(2 * time.Second)}
+	after := grant{id: "c", proxy: "p", got: t0.Add(3 * time.Second), ended: t0.Add(4 * time.Second)}
+	if r := checkHistory([]grant{a, b, after}, nil); r.planned != 1 || r.crash != 0 {
+		t.Errorf("double grant, no kill: %s", r)
+	}
+	if r := checkHistory([]grant{a, b}, []kill{{at: t0.Add(100 * time.Millisecond), signal: "SIGKILL"}}); r.planned != 0 || r.crash != 1 {
+		t.Errorf("double grant across a crash: %s", r)
+	}
+	if r := checkHistory([]grant{a, b}, []kill{{at: t0.Add(100 * time.Millisecond), signal: "SIGTERM"}}); r.planned != 1 {
+		t.Errorf("double grant across a planned handover must count: %s", r)
+	}
+	if r := checkHistory([]grant{a, after}, nil); r.planned+r.crash != 0 {
+		t.Errorf("grants one after the other: %s", r)
+	}
+}
+
+// TestHistoryUnderKills: clients lease, hold and release while the leader
+// is terminated or killed at random points; no proxy is given out twice
+// except for leases granted just before a crash. HISTORY_KILLS (default 4)
+// sets the kill points (make failover: 50), HISTORY_SEED=<n> repeats a run.
+func TestHistoryUnderKills(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("HISTORY_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("HISTORY_SEED=%q: %v", s, err)
+		}
+		seed = n
+	}
+	t.Logf("HISTORY_SEED=%d repeats this run", seed)
+	kills := 4
+	if s := os.Getenv("HISTORY_KILLS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("HISTORY_KILLS=%q: want a positive number", s)
+		}
+		kills = n
+	}
+	e := setup(t)
+	r := runHistory(t, e, seed, kills)
+	t.Log(r)
+	if r.grants < 25*kills {
+		t.Errorf("only %d grants for %d kill points: the history shows too little", r.grants, kills)
+	}
+	if r.planned > 0 {
+		t.Errorf("%s", r)
+	}
+}
