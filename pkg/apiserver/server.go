@@ -224,8 +224,8 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// NeedLeaderElection is false: lease state is per process, so every replica
-// serves.
+// NeedLeaderElection is false: every replica listens; the lease Gate decides
+// which serves leases (a standby answers 503).
 func (s *Server) NeedLeaderElection() bool { return false }
 
 // Restored makes resourceVersions continue from a lease checkpoint just

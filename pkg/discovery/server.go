@@ -204,7 +204,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // and those in flight have been answered (or the shutdown timed out).
 func (s *Server) Stopped() <-chan struct{} { return s.stopped }
 
-// NeedLeaderElection is false: every replica serves (lease state is per process).
+// NeedLeaderElection is false: every replica listens; the lease Gate decides
+// which serves leases (a standby answers 503 not_leader).
 func (s *Server) NeedLeaderElection() bool { return false }
 
 type route struct {

@@ -53,9 +53,15 @@ func (s *Store) Changes() uint64 {
 	return s.revision + s.coolings
 }
 
+// MaxEndedInState bounds the ended leases State returns: the newest ones.
+// A report on an older ended lease after a restart finds no lease (404)
+// and starts no cooldown.
+const MaxEndedInState = 10000
+
 // State returns the store's durable state at now, sorted (leases and ended
 // leases by ID, cooldowns by proxy and target) so that equal stores give
-// equal states. It also returns Changes at the same instant.
+// equal states. It also returns Changes at the same instant. Of the ended
+// leases it keeps the newest MaxEndedInState.
 func (s *Store) State() (State, uint64) {
 	var p pending
 	s.mu.Lock()
@@ -72,11 +78,17 @@ func (s *Store) State() (State, uint64) {
 			}
 		}
 	}
-	for id, t := range s.tombs {
-		if t.until.After(now) {
-			st.Ended = append(st.Ended, EndedLease{ID: id, Name: t.name, Proxy: t.proxy, Target: t.target,
-				Holder: t.holder, Reason: t.reason, Until: t.until})
+	// The newest ended leases first, at most MaxEndedInState: at a high
+	// lease churn the report window holds far more than a checkpoint should
+	// copy under the lock each second.
+	for i := len(s.tombQ) - 1; i >= s.tombHead && len(st.Ended) < MaxEndedInState; i-- {
+		r := s.tombQ[i]
+		t, ok := s.tombs[r.id]
+		if !ok || !t.until.Equal(r.until) || !t.until.After(now) {
+			continue // superseded or over
 		}
+		st.Ended = append(st.Ended, EndedLease{ID: r.id, Name: t.name, Proxy: t.proxy, Target: t.target,
+			Holder: t.holder, Reason: t.reason, Until: t.until})
 	}
 	changes := s.revision + s.coolings
 	s.unlockAndNotify(&p)

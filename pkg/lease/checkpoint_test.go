@@ -209,3 +209,34 @@ func TestRestoreOntoAFedStore(t *testing.T) {
 		t.Errorf("second restore: %v", err)
 	}
 }
+
+// State keeps only the newest MaxEndedInState ended leases.
+func TestStateBoundsTheEndedLeases(t *testing.T) {
+	s, fc := newTestStore(t, Options{CooldownWindow: time.Hour})
+	s.UpsertProxy(px("a", "p1", 1))
+	var last string
+	for range MaxEndedInState + 50 {
+		l := mustAcquire(t, s, AcquireRequest{})
+		s.Release(l.ID)
+		last = l.ID
+		fc.Step(time.Millisecond)
+	}
+	st, _ := s.State()
+	if len(st.Ended) != MaxEndedInState {
+		t.Fatalf("%d ended leases in the state, want %d", len(st.Ended), MaxEndedInState)
+	}
+	newest := false
+	oldest := st.Ended[0].Until
+	for _, e := range st.Ended {
+		newest = newest || e.ID == last
+		if e.Until.Before(oldest) {
+			oldest = e.Until
+		}
+	}
+	if !newest {
+		t.Error("the newest ended lease is not in the state")
+	}
+	if want := t0.Add(50*time.Millisecond + time.Hour); oldest.Before(want) {
+		t.Errorf("oldest ended lease kept until %s, want the 50 oldest dropped (from %s)", oldest, want)
+	}
+}

@@ -216,8 +216,8 @@ func (s *Store) scheduledLocked(at time.Time) {
 	}
 }
 
-// NeedLeaderElection is false: lease state is per process and the sweep only
-// frees memory, so every replica runs it.
+// NeedLeaderElection is false: every replica keeps a store and the sweep
+// only frees memory, so every replica runs it.
 func (s *Store) NeedLeaderElection() bool { return false }
 
 type leaseHeap []*leaseEntry

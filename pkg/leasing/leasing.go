@@ -100,9 +100,9 @@ func (l *Leasing) Collectors() []prometheus.Collector {
 }
 
 // Runnables are the store's sweep and the queue's shutdown, none
-// leader-elected: lease state lives in this process, so every replica serves
-// its own. At stop the queue evicts every waiter (answered 503), so the API
-// servers' graceful shutdown does not wait out long waits.
+// leader-elected: every replica keeps a store (a standby's fills only when it
+// takes over, see Takeover). At stop the queue evicts every waiter (answered
+// 503), so the API servers' graceful shutdown does not wait out long waits.
 func (l *Leasing) Runnables() []manager.Runnable {
 	return []manager.Runnable{l.Store, &queueRunnable{l: l}}
 }

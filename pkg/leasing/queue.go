@@ -25,5 +25,6 @@ func (r *queueRunnable) Start(ctx context.Context) error {
 	return nil
 }
 
-// NeedLeaderElection is false: every replica serves its own leases.
+// NeedLeaderElection is false: every replica runs its queue (a standby's
+// stays empty behind the closed Gate).
 func (r *queueRunnable) NeedLeaderElection() bool { return false }

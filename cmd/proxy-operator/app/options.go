@@ -41,8 +41,8 @@ type Options struct {
 	// profiling a running operator, never exposed by the manifests.
 	PprofAddr string
 
-	// LeaderElection makes the reconciler (and later the health engine and
-	// GC) run in one replica at a time.
+	// LeaderElection makes the reconciler, health engine, GC and the lease
+	// APIs run in one replica at a time (the others stand by).
 	LeaderElection bool
 	// LeaderElectionID names the Lease.
 	LeaderElectionID string
@@ -136,7 +136,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "Address of the /metrics endpoint; \"0\" disables it.")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", o.HealthProbeAddr, "Address of the /healthz and /readyz endpoints; \"0\" disables them.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, "Address of the Go profiler (/debug/pprof/); \"0\" (the default) disables it. Unauthenticated: bind it to localhost.")
-	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Elect a leader so that only one replica reconciles.")
+	fs.BoolVar(&o.LeaderElection, "leader-elect", o.LeaderElection, "Elect a leader: only it reconciles and serves leases; other replicas stand by (not ready, lease calls 503).")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID, "Name of the leader-election Lease.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader-election Lease (default: the pod's namespace; required out of cluster).")
 	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", o.LeaseDuration, "How long a standby waits after the leader's last renewal before taking over (a crashed leader is replaced within about this plus the retry period).")

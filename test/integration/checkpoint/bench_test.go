@@ -51,7 +51,7 @@ func BenchmarkChurnWithCheckpoint(b *testing.B) {
 			writes := func() int { return 0 }
 			if on {
 				o := checkpoint.DefaultOptions()
-				o.SecretName, o.Namespace = fmt.Sprintf("churn-%d", b.N), "bench"
+				o.SecretName, o.Namespace = fmt.Sprintf("churn-%d", time.Now().UnixNano()), "bench"
 				c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}})
 				if err != nil {
 					b.Fatal(err)
