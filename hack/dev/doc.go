@@ -13,8 +13,8 @@
 // reach everything.
 //
 // It leaves the contract of test/devenv under .dev/: kubeconfig,
-// discovery-token, discovery-url and ready (present only while everything is
-// up and the sample fleet is Ready).
+// discovery-token, discovery-url, ca.crt and ready (present only while
+// everything is up and the sample fleet is Ready).
 //
 // As the top-level wiring it may import any package of the module; nothing
 // may import it.

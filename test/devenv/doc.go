@@ -10,19 +10,22 @@
 //  3. a local origin HTTP server on 127.0.0.1, the target of the sample
 //     fleet's health checks and of curl examples (the machine may have no
 //     internet);
-//  4. the operator in this process (cmd/proxy-operator/app.Run) with the
-//     HTTP discovery API (bearer token from <Dir>/discovery-token) and the
-//     aggregated ProxyLease API server (serving certificate from a CA
-//     generated per run);
-//  5. the APIService registration (artifacts/apiserver, its dev variant
-//     rewritten to carry that CA and the serving port), awaited Available;
+//  4. the operator in this process (cmd/proxy-operator/app.Run), as
+//     installed: its own CA and serving certificate, a generated discovery
+//     token and the lease checkpoint in proxy-operator-system, the HTTP
+//     discovery API over HTTPS and the aggregated ProxyLease API server.
+//     Before it starts, the Namespace, the ExternalName Service and the
+//     APIService (artifacts/apiserver's dev variant on this run's port,
+//     without caBundle: the operator writes it) are applied;
+//  5. the shipped delegation RBAC and ClusterRoles, then the APIService
+//     awaited Available (kube-apiserver verifies the operator's CA);
 //  6. the sample fleet (artifacts/examples/fleet) with each Proxy's
 //     spec.healthCheck.url set to the origin before it is applied, awaited
 //     phase Ready.
 //
 // Then Start writes <Dir>/ready. The files under Dir are the contract of
 // README's "Using the dev environment": kubeconfig, discovery-token,
-// discovery-url, ready; logs go to <Dir>/logs.
+// discovery-url, ca.crt, ready; logs go to <Dir>/logs.
 //
 // It may import anything of the module (it is test tooling, like
 // test/controlplane); nothing but hack/dev and tests may import it.
