@@ -29,6 +29,9 @@ type Store interface {
 	Changes() uint64
 	// Restore loads a state into an empty store.
 	Restore(lease.State) error
+	// EndLeasesOfAbsentProxies ends the restored leases of proxies the
+	// informer did not bring back.
+	EndLeasesOfAbsentProxies() int
 }
 
 // Secret keys.
@@ -151,6 +154,34 @@ func (c *Checkpointer) Load(ctx context.Context) (loaded bool, err error) {
 	log.FromContext(ctx).Info("lease checkpoint loaded", "secret", c.opts.Namespace+"/"+c.opts.SecretName,
 		"leases", len(st.Leases), "cooldowns", len(st.Cooldowns), "ended", len(st.Ended), "revision", st.Revision)
 	return true, nil
+}
+
+// TakeOver is Load on the replica taking the leases over (nothing served
+// yet): a corrupt checkpoint is logged and skipped (the next write
+// overwrites it); once waitForSync says the Proxy informer has synced, the
+// restored leases of proxies deleted meanwhile end; restored (nil: no
+// aggregated API) gets the resourceVersion base to continue from, the
+// checkpoint's or, without one, now.
+func (c *Checkpointer) TakeOver(ctx context.Context, waitForSync func(context.Context) bool, restored func(rvBase uint64)) error {
+	logger := log.FromContext(ctx)
+	loaded, err := c.Load(ctx)
+	if IsCorrupt(err) {
+		logger.Error(err, "lease checkpoint unreadable; serving without it (it is overwritten by the next checkpoint)")
+	} else if err != nil {
+		return err
+	}
+	if loaded {
+		if !waitForSync(ctx) {
+			return ctx.Err()
+		}
+		if n := c.deps.Store.EndLeasesOfAbsentProxies(); n > 0 {
+			logger.Info("restored leases of deleted proxies ended", "leases", n)
+		}
+	}
+	if restored != nil {
+		restored(c.RVBase(uint64(c.clock.Now().UnixMicro())))
+	}
+	return nil
 }
 
 // readPayload joins the index Secret's shard with its extra shards and

@@ -104,31 +104,54 @@ func validateBindAddress(addr string) error {
 // serve plain HTTP without being asked to.
 var ErrNoServingCert = errors.New("the HTTP discovery API serves TLS: give --discovery-tls-cert-file and --discovery-tls-private-key-file, or --serving-cert-secret for the operator's own certificate; --discovery-plain-http serves plain HTTP instead (bearer tokens in clear)")
 
+// certSource is where the API's certificate comes from.
+type certSource int
+
+const (
+	certFiles certSource = iota
+	certPlainHTTP
+	certManaged
+	certNone
+)
+
+// certSource is the one rule of the choice: its files when given, else
+// plain HTTP when asked for, else the operator's own when it has one.
+func (o *ServingOptions) certSource(managed bool) certSource {
+	switch {
+	case o.TLSCertFile != "":
+		return certFiles
+	case o.PlainHTTP:
+		return certPlainHTTP
+	case managed:
+		return certManaged
+	}
+	return certNone
+}
+
 // ValidateTLS reports whether the API has a certificate to serve, or was
 // asked for plain HTTP, given whether the operator manages its own
 // certificate.
 func (o *ServingOptions) ValidateTLS(managedCert bool) error {
-	if !o.Enabled() || o.PlainHTTP || o.TLSCertFile != "" || managedCert {
-		return nil
+	if o.Enabled() && o.certSource(managedCert) == certNone {
+		return ErrNoServingCert
 	}
-	return ErrNoServingCert
+	return nil
 }
 
-// ServingCert is the certificate the API serves: its files when given (a
-// controller that re-reads them, which Server.Serve runs), else nil for plain
-// HTTP when PlainHTTP asks for it, else managed (the operator's own), else
-// ErrNoServingCert.
+// ServingCert is the certificate the API serves (see certSource): a
+// controller re-reading its files (Server.Serve runs it), nil for plain
+// HTTP, managed (the operator's own), or ErrNoServingCert.
 func (o *ServingOptions) ServingCert(managed dynamiccertificates.CertKeyContentProvider) (dynamiccertificates.CertKeyContentProvider, error) {
-	switch {
-	case o.TLSCertFile != "":
+	switch o.certSource(managed != nil) {
+	case certFiles:
 		c, err := dynamiccertificates.NewDynamicServingContentFromFiles("discovery-serving-cert", o.TLSCertFile, o.TLSKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--discovery-tls-cert-file: %w", err)
 		}
 		return c, nil
-	case o.PlainHTTP:
+	case certPlainHTTP:
 		return nil, nil
-	case managed != nil:
+	case certManaged:
 		return managed, nil
 	}
 	return nil, ErrNoServingCert

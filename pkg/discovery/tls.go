@@ -28,11 +28,12 @@ type servingTLS struct {
 	parsed  *tls.Certificate
 }
 
-// tlsConfig serves TLS 1.2 and later with source's current pair.
+// newServingTLS takes source's current pair on every handshake.
 func newServingTLS(source dynamiccertificates.CertKeyContentProvider) *servingTLS {
 	return &servingTLS{source: source}
 }
 
+// config serves TLS 1.2 and later.
 func (s *servingTLS) config() *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,

@@ -150,7 +150,11 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 
 	takeover := &leasing.Takeover{Gate: l.Gate}
 	if cp != nil {
-		takeover.Prepare = func(ctx context.Context) error { return takeOverCheckpoint(ctx, mgr, cp, l.Store, apiServer, clk) }
+		var restored func(uint64)
+		if apiServer != nil {
+			restored = apiServer.Restored
+		}
+		takeover.Prepare = func(ctx context.Context) error { return cp.TakeOver(ctx, mgr.GetCache().WaitForCacheSync, restored) }
 		takeover.Run = cp.Start
 	}
 	if err := mgr.Add(takeover); err != nil {
@@ -164,32 +168,6 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		return nil
 	}); err != nil {
 		return fmt.Errorf("adding the leases readyz check: %w", err)
-	}
-	return nil
-}
-
-// takeOverCheckpoint loads the last lease checkpoint into store, on the
-// replica taking over (nothing served yet): leases of proxies deleted
-// meanwhile end once the Proxy informer has synced, and the aggregated API's
-// resourceVersions continue from the checkpoint's. A corrupt checkpoint is
-// logged and skipped (it is overwritten by the next write).
-func takeOverCheckpoint(ctx context.Context, mgr manager.Manager, cp *checkpoint.Checkpointer, store *lease.Store, apiServer *apiserver.Server, clk clock.PassiveClock) error {
-	loaded, err := cp.Load(ctx)
-	if checkpoint.IsCorrupt(err) {
-		log.FromContext(ctx).Error(err, "lease checkpoint unreadable; serving without it (it is overwritten by the next checkpoint)")
-	} else if err != nil {
-		return err
-	}
-	if loaded {
-		if !mgr.GetCache().WaitForCacheSync(ctx) {
-			return ctx.Err()
-		}
-		if n := store.EndLeasesOfAbsentProxies(); n > 0 {
-			log.FromContext(ctx).Info("restored leases of deleted proxies ended", "leases", n)
-		}
-	}
-	if apiServer != nil {
-		apiServer.Restored(cp.RVBase(uint64(clk.Now().UnixMicro())))
 	}
 	return nil
 }

@@ -269,8 +269,10 @@ func (o *Options) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if c := o.checkpointOptions(); c.Validate() != nil {
-		errs = append(errs, c.Validate())
+	if c := o.checkpointOptions(); c.Enabled() {
+		if err := c.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := o.Leasing.Validate(); err != nil {
 		errs = append(errs, err)

@@ -59,7 +59,6 @@ func (r historyResult) String() string {
 // replicas are the two operators of a history run; the client side looks
 // for the one that serves, as a Service would route.
 type replicas struct {
-	e       *env
 	ports   [2][4]int
 	procs   [2]*framework.OperatorProcess
 	clients [2]*dclient.Client
@@ -95,7 +94,7 @@ func (r *replicas) do(ctx context.Context, f func(c *dclient.Client) error) erro
 // terminate or kill the leader, then checks the recorded history.
 func runHistory(t *testing.T, e *env, seed uint64, kills int) historyResult {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	r := &replicas{e: e}
+	r := &replicas{}
 	r.ports[0] = e.ports
 	for i := range r.ports[1] {
 		var err error
