@@ -61,7 +61,12 @@ func (r *reportREST) Create(ctx context.Context, name string, obj runtime.Object
 	}
 	id, _, ok := r.svc.LookupName(namespace, name)
 	if !ok {
-		return nil, apierrors.NewNotFound(proxyLeaseResource, name)
+		// Perhaps lost in an operator crash: taken back if name proves it.
+		l, err := r.svc.Reclaim(lease.AnyHolder, namespace, name)
+		if err != nil {
+			return nil, statusFor(reportKind, name, nil, err, nil)
+		}
+		id = l.ID
 	}
 	if options != nil && dryrun.IsDryRun(options.DryRun) {
 		return reportStatus(name, rep, true), nil

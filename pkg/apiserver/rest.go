@@ -35,6 +35,11 @@ var (
 // live lease (a 5-character suffix: rare, but possible with many leases).
 const generatedNameAttempts = 5
 
+// maxPrefixForID is the longest generateName a lease is named after with its
+// ID (a random ID is 32 characters; a name is at most 253); a longer one gets
+// a generated name, as kube makes them.
+const maxPrefixForID = 253 - 32
+
 // leaseREST is the storage of proxyleases: create acquires, delete releases,
 // update renews, get/list/watch read the cache.
 type leaseREST struct {
@@ -118,6 +123,8 @@ func (r *leaseREST) Create(ctx context.Context, obj runtime.Object, createValida
 		generated = true
 	}
 	if generated {
+		// Validated with a generated name; granted, the lease is named
+		// generateName + its signed ID, so its name proves it (Reclaim).
 		pl.Name = r.names.GenerateName(pl.GenerateName)
 	}
 	if errs := r.validateCreate(pl); len(errs) > 0 {
@@ -136,8 +143,12 @@ func (r *leaseREST) Create(ctx context.Context, obj runtime.Object, createValida
 		return pl, nil
 	}
 
+	prefix := ""
+	if generated && len(pl.GenerateName) <= maxPrefixForID {
+		prefix = pl.GenerateName
+	}
 	for attempt := 1; ; attempt++ {
-		l, err := r.acquire(ctx, namespace, holder, pl)
+		l, err := r.acquire(ctx, namespace, holder, pl, prefix)
 		if err == nil {
 			return r.cache.render(l), nil
 		}
@@ -158,17 +169,23 @@ func (r *leaseREST) validateCreate(pl *leasingv1alpha1.ProxyLease) field.ErrorLi
 	return errs
 }
 
-func (r *leaseREST) acquire(ctx context.Context, namespace, holder string, pl *leasingv1alpha1.ProxyLease) (*lease.Lease, error) {
+// acquire leases for pl, named pl.Name or, with prefix, prefix + the ID.
+func (r *leaseREST) acquire(ctx context.Context, namespace, holder string, pl *leasingv1alpha1.ProxyLease, prefix string) (*lease.Lease, error) {
+	name := pl.Name
+	if prefix != "" {
+		name = ""
+	}
 	l, err := r.svc.Acquire(ctx, leasing.Request{
 		AcquireRequest: lease.AcquireRequest{
-			Namespace: namespace,
-			Name:      pl.Name,
-			Selector:  pl.Spec.Selector,
-			Target:    pl.Spec.Target,
-			TTL:       leasing.Seconds(int64(*pl.Spec.TTLSeconds)),
-			Holder:    holder,
-			Flow:      holder,
-			Meta:      metadataOf(pl),
+			Namespace:  namespace,
+			Name:       name,
+			NamePrefix: prefix,
+			Selector:   pl.Spec.Selector,
+			Target:     pl.Spec.Target,
+			TTL:        leasing.Seconds(int64(*pl.Spec.TTLSeconds)),
+			Holder:     holder,
+			Flow:       holder,
+			Meta:       metadataOf(pl),
 		},
 		Wait:     leasing.Seconds(int64(pl.Spec.WaitSeconds)),
 		Priority: int(pl.Spec.Priority),
@@ -232,8 +249,14 @@ func statusFor(kind schema.GroupKind, name string, root *field.Path, err error, 
 			errs = append(errs, &c)
 		}
 		return apierrors.NewInvalid(kind, name, errs)
-	case leasing.ReasonNotFound, leasing.ReasonEnded:
+	case leasing.ReasonNotFound:
 		return apierrors.NewNotFound(proxyLeaseResource, name)
+	case leasing.ReasonEnded:
+		st := apierrors.NewNotFound(proxyLeaseResource, name)
+		st.ErrStatus.Message += ": " + leasing.EndedMessage(err)
+		return st
+	case leasing.ReasonNoRoom:
+		return apierrors.NewConflict(proxyLeaseResource, name, err)
 	case leasing.ReasonForbidden:
 		return apierrors.NewForbidden(proxyLeaseResource, name, err)
 	case leasing.ReasonAlreadyExists:
@@ -365,7 +388,11 @@ func (r *leaseREST) Update(ctx context.Context, name string, objInfo rest.Update
 	}
 	namespace := genericapirequest.NamespaceValue(ctx)
 	r.updateMu.Lock()
-	cur, old, ok := r.cache.get(namespace, name)
+	cur, old, ok, err := r.lookup(namespace, name)
+	if err != nil {
+		r.updateMu.Unlock()
+		return nil, false, err
+	}
 	if !ok {
 		r.updateMu.Unlock()
 		if !forceAllowCreate {
@@ -454,12 +481,33 @@ func (r *leaseREST) createFromUpdate(ctx context.Context, name string, objInfo r
 	return obj, true, nil
 }
 
+// lookup is the live lease namespace/name, rendered, for a request that
+// changes it: when there is none, a lease an operator crash lost is taken
+// back first if name is its signed ID (leasing.Service.Reclaim). ok false:
+// no such lease; err: one that cannot come back (410/409 with the reason).
+func (r *leaseREST) lookup(namespace, name string) (lease.Lease, *leasingv1alpha1.ProxyLease, bool, error) {
+	if l, obj, ok := r.cache.get(namespace, name); ok {
+		return l, obj, true, nil
+	}
+	l, err := r.svc.Reclaim(lease.AnyHolder, namespace, name)
+	switch {
+	case leasing.IsNotFound(err):
+		return lease.Lease{}, nil, false, nil
+	case err != nil:
+		return lease.Lease{}, nil, false, statusFor(proxyLeaseKind, name, nil, err, nil)
+	}
+	return *l, r.cache.render(l), true, nil
+}
+
 // Delete releases the lease.
 func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
 	if err := serving(ctx, r.svc, name); err != nil {
 		return nil, false, err
 	}
-	cur, obj, ok := r.cache.get(genericapirequest.NamespaceValue(ctx), name)
+	cur, obj, ok, err := r.lookup(genericapirequest.NamespaceValue(ctx), name)
+	if err != nil {
+		return nil, false, err
+	}
 	if !ok {
 		return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
 	}

@@ -157,8 +157,9 @@ func TestCreateNames(t *testing.T) {
 	ctx := ctxFor("ns", "u")
 
 	gen := f.mustCreate(ctx, newLease("", func(pl *leasingv1alpha1.ProxyLease) { pl.GenerateName = "crawler-" }))
-	if !strings.HasPrefix(gen.Name, "crawler-") || len(gen.Name) != len("crawler-")+5 {
-		t.Errorf("generateName crawler- gave %q", gen.Name)
+	// generateName + the lease ID, so that a signed ID in it proves the lease.
+	if gen.Name != "crawler-"+gen.Status.LeaseID || gen.Status.LeaseID == "" {
+		t.Errorf("generateName crawler- gave %q (lease ID %q)", gen.Name, gen.Status.LeaseID)
 	}
 	anon := f.mustCreate(ctx, newLease(""))
 	if !strings.HasPrefix(anon.Name, "lease-") {
@@ -190,11 +191,13 @@ func (c *collidingNames) GenerateName(base string) string {
 func TestCreateRetriesGeneratedNameCollision(t *testing.T) {
 	f := newFixture(t, lease.Options{MaxLeasesPerProxy: 10}, proxy("ns", "px", nil))
 	ctx := ctxFor("ns", "u")
-	f.mustCreate(ctx, newLease("x-taken"))
+	// A prefix too long to carry an ID gets kube's kind of generated name.
+	prefix := strings.Repeat("x", maxPrefixForID) + "-"
+	f.mustCreate(ctx, newLease(prefix+"taken"))
 	f.rest.names = &collidingNames{}
-	got := f.mustCreate(ctx, newLease("", func(pl *leasingv1alpha1.ProxyLease) { pl.GenerateName = "x-" }))
-	if got.Name != "x-free" {
-		t.Errorf("name = %q, want x-free after a collision", got.Name)
+	got := f.mustCreate(ctx, newLease("", func(pl *leasingv1alpha1.ProxyLease) { pl.GenerateName = prefix }))
+	if got.Name != prefix+"free" {
+		t.Errorf("name = %q, want %sfree after a collision", got.Name, prefix)
 	}
 }
 

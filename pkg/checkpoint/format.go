@@ -34,8 +34,10 @@ type document struct {
 	Version int `json:"version"`
 	// RVBase is the aggregated API's resourceVersion base, kept so that its
 	// resourceVersions stay the same across a restart.
-	RVBase    uint64            `json:"rvBase"`
-	Revision  uint64            `json:"revision"`
+	RVBase   uint64 `json:"rvBase"`
+	Revision uint64 `json:"revision"`
+	// TakenAt is when the store's state was taken (Unix nanoseconds).
+	TakenAt   int64             `json:"takenAt,omitempty"`
 	Proxies   []lease.ProxyInfo `json:"proxies,omitempty"`
 	Leases    []storedLease     `json:"leases"`
 	Cooldowns []storedCooldown  `json:"cooldowns,omitempty"`
@@ -104,7 +106,7 @@ type encoder struct {
 // encode writes st as a gzip-compressed document; the result is valid until
 // the next call.
 func (enc *encoder) encode(st lease.State, rvBase uint64, codec ExtraCodec) ([]byte, error) {
-	doc := document{Version: formatVersion, RVBase: rvBase, Revision: st.Revision,
+	doc := document{Version: formatVersion, RVBase: rvBase, Revision: st.Revision, TakenAt: unixNano(st.TakenAt),
 		Leases: make([]storedLease, 0, len(st.Leases))}
 	proxyIndex := map[lease.ProxyKey][]int{}
 	indexOf := func(p lease.ProxyInfo) int {
@@ -195,7 +197,7 @@ func decode(data []byte, codec ExtraCodec) (lease.State, uint64, error) {
 	if doc.Version != formatVersion {
 		return lease.State{}, 0, fmt.Errorf("%w: format version %d, this operator reads %d", ErrCorrupt, doc.Version, formatVersion)
 	}
-	st := lease.State{Revision: doc.Revision, Leases: make([]lease.Lease, 0, len(doc.Leases))}
+	st := lease.State{Revision: doc.Revision, TakenAt: fromUnixNano(doc.TakenAt), Leases: make([]lease.Lease, 0, len(doc.Leases))}
 	for _, sl := range doc.Leases {
 		if sl.Proxy < 0 || sl.Proxy >= len(doc.Proxies) {
 			return lease.State{}, 0, fmt.Errorf("%w: lease %s names proxy %d of %d", ErrCorrupt, sl.ID, sl.Proxy, len(doc.Proxies))

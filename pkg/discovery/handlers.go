@@ -206,6 +206,8 @@ func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusGone, wire.CodeLeaseEnded, "lease "+id+": "+leasing.EndedMessage(err))
 	case leasing.ReasonAlreadyExists:
 		writeError(w, http.StatusConflict, wire.CodeInvalidRequest, err.Error())
+	case leasing.ReasonNoRoom:
+		writeError(w, http.StatusConflict, wire.CodeNoRoom, err.Error())
 	case leasing.ReasonCancelled:
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled")
 	case leasing.ReasonShuttingDown:

@@ -101,32 +101,10 @@ func (s *Store) Diagnose(req AcquireRequest) *NoMatchError {
 
 func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duration, now time.Time, p *pending) (*leaseEntry, error) {
 	ns := e.info.Namespace
-	var id string
-	for attempt := 0; ; attempt++ {
-		if attempt == 8 {
-			return nil, fmt.Errorf("acquiring a lease: the ID generator keeps returning IDs in use (last %q)", id)
-		}
-		id = s.opts.NewID()
-		_, live := s.leases[id]
-		_, ended := s.tombs[id]
-		_, named := s.names[ProxyKey{Namespace: ns, Name: id}]
-		if !live && !ended && !(named && req.Name == "") {
-			break
-		}
-	}
-	name := req.Name
-	if name == "" {
-		name = id
-	}
-	if s.probe != nil {
-		s.probe.granting(e, req, now)
-	}
-	s.revision++
 	le := &leaseEntry{
 		Lease: Lease{
-			ID:         id,
 			Namespace:  ns,
-			Name:       name,
+			Name:       req.NamePrefix,
 			Holder:     req.Holder,
 			Flow:       req.Flow,
 			Target:     req.Target,
@@ -134,12 +112,39 @@ func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duratio
 			AcquiredAt: now,
 			ExpiresAt:  now.Add(ttl),
 			TTL:        ttl,
-			Revision:   s.revision,
 			Meta:       req.Meta,
 		},
 		proxy:        e,
 		expiresNanos: now.Add(ttl).UnixNano(),
 	}
+	var id string
+	for attempt := 0; ; attempt++ {
+		if attempt == 8 {
+			return nil, fmt.Errorf("acquiring a lease: the ID generator keeps returning IDs in use (last %q)", id)
+		}
+		id = ""
+		if s.opts.IDs != nil && req.Name == "" {
+			id = s.opts.IDs.NewID(&le.Lease)
+		}
+		if id == "" {
+			id = s.opts.NewID()
+		}
+		_, live := s.leases[id]
+		_, ended := s.tombs[id]
+		_, named := s.names[ProxyKey{Namespace: ns, Name: req.NamePrefix + id}]
+		if !live && !ended && !(named && req.Name == "") {
+			break
+		}
+	}
+	name := req.Name
+	if name == "" {
+		name = req.NamePrefix + id
+	}
+	if s.probe != nil {
+		s.probe.granting(e, req, now)
+	}
+	s.revision++
+	le.ID, le.Name, le.Revision = id, name, s.revision
 	s.leases[id] = le
 	s.names[ProxyKey{Namespace: ns, Name: name}] = id
 	s.flows[req.Flow]++

@@ -16,6 +16,9 @@ import (
 type State struct {
 	// Revision is the store's revision counter.
 	Revision uint64
+	// TakenAt is the store's time when the state was taken: a lease granted
+	// after it is not in the state (see Readmit).
+	TakenAt time.Time
 	// Leases are the live leases, Proxy as granted (or as last followed).
 	Leases []Lease
 	// Cooldowns are the (proxy, target) pairs cooling; target "" is the
@@ -67,7 +70,7 @@ func (s *Store) State() (State, uint64) {
 	s.mu.Lock()
 	now := s.now()
 	s.advanceLocked(now, &p)
-	st := State{Revision: s.revision, Leases: make([]Lease, 0, len(s.leases))}
+	st := State{Revision: s.revision, TakenAt: now, Leases: make([]Lease, 0, len(s.leases))}
 	for _, le := range s.leases {
 		st.Leases = append(st.Leases, le.Lease)
 	}
@@ -135,6 +138,9 @@ func (s *Store) Restore(st State) error {
 		seen[l.ID] = true
 	}
 	s.revision = st.Revision
+	if !st.TakenAt.IsZero() {
+		s.readmitFrom, s.readmitUntil = st.TakenAt, now
+	}
 	for _, l := range st.Leases {
 		key := l.Proxy.Key()
 		e := s.proxies[key]

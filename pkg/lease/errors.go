@@ -148,3 +148,20 @@ func IsAlreadyExists(err error) bool {
 	var a *AlreadyExistsError
 	return errors.As(err, &a)
 }
+
+// NoRoomError is Readmit's answer when the proxy of a lease lost in a crash
+// has been leased up to MaxLeasesPerProxy since: the lease cannot come back.
+type NoRoomError struct {
+	ID    string
+	Proxy ProxyKey
+}
+
+func (e *NoRoomError) Error() string {
+	return fmt.Sprintf("lease %s was lost in an operator crash and its proxy %s has been leased to capacity since; acquire a new lease", e.ID, e.Proxy)
+}
+
+// IsNoRoom reports whether err is a *NoRoomError.
+func IsNoRoom(err error) bool {
+	var e *NoRoomError
+	return errors.As(err, &e)
+}

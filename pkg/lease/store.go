@@ -56,6 +56,10 @@ type Store struct {
 	// coolings counts cooldowns started (Changes: a checkpoint must see
 	// them, and a report on an ended lease starts one without a revision).
 	coolings uint64
+	// readmitFrom and readmitUntil bound the grant times of leases Readmit
+	// takes back: granted after the restored state was taken and before it
+	// was restored (zero: nothing was restored).
+	readmitFrom, readmitUntil time.Time
 	// free counts the indexed proxies: those that can take a lease now.
 	free int
 	// armed is when Start's timer fires (UnixNano; MaxInt64 before Start);

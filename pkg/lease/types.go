@@ -65,8 +65,13 @@ type AcquireRequest struct {
 	// Flow is the fairness flow the lease counts against (see Store.HeldBy).
 	Flow string
 	// Name optionally names the lease (the Kubernetes API's metadata.name); it
-	// must be unique among live leases of the lease's namespace. Empty: the ID.
+	// must be unique among live leases of the lease's namespace. Empty: the
+	// ID, after NamePrefix.
 	Name string
+	// NamePrefix, with Name empty, names the lease NamePrefix + ID (the
+	// Kubernetes API's generateName); the ID is then still signed
+	// (Options.IDs), so the name proves the lease.
+	NamePrefix string
 	// Meta is kept with the lease and returned with it, in every event.
 	Meta Metadata
 }
@@ -149,6 +154,8 @@ const (
 	ProxyChanged Reason = "ProxyChanged"
 	// ProxyDeleted: the leased Proxy was deleted, which ended the lease.
 	ProxyDeleted Reason = "ProxyDeleted"
+	// Readmitted: a lease lost in a crash was taken back (Readmit).
+	Readmitted Reason = "Readmitted"
 )
 
 // Event is one change to a lease, delivered to Subscribe callbacks in
@@ -183,6 +190,21 @@ type Options struct {
 	// NewID generates lease IDs (default: 128 random bits, lowercase hex,
 	// which is also a valid Kubernetes name).
 	NewID func() string
+	// IDs, when set, makes the IDs of unnamed leases (see IDMaker); NewID
+	// is the fallback when it returns "".
+	IDs IDMaker
+}
+
+// IDMaker makes lease IDs from what a lease is (pkg/leaseid signs them, so
+// that a holder can prove a lease after a crash).
+type IDMaker interface {
+	// NewID returns the ID of l, whose every field but ID, Revision and
+	// Meta is set, and whose Name is the prefix the lease's name will have
+	// before the ID (the name must stay a Kubernetes name: at most 253
+	// characters); "" to let Options.NewID choose. It runs under the
+	// store's lock and must not call the store. The store retries with a
+	// new call if the ID is in use, so each call must return a new ID.
+	NewID(l *Lease) string
 }
 
 // Defaults.

@@ -45,6 +45,9 @@ const (
 	// ReasonNotLeader: this replica does not serve leases (a standby, or the
 	// leader still loading its checkpoint); Error.Leader names who does.
 	ReasonNotLeader Reason = "NotLeader"
+	// ReasonNoRoom: a lease lost in an operator crash cannot be taken back:
+	// its proxy has been leased to capacity since.
+	ReasonNoRoom Reason = "NoRoom"
 	// ReasonInternal: a bug; the message says what.
 	ReasonInternal Reason = "Internal"
 )
@@ -118,6 +121,7 @@ func IsForbidden(err error) bool     { return ReasonOf(err) == ReasonForbidden }
 func IsAlreadyExists(err error) bool { return ReasonOf(err) == ReasonAlreadyExists }
 func IsCancelled(err error) bool     { return ReasonOf(err) == ReasonCancelled }
 func IsNotLeader(err error) bool     { return ReasonOf(err) == ReasonNotLeader }
+func IsNoRoom(err error) bool        { return ReasonOf(err) == ReasonNoRoom }
 
 func invalid(errs ...*field.Error) *Error {
 	return &Error{Reason: ReasonInvalid, Fields: errs}
@@ -159,6 +163,8 @@ func classify(ctx context.Context, id string, err error) error {
 		return e
 	case lease.IsAlreadyExists(err):
 		return &Error{Reason: ReasonAlreadyExists, ID: id, err: err}
+	case lease.IsNoRoom(err):
+		return &Error{Reason: ReasonNoRoom, ID: id, err: err}
 	case lease.IsNotHolder(err):
 		return &Error{Reason: ReasonForbidden, ID: id, err: err}
 	case lease.IsLeaseEnded(err):

@@ -77,6 +77,22 @@ func (t *Takeover) Start(ctx context.Context) error {
 	return nil
 }
 
+// Steps is a Prepare that runs each step in order and stops at the first
+// error (nil steps: nothing to prepare).
+func Steps(steps ...func(ctx context.Context) error) func(ctx context.Context) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		for _, step := range steps {
+			if err := step(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // NeedLeaderElection is true: only the leader serves leases.
 func (t *Takeover) NeedLeaderElection() bool { return true }
 

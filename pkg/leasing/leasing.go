@@ -24,6 +24,9 @@ type Leasing struct {
 	// Gate, when set before Service is called, keeps the services closed
 	// until this replica takes over (Takeover); nil: they always serve.
 	Gate *Gate
+	// IDs, when set before Service is called, reads signed lease IDs so
+	// the services take back leases lost in a crash (see Service.Reclaim).
+	IDs IDVerifier
 
 	clock        clock.PassiveClock
 	ctl          *LeaseController

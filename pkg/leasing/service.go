@@ -85,6 +85,16 @@ type Service struct {
 	clock   clock.PassiveClock
 	rec     Recorder
 	gate    *Gate
+	ids     IDVerifier
+}
+
+// IDVerifier reads the lease a signed lease ID names; *leaseid.Signer
+// implements it.
+type IDVerifier interface {
+	// Verify returns the lease name names as it was granted (name is the
+	// lease's ID, or its name: a prefix and the ID), or an error when name
+	// holds no ID this operator signed (forged, tampered, random).
+	Verify(name string) (lease.Lease, error)
 }
 
 // ServiceDeps are what a Service runs on.
@@ -100,6 +110,9 @@ type ServiceDeps struct {
 	// Gate refuses lease requests while this replica does not serve (nil:
 	// always serves).
 	Gate *Gate
+	// IDs, when set, reads signed lease IDs, so that a renew, report or
+	// release of a lease lost in a crash takes it back (lease.Store.Readmit).
+	IDs IDVerifier
 }
 
 // NewService returns the service of the front door api, whose requests may
@@ -117,12 +130,12 @@ func NewService(api string, maxWait time.Duration, deps ServiceDeps) (*Service, 
 	if deps.Recorder == nil {
 		deps.Recorder = nopRecorder{}
 	}
-	return &Service{api: api, maxWait: maxWait, store: deps.Store, queue: deps.Queue, clock: deps.Clock, rec: deps.Recorder, gate: deps.Gate}, nil
+	return &Service{api: api, maxWait: maxWait, store: deps.Store, queue: deps.Queue, clock: deps.Clock, rec: deps.Recorder, gate: deps.Gate, ids: deps.IDs}, nil
 }
 
 // Service returns the service of front door api over this store and queue.
 func (l *Leasing) Service(api string, maxWait time.Duration, rec Recorder) (*Service, error) {
-	return NewService(api, maxWait, ServiceDeps{Store: l.Store, Queue: l.Waiter, Clock: l.clock, Recorder: rec, Gate: l.Gate})
+	return NewService(api, maxWait, ServiceDeps{Store: l.Store, Queue: l.Waiter, Clock: l.clock, Recorder: rec, Gate: l.Gate, IDs: l.IDs})
 }
 
 // Serving is nil when this replica serves leases, else a ReasonNotLeader
@@ -197,6 +210,14 @@ func (s *Service) Release(holder, id string) (bool, error) {
 		return false, err
 	}
 	ok, err := s.store.ReleaseAs(holder, id)
+	if !ok && err == nil && s.ids != nil {
+		// Unknown: perhaps lost in a crash; released once taken back.
+		if _, rerr := s.Reclaim(holder, "", id); rerr == nil {
+			ok, err = s.store.ReleaseAs(holder, id)
+		} else if !IsNotFound(rerr) {
+			return false, rerr
+		}
+	}
 	return ok, classify(nil, id, err)
 }
 
@@ -219,6 +240,12 @@ func (s *Service) Update(holder, id string, ttl time.Duration, meta *lease.Metad
 		return nil, e
 	}
 	l, err := s.store.UpdateAs(holder, id, ttl, meta)
+	if lease.IsUnknownLease(err) && s.ids != nil {
+		if _, rerr := s.Reclaim(holder, "", id); rerr != nil {
+			return nil, rerr
+		}
+		l, err = s.store.UpdateAs(holder, id, ttl, meta)
+	}
 	return l, classify(nil, id, err)
 }
 
@@ -234,7 +261,43 @@ func (s *Service) Report(holder, id, result, target string) error {
 		e.ID = id
 		return e
 	}
-	return classify(nil, id, s.store.ReportAs(holder, id, result, target))
+	err := s.store.ReportAs(holder, id, result, target)
+	if lease.IsUnknownLease(err) && s.ids != nil {
+		if _, rerr := s.Reclaim(holder, "", id); rerr != nil {
+			return rerr
+		}
+		err = s.store.ReportAs(holder, id, result, target)
+	}
+	return classify(nil, id, err)
+}
+
+// Reclaim takes back the lease id names when it was lost in an operator
+// crash (granted after the last checkpoint): its signed ID proves it, and
+// it returns to its proxy if that has room. id may also be the lease's name
+// (its prefix and ID: a generated ProxyLease name). namespace ("" = any) and holder
+// (lease.AnyHolder = any) must be the lease's. Renew, Report and Release do
+// it for an unknown ID; a front door that looks leases up by name itself
+// calls it when the name is not found. Errors: ReasonNotFound (not a signed
+// ID, or not a lease a crash can have lost), ReasonForbidden, ReasonEnded
+// (expired, or its proxy is gone), ReasonNoRoom (its proxy was leased to
+// capacity since).
+func (s *Service) Reclaim(holder, namespace, id string) (*lease.Lease, error) {
+	if err := s.gate.check(context.Background()); err != nil {
+		return nil, err
+	}
+	notFound := classify(nil, id, fmt.Errorf("lease %s: %w", id, lease.ErrUnknownLease))
+	if s.ids == nil {
+		return nil, notFound
+	}
+	claim, err := s.ids.Verify(id)
+	if err != nil || (namespace != "" && claim.Namespace != namespace) {
+		return nil, notFound
+	}
+	if holder != lease.AnyHolder && holder != claim.Holder {
+		return nil, classify(nil, id, &lease.NotHolderError{ID: id})
+	}
+	l, err := s.store.Readmit(claim)
+	return l, classify(nil, id, err)
 }
 
 // Get returns a live lease of holder as it is now. Errors: ReasonNotFound,

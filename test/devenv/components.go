@@ -373,6 +373,7 @@ func Operator(nodeName string) *app.Options {
 	opts.Certs.Hosts = []string{"localhost", "127.0.0.1"}
 	opts.Discovery.TokenSecret = DiscoveryTokenSecret
 	opts.Checkpoint.SecretName = LeaseCheckpointSecret
+	opts.LeaseIDs.SecretName = LeaseSigningSecret
 	opts.Providers = []string{kubernetes.Name, gcp.Name}
 	opts.Kubernetes.NodeName = nodeName
 	opts.Intervals.ProvisioningPoll = time.Second

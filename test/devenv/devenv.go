@@ -43,12 +43,14 @@ const (
 	ReadyFile = "ready"
 	// ControlPlaneDir holds certificates, etcd data and the control plane's logs.
 	ControlPlaneDir = "controlplane"
-	// ServingCertSecret, DiscoveryTokenSecret and LeaseCheckpointSecret are
-	// the Secrets the operator writes in its namespace (--serving-cert-secret,
-	// --discovery-token-secret, --lease-checkpoint-secret), as installed.
+	// ServingCertSecret, DiscoveryTokenSecret, LeaseCheckpointSecret and
+	// LeaseSigningSecret are the Secrets the operator writes in its
+	// namespace (--serving-cert-secret, --discovery-token-secret,
+	// --lease-checkpoint-secret, --lease-signing-secret), as installed.
 	ServingCertSecret     = "proxy-operator-serving-cert"
 	DiscoveryTokenSecret  = "proxy-operator-discovery-token"
 	LeaseCheckpointSecret = "proxy-operator-leases"
+	LeaseSigningSecret    = "proxy-operator-lease-key"
 	// LogsDir holds operator.log and nodeagent.log.
 	LogsDir = "logs"
 )

@@ -22,6 +22,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
@@ -51,9 +52,19 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		}
 	}
 	clk := clock.RealClock{}
-	l, err := leasing.New(o.Leasing, clk)
+	storeOpts := o.Leasing.StoreOptions()
+	var signer *leaseid.Signer
+	if o.LeaseIDs.Enabled() {
+		signer = leaseid.NewSigner()
+		storeOpts.IDs = signer
+	}
+	store, err := lease.New(storeOpts, clk)
 	if err != nil {
-		return err
+		return fmt.Errorf("creating lease store: %w", err)
+	}
+	l := leasing.NewWithStore(store, o.Leasing, clk)
+	if signer != nil {
+		l.IDs = signer
 	}
 	// Only the replica that leads serves leases, once it has loaded them.
 	var leader func(context.Context) string
@@ -149,14 +160,26 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	}
 
 	takeover := &leasing.Takeover{Gate: l.Gate}
+	var steps []func(context.Context) error
+	if signer != nil {
+		ids := o.leaseIDOptions()
+		steps = append(steps, func(ctx context.Context) error {
+			key, err := leaseid.EnsureKey(ctx, kube.CoreV1(), ids.Namespace, ids.SecretName)
+			if err != nil {
+				return err
+			}
+			return signer.SetKey(key)
+		})
+	}
 	if cp != nil {
 		var restored func(uint64)
 		if apiServer != nil {
 			restored = apiServer.Restored
 		}
-		takeover.Prepare = func(ctx context.Context) error { return cp.TakeOver(ctx, mgr.GetCache().WaitForCacheSync, restored) }
+		steps = append(steps, func(ctx context.Context) error { return cp.TakeOver(ctx, mgr.GetCache().WaitForCacheSync, restored) })
 		takeover.Run = cp.Start
 	}
+	takeover.Prepare = leasing.Steps(steps...)
 	if err := mgr.Add(takeover); err != nil {
 		return fmt.Errorf("adding the lease takeover: %w", err)
 	}

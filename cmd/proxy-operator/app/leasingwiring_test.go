@@ -359,6 +359,9 @@ func leasingProblems(t *testing.T, m manifests) []string {
 	if !o.Checkpoint.Enabled() {
 		bad("no --lease-checkpoint-secret: a restart would drop every lease and cooldown")
 	}
+	if !o.LeaseIDs.Enabled() {
+		bad("no --lease-signing-secret: a crash would lose the leases granted since the last checkpoint")
+	}
 	if o.Discovery.PlainHTTP {
 		bad("the discovery API serves plain HTTP (--discovery-plain-http)")
 	}
@@ -435,6 +438,8 @@ func TestOperatorManifestLeasing(t *testing.T) {
 			want: "serves plain HTTP"},
 		{name: "no checkpoint", old: "            - --lease-checkpoint-secret=proxy-operator-leases\n", new: "",
 			want: "a restart would drop every lease"},
+		{name: "unsigned lease IDs", old: "            - --lease-signing-secret=proxy-operator-lease-key\n", new: "",
+			want: "a crash would lose the leases granted"},
 		{name: "no serving certificate", old: "            - --serving-cert-secret=proxy-operator-serving-cert\n", new: "",
 			want: "the HTTP discovery API serves TLS"},
 		{name: "own certificate outside any Secret", old: "            - --apiserver-secure-port=7443\n",

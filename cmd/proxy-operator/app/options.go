@@ -21,6 +21,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/gc"
 	"github.com/proxy-operator/proxy-operator/pkg/health"
+	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
@@ -84,6 +85,9 @@ type Options struct {
 	// Checkpoint keeps leases across restarts (its --lease-checkpoint-*
 	// flags), in the operator's namespace.
 	Checkpoint checkpoint.Options
+	// LeaseIDs signs lease IDs so that leases a crash lost since the last
+	// checkpoint are taken back (its --lease-signing-* flags).
+	LeaseIDs leaseid.Options
 	// Certs is the operator's own CA and serving certificate (its
 	// --serving-cert-* flags), used by each lease API without certificate
 	// files of its own.
@@ -162,6 +166,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Discovery.AddFlags(fs)
 	o.Certs.AddFlags(fs)
 	o.Checkpoint.AddFlags(fs)
+	o.LeaseIDs.AddFlags(fs)
 	o.Leasing.AddFlags(fs)
 	fs.AddFlagSet(o.APIServer.FlagSet())
 
@@ -274,6 +279,11 @@ func (o *Options) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if c := o.leaseIDOptions(); c.Enabled() {
+		if err := c.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := o.Leasing.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -298,6 +308,14 @@ func (o *Options) certsOptions() certs.Options {
 // namespace.
 func (o *Options) checkpointOptions() checkpoint.Options {
 	c := o.Checkpoint
+	c.Namespace = o.Namespace
+	return c
+}
+
+// leaseIDOptions are the --lease-signing-* options in the operator's
+// namespace.
+func (o *Options) leaseIDOptions() leaseid.Options {
+	c := o.LeaseIDs
 	c.Namespace = o.Namespace
 	return c
 }

@@ -136,6 +136,10 @@ func IsTTLTooLong(err error) bool { return hasCode(err, wire.CodeTTLTooLong) }
 // IsInvalidResult: report result not ok, rate_limited or banned (400).
 func IsInvalidResult(err error) bool { return hasCode(err, wire.CodeInvalidResult) }
 
+// IsNoRoom reports a 409 no_room: a lease lost in an operator crash could
+// not be taken back (its proxy is full); acquire a new one.
+func IsNoRoom(err error) bool { return hasCode(err, wire.CodeNoRoom) }
+
 // IsNotLeader reports a 503 not_leader: this replica is a standby.
 func IsNotLeader(err error) bool { return hasCode(err, wire.CodeNotLeader) }
 

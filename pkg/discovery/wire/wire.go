@@ -29,6 +29,9 @@ const (
 	CodeLeaseEnded = "lease_ended"
 	// 409: no proxy can take the lease (body carries the counts).
 	CodeNoMatch = "no_match"
+	// 409: a lease lost in an operator crash cannot be taken back: its
+	// proxy has been leased to capacity since.
+	CodeNoRoom = "no_room"
 	// 413: body over 64 KiB.
 	CodeBodyTooLarge = "body_too_large"
 	// 429: the wait queue is full (Retry-After header).

@@ -182,7 +182,7 @@ func (e *env) args(ports [4]int) []string {
 		"--discovery-token-secret=" + tokenSecret,
 		"--serving-cert-secret=" + certSecret, "--serving-cert-hosts=localhost,127.0.0.1",
 		"--apiserver-bind-address=127.0.0.1", "--apiserver-secure-port=" + strconv.Itoa(ports[2]),
-		"--lease-checkpoint-secret=leases", "--max-leases-per-proxy=1000", "--max-lease-ttl=2h",
+		"--lease-checkpoint-secret=leases", "--lease-signing-secret=lease-key", "--max-leases-per-proxy=1000", "--max-lease-ttl=2h",
 		"--cooldown-window=1h", "--gc-interval=0",
 	}
 }
@@ -271,6 +271,19 @@ func (e *env) clientOn(t *testing.T, ports [4]int) *dclient.Client {
 	return c
 }
 
+// waitHealthy waits until the operator c talks to sees every proxy healthy
+// (through the forward proxy).
+func (e *env) waitHealthy(t *testing.T, c *dclient.Client) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		healthy := true
+		list, err := c.ListProxies(ctx, dclient.ListOptions{Healthy: &healthy})
+		return err == nil && len(list) == proxies, nil
+	}); err != nil {
+		t.Fatalf("proxies not healthy: %v\n%s", err, tail(filepath.Join(e.dir, fmt.Sprintf("operator-%d.log", e.ports[0]))))
+	}
+}
+
 // parallel runs f(i) for i in [0, n) on workers goroutines; the first error wins.
 func parallel(n int, f func(i int) error) error {
 	var wg sync.WaitGroup
@@ -313,14 +326,7 @@ func TestGracefulRestartKeepsEveryLease(t *testing.T) {
 	ctx := context.Background()
 	op := e.start(t)
 	c := e.client(t)
-	// Every proxy healthy through the forward proxy.
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		healthy := true
-		list, err := c.ListProxies(ctx, dclient.ListOptions{Healthy: &healthy})
-		return err == nil && len(list) == proxies, nil
-	}); err != nil {
-		t.Fatalf("proxies not healthy: %v\n%s", err, tail(filepath.Join(e.dir, fmt.Sprintf("operator-%d.log", e.ports[0]))))
-	}
+	e.waitHealthy(t, c)
 
 	held := make([]heldLease, httpLeases)
 	if err := parallel(httpLeases, func(i int) error {
