@@ -3,10 +3,12 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -46,8 +48,28 @@ const (
 // stay under 1 MiB).
 const shardBytes = 700 << 10
 
-// finalWriteTimeout bounds the checkpoint written at shutdown.
+// finalWriteTimeout bounds the wait for the lease servers before the last
+// checkpoint, and each attempt to write it.
 const finalWriteTimeout = 10 * time.Second
+
+// finalWriteDeadline bounds the retries of the last checkpoint: a replica
+// that lost its leadership in a kube-apiserver outage keeps trying until the
+// API answers again (unless another replica fenced it first).
+const finalWriteDeadline = 2 * time.Minute
+
+// Annotations of the index Secret: who wrote it (a process, see
+// Deps.Identity), and whether that was its last write (it stopped serving).
+const (
+	annWriter = "leasing.crawl.example.com/checkpoint-writer"
+	annFinal  = "leasing.crawl.example.com/checkpoint-final"
+)
+
+// ErrFenced: another replica took the leases over (it wrote the checkpoint
+// since this one last did); this one must stop serving and writing.
+var ErrFenced = errors.New("another replica took the leases over")
+
+// IsFenced reports whether err is (or wraps) ErrFenced.
+func IsFenced(err error) bool { return errors.Is(err, ErrFenced) }
 
 // Deps are what a Checkpointer works with.
 type Deps struct {
@@ -62,6 +84,10 @@ type Deps struct {
 	// requests: the last checkpoint waits for them (at most
 	// finalWriteTimeout), so that it holds every change they made.
 	StopFirst []<-chan struct{}
+	// Identity names this process in the checkpoint it writes (default: the
+	// host name, the pid and a random suffix): a write that finds another
+	// writer's checkpoint was fenced.
+	Identity string
 }
 
 // Checkpointer loads the lease store from its Secrets when this replica
@@ -84,6 +110,8 @@ type Checkpointer struct {
 	generation  uint64
 	writes      int
 	enc         encoder
+	// fenced: another replica wrote since this one; it writes no more.
+	fenced bool
 }
 
 // New validates opts.
@@ -100,6 +128,12 @@ func New(opts Options, deps Deps) (*Checkpointer, error) {
 	clk := deps.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
+	}
+	if deps.Identity == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥1.24)
+		deps.Identity = fmt.Sprintf("%s_%d_%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	return &Checkpointer{opts: opts, deps: deps, clock: clk}, nil
 }
@@ -157,13 +191,17 @@ func (c *Checkpointer) Load(ctx context.Context) (loaded bool, err error) {
 }
 
 // TakeOver is Load on the replica taking the leases over (nothing served
-// yet): a corrupt checkpoint is logged and skipped (the next write
+// yet), after fencing the replica that served before (see fence): a corrupt
+// checkpoint is logged and skipped (the next write
 // overwrites it); once waitForSync says the Proxy informer has synced, the
 // restored leases of proxies deleted meanwhile end; restored (nil: no
 // aggregated API) gets the resourceVersion base to continue from, the
 // checkpoint's or, without one, now.
 func (c *Checkpointer) TakeOver(ctx context.Context, waitForSync func(context.Context) bool, restored func(rvBase uint64)) error {
 	logger := log.FromContext(ctx)
+	if err := c.fence(ctx); err != nil {
+		return err
+	}
 	loaded, err := c.Load(ctx)
 	if IsCorrupt(err) {
 		logger.Error(err, "lease checkpoint unreadable; serving without it (it is overwritten by the next checkpoint)")
@@ -182,6 +220,76 @@ func (c *Checkpointer) TakeOver(ctx context.Context, waitForSync func(context.Co
 		restored(c.RVBase(uint64(c.clock.Now().UnixMicro())))
 	}
 	return nil
+}
+
+// fence makes the checkpoint this replica's before it is loaded: the index
+// Secret is rewritten as it is, naming this process as its writer, under
+// its resourceVersion. From then on a write by the replica that served
+// before fails (ErrFenced), so nothing it still does can be lost silently
+// or mixed in. When that replica did not mark its last checkpoint final (it
+// crashed, or lost its leadership in a kube-apiserver outage and is still
+// trying to write), fence first waits up to takeoverGrace for that last
+// write: after an outage it lands as soon as the API answers, and nothing
+// the old leader granted is lost.
+func (c *Checkpointer) fence(ctx context.Context) error {
+	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
+	waited := false
+	for attempt := 0; ; attempt++ {
+		index, err := secrets.Get(ctx, c.opts.SecretName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // nothing to fence: the first write creates it
+		}
+		if err != nil {
+			return fmt.Errorf("reading lease checkpoint %s/%s: %w", c.opts.Namespace, c.opts.SecretName, err)
+		}
+		if !waited && index.Annotations[annFinal] != "true" && index.Annotations[annWriter] != c.deps.Identity {
+			waited = true
+			if index, err = c.awaitLastWrite(ctx, index); err != nil {
+				return err
+			}
+		}
+		next := index.DeepCopy()
+		if next.Annotations == nil {
+			next.Annotations = map[string]string{}
+		}
+		next.Annotations[annWriter] = c.deps.Identity
+		delete(next.Annotations, annFinal)
+		_, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) && attempt < 5 {
+			continue // its last write landed meanwhile: fence that one
+		}
+		if err != nil {
+			return fmt.Errorf("taking over lease checkpoint %s/%s: %w", c.opts.Namespace, c.opts.SecretName, err)
+		}
+		log.FromContext(ctx).Info("lease checkpoint taken over", "previousWriter", index.Annotations[annWriter],
+			"final", index.Annotations[annFinal] == "true")
+		return nil
+	}
+}
+
+// takeoverGrace is how long fence waits for a last write that was not
+// marked final: one interval, at least a second. A leader cut off from
+// kube-apiserver retries its last write every 250ms, so it lands within
+// that once the API answers; after a crash it is what the takeover costs.
+func (c *Checkpointer) takeoverGrace() time.Duration { return max(time.Second, c.opts.Interval) }
+
+// awaitLastWrite polls the index Secret until it changes or takeoverGrace
+// passes, and returns it as it is then.
+func (c *Checkpointer) awaitLastWrite(ctx context.Context, index *corev1.Secret) (*corev1.Secret, error) {
+	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
+	deadline := c.clock.Now().Add(c.takeoverGrace())
+	for c.clock.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.clock.After(100 * time.Millisecond):
+		}
+		cur, err := secrets.Get(ctx, c.opts.SecretName, metav1.GetOptions{})
+		if err == nil && cur.ResourceVersion != index.ResourceVersion {
+			return cur, nil
+		}
+	}
+	return index, nil
 }
 
 // readPayload joins the index Secret's shard with its extra shards and
@@ -214,7 +322,8 @@ func shardName(name, generation string, i int) string {
 
 // Start writes a checkpoint at most every Interval while the store changes,
 // and a last one when ctx ends, after the lease servers stopped
-// (Deps.StopFirst). A failed write is logged and retried at the next tick.
+// (Deps.StopFirst). A failed write is logged and retried at the next tick;
+// a fenced one (another replica took over) ends Start with ErrFenced.
 func (c *Checkpointer) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("lease-checkpoint")
 	ctx = log.IntoContext(ctx, logger)
@@ -226,7 +335,9 @@ func (c *Checkpointer) Start(ctx context.Context) error {
 			return c.final(ctx)
 		case <-ticker.C():
 		}
-		if err := c.WriteIfChanged(ctx); err != nil {
+		if err := c.WriteIfChanged(ctx); IsFenced(err) {
+			return fmt.Errorf("stopped serving leases: %w", err)
+		} else if err != nil {
 			logger.Error(err, "writing the lease checkpoint; retrying")
 		}
 	}
@@ -247,21 +358,50 @@ func (c *Checkpointer) final(ctx context.Context) error {
 			logger.Info("lease servers still running after the shutdown timeout; writing the last checkpoint anyway", "timeout", finalWriteTimeout)
 		}
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteTimeout)
-	defer cancel()
-	if err := c.WriteIfChanged(wctx); err != nil {
-		return fmt.Errorf("writing the last lease checkpoint: %w", err)
+	// The last write is marked final, whether or not anything changed, so
+	// that the next leader need not wait for it. It is retried until it
+	// lands (a kube-apiserver outage), another replica fenced this one, or
+	// finalWriteDeadline.
+	giveUp := c.clock.Now().Add(finalWriteDeadline)
+	for attempt := 1; ; attempt++ {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteTimeout)
+		err := c.write(wctx, true)
+		cancel()
+		switch {
+		case err == nil:
+			logger.Info("last lease checkpoint written", "attempts", attempt)
+			return nil
+		case IsFenced(err):
+			return fmt.Errorf("writing the last lease checkpoint: %w (what changed since its last checkpoint is lost)", err)
+		case !c.clock.Now().Before(giveUp):
+			return fmt.Errorf("writing the last lease checkpoint: gave up after %s: %w", finalWriteDeadline, err)
+		}
+		if attempt == 1 {
+			logger.Error(err, "writing the last lease checkpoint; retrying until kube-apiserver answers", "deadline", finalWriteDeadline)
+		}
+		select {
+		case <-c.clock.After(250 * time.Millisecond):
+		case <-context.WithoutCancel(ctx).Done():
+		}
 	}
-	logger.Info("last lease checkpoint written")
-	return nil
 }
 
 // WriteIfChanged writes the store's state unless nothing changed since the
 // last write (or load).
-func (c *Checkpointer) WriteIfChanged(ctx context.Context) error {
+func (c *Checkpointer) WriteIfChanged(ctx context.Context) error { return c.write(ctx, false) }
+
+// write writes the store's state; final marks it the last (written even
+// when nothing changed).
+func (c *Checkpointer) write(ctx context.Context, final bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.fenced {
+		return ErrFenced
+	}
 	if c.index != nil && c.deps.Store.Changes() == c.lastChanges {
+		if final {
+			return c.markFinalLocked(ctx)
+		}
 		return nil
 	}
 	st, changes := c.deps.Store.State()
@@ -274,9 +414,12 @@ func (c *Checkpointer) WriteIfChanged(ctx context.Context) error {
 	}
 	if c.index != nil && bytes.Equal(payload, c.lastPayload) {
 		c.lastChanges = changes
+		if final {
+			return c.markFinalLocked(ctx)
+		}
 		return nil
 	}
-	if err := c.writeLocked(ctx, payload); err != nil {
+	if err := c.writeLocked(ctx, payload, final); err != nil {
 		return err
 	}
 	// payload is the encoder's buffer: keep a copy to compare the next one.
@@ -285,7 +428,26 @@ func (c *Checkpointer) WriteIfChanged(ctx context.Context) error {
 	return nil
 }
 
-// Writes counts the checkpoints written by this process.
+// markFinalLocked marks the checkpoint as written final without writing it
+// again (nothing changed since): an update of its annotations only.
+func (c *Checkpointer) markFinalLocked(ctx context.Context) error {
+	next := c.index.DeepCopy()
+	next.Annotations = map[string]string{annWriter: c.deps.Identity, annFinal: "true"}
+	written, err := c.deps.Secrets.Secrets(c.opts.Namespace).Update(ctx, next, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		// Whoever wrote it since decides: a fence, or a hand edit the next
+		// full write replaces.
+		return c.writeLocked(ctx, c.lastPayload, true)
+	}
+	if err != nil {
+		return fmt.Errorf("marking lease checkpoint %s/%s final: %w", c.opts.Namespace, c.opts.SecretName, err)
+	}
+	c.index = written
+	return nil
+}
+
+// Writes counts the checkpoints written by this process (a final mark of
+// an unchanged one is not counted).
 func (c *Checkpointer) Writes() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -296,7 +458,7 @@ func (c *Checkpointer) Writes() int {
 // then the index Secret that names them, then the previous generation's
 // extra shards are deleted. A reader sees the old checkpoint or the new one,
 // never a mix. One write when the payload fits in one Secret.
-func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte) error {
+func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte, final bool) error {
 	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
 	oldGen, oldShards := c.generation, 1
 	if c.index != nil {
@@ -325,20 +487,31 @@ func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte) error {
 		keyShards:     []byte(strconv.Itoa(len(chunks))),
 		keyGeneration: []byte(genStr),
 	}
+	annotations := map[string]string{annWriter: c.deps.Identity}
+	if final {
+		annotations[annFinal] = "true"
+	}
 	var written *corev1.Secret
 	var err error
 	if c.index == nil {
-		written, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: c.opts.SecretName, Namespace: c.opts.Namespace, Labels: labels}, Data: data}, metav1.CreateOptions{})
+		written, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: c.opts.SecretName, Namespace: c.opts.Namespace,
+			Labels: labels, Annotations: annotations}, Data: data}, metav1.CreateOptions{})
 	} else {
 		next := c.index.DeepCopy()
 		next.Data = data
+		next.Annotations = annotations
 		written, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
 	}
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) {
-		// Changed behind our back (edited, deleted): read it again, write on
-		// the next tick.
+		// Changed behind our back. By another replica (it names itself):
+		// fenced, this one stops. Else (edited, deleted by hand) read it
+		// again and write on the next tick.
 		c.index = nil
 		if cur, gerr := secrets.Get(ctx, c.opts.SecretName, metav1.GetOptions{}); gerr == nil {
+			if w := cur.Annotations[annWriter]; w != "" && w != c.deps.Identity {
+				c.fenced = true
+				return fmt.Errorf("writing lease checkpoint %s/%s: %w (%s wrote it)", c.opts.Namespace, c.opts.SecretName, ErrFenced, w)
+			}
 			c.index = cur
 			c.generation, _ = strconv.ParseUint(string(cur.Data[keyGeneration]), 10, 64)
 		}

@@ -49,6 +49,10 @@ func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
 	s.mu.Lock()
 	now := s.now()
 	s.advanceLocked(now, &p)
+	if s.frozen {
+		s.unlockAndNotify(&p)
+		return nil, ErrFrozen
+	}
 	if req.Name != "" && req.Namespace != "" {
 		if _, taken := s.names[ProxyKey{Namespace: req.Namespace, Name: req.Name}]; taken {
 			s.unlockAndNotify(&p)

@@ -240,3 +240,37 @@ func TestStateBoundsTheEndedLeases(t *testing.T) {
 		t.Errorf("oldest ended lease kept until %s, want the 50 oldest dropped (from %s)", oldest, want)
 	}
 }
+
+// After Freeze no lease changes, so a State taken then is final; time
+// still ends leases.
+func TestFreeze(t *testing.T) {
+	s, fc := newTestStore(t, Options{MaxLeasesPerProxy: 2})
+	s.UpsertProxy(px("ns", "p1", 1))
+	l := mustAcquire(t, s, AcquireRequest{Holder: "h", TTL: time.Minute})
+	short := mustAcquire(t, s, AcquireRequest{Holder: "h", TTL: time.Second})
+	s.Freeze()
+	before, _ := s.State()
+	for name, err := range map[string]error{
+		"acquire":     func() error { _, err := s.Acquire(AcquireRequest{}); return err }(),
+		"try acquire": func() error { _, err := s.TryAcquire(AcquireRequest{}); return err }(),
+		"renew":       func() error { _, err := s.RenewAs("h", l.ID, time.Hour); return err }(),
+		"report":      s.ReportAs("h", l.ID, ResultBanned, "t"),
+		"release":     func() error { _, err := s.ReleaseAs("h", l.ID); return err }(),
+		"readmit":     func() error { _, err := s.Readmit(Lease{ID: "x"}); return err }(),
+	} {
+		if !IsFrozen(err) {
+			t.Errorf("%s after Freeze: %v, want ErrFrozen", name, err)
+		}
+	}
+	after, _ := s.State()
+	if d := cmp.Diff(before, after); d != "" {
+		t.Errorf("state changed after Freeze (-before +after):\n%s", d)
+	}
+	fc.Step(2 * time.Second)
+	if _, ok := s.Get(short.ID); ok {
+		t.Error("a lease outlived its expiry in a frozen store")
+	}
+	if _, ok := s.Get(l.ID); !ok {
+		t.Error("control: the longer lease is gone")
+	}
+}

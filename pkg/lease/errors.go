@@ -87,6 +87,13 @@ func EndReason(err error) Reason {
 // IsLeaseEnded reports whether err is (or wraps) ErrLeaseEnded.
 func IsLeaseEnded(err error) bool { return errors.Is(err, ErrLeaseEnded) }
 
+// ErrFrozen is every lease change after Freeze: this replica stopped
+// serving leases (it is shutting down or lost its leadership).
+var ErrFrozen = errors.New("this replica stopped serving leases (shutting down, or no longer the leader); retry, another replica serves")
+
+// IsFrozen reports whether err is (or wraps) ErrFrozen.
+func IsFrozen(err error) bool { return errors.Is(err, ErrFrozen) }
+
 // ErrInvalidResult: Report got a result other than ok, rate_limited, banned.
 var ErrInvalidResult = errors.New("invalid result: want ok, rate_limited or banned")
 

@@ -24,6 +24,10 @@ func (s *Store) ReleaseAs(holder, id string) (bool, error) {
 	s.mu.Lock()
 	now := s.now()
 	s.advanceLocked(now, &p)
+	if s.frozen {
+		s.unlockAndNotify(&p)
+		return false, ErrFrozen
+	}
 	le := s.leases[id]
 	if le != nil && !mayChange(holder, le.Holder) {
 		s.unlockAndNotify(&p)
@@ -67,6 +71,10 @@ func (s *Store) ReportAs(holder, id, result, target string) error {
 	s.mu.Lock()
 	now := s.now()
 	s.advanceLocked(now, &p)
+	if s.frozen {
+		s.unlockAndNotify(&p)
+		return ErrFrozen
+	}
 	var e *proxyEntry
 	var leaseTarget string
 	le := s.leases[id]
@@ -130,6 +138,10 @@ func (s *Store) UpdateAs(holder, id string, ttl time.Duration, meta *Metadata) (
 	s.mu.Lock()
 	now := s.now()
 	s.advanceLocked(now, &p)
+	if s.frozen {
+		s.unlockAndNotify(&p)
+		return nil, ErrFrozen
+	}
 	le := s.leases[id]
 	if le == nil {
 		t, ended := s.tombs[id]

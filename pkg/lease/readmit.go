@@ -36,6 +36,9 @@ func (s *Store) Readmit(l Lease) (*Lease, error) {
 }
 
 func (s *Store) readmitLocked(l *Lease, now time.Time, p *pending) (*leaseEntry, error) {
+	if s.frozen {
+		return nil, ErrFrozen
+	}
 	if le := s.leases[l.ID]; le != nil {
 		return le, nil
 	}

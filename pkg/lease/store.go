@@ -60,6 +60,8 @@ type Store struct {
 	// takes back: granted after the restored state was taken and before it
 	// was restored (zero: nothing was restored).
 	readmitFrom, readmitUntil time.Time
+	// frozen: Freeze was called; lease changes are refused.
+	frozen bool
 	// free counts the indexed proxies: those that can take a lease now.
 	free int
 	// armed is when Start's timer fires (UnixNano; MaxInt64 before Start);
@@ -144,6 +146,18 @@ func (s *Store) Options() Options { return s.opts }
 
 // MaxTTL returns the longest TTL Acquire and Renew accept.
 func (s *Store) MaxTTL() time.Duration { return s.opts.MaxTTL }
+
+// Freeze makes the store refuse every lease change from now on (acquire,
+// renew, report, release, readmit: ErrFrozen), so that a State taken
+// afterwards is final: the replica that stops serving takes its last
+// checkpoint after it. Expiries still happen (a restore replays them), and
+// proxies still come and go. There is no thaw: a replica serves again only
+// as a new process.
+func (s *Store) Freeze() {
+	s.mu.Lock()
+	s.frozen = true
+	s.mu.Unlock()
+}
 
 func randomID() string {
 	var b [16]byte

@@ -151,7 +151,7 @@ func classify(ctx context.Context, id string, err error) error {
 		return &Error{Reason: ReasonQueueFull, RetryAfter: retry.RetryAfter(), ID: id, err: err}
 	case ctx != nil && ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &Error{Reason: ReasonCancelled, ID: id, err: err}
-	case errors.Is(err, ErrShuttingDown):
+	case errors.Is(err, ErrShuttingDown), lease.IsFrozen(err):
 		return &Error{Reason: ReasonShuttingDown, ID: id, err: err}
 	case lease.IsTTLTooLong(err), lease.IsNegativeTTL(err):
 		e := invalidTTL(err, 0)

@@ -35,6 +35,9 @@ func NewGate(leader func(ctx context.Context) string) *Gate {
 // Open lets lease requests through from now on.
 func (g *Gate) Open() { g.open.Store(true) }
 
+// Close refuses lease requests from now on (this replica stopped serving).
+func (g *Gate) Close() { g.open.Store(false) }
+
 // IsOpen reports whether this replica serves leases (a nil gate always does).
 func (g *Gate) IsOpen() bool { return g == nil || g.open.Load() }
 
@@ -55,26 +58,70 @@ func (g *Gate) check(ctx context.Context) error {
 // Prepare (load the lease checkpoint), then open the gate, then Run (the
 // checkpoint writer) until ctx ends. Without leader election it runs at once.
 // A failed Prepare stops the process (the manager returns the error), so a
-// replica that could not load the leases never serves without them.
+// replica that could not load the leases never serves without them. When ctx
+// ends (shutdown, or the leadership lost) the gate closes and Stop runs
+// (it freezes the store) before Run's own context ends, so that Run's last
+// checkpoint holds every change this replica made.
 type Takeover struct {
 	Gate    *Gate
 	Prepare func(ctx context.Context) error
 	Run     func(ctx context.Context) error
+	Stop    func()
+
+	started atomic.Bool
+	done    chan struct{}
+	once    sync.Once
+}
+
+func (t *Takeover) doneCh() chan struct{} {
+	t.once.Do(func() { t.done = make(chan struct{}) })
+	return t.done
 }
 
 // Start prepares, opens and runs.
 func (t *Takeover) Start(ctx context.Context) error {
+	t.started.Store(true)
+	defer close(t.doneCh())
 	if t.Prepare != nil {
 		if err := t.Prepare(ctx); err != nil {
 			return fmt.Errorf("taking over the leases: %w", err)
 		}
 	}
 	t.Gate.Open()
+	// Run outlives ctx until this replica no longer changes a lease.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-runCtx.Done():
+			return
+		}
+		t.Gate.Close()
+		if t.Stop != nil {
+			t.Stop()
+		}
+		cancel()
+	}()
 	if t.Run != nil {
-		return t.Run(ctx)
+		return t.Run(runCtx)
 	}
-	<-ctx.Done()
+	<-runCtx.Done()
 	return nil
+}
+
+// Wait blocks until a started Start has returned (its last checkpoint
+// written) or ctx ends; it returns at once on a replica that never led.
+// The manager does not wait for it when the leadership is lost, so the
+// composition root does.
+func (t *Takeover) Wait(ctx context.Context) {
+	if !t.started.Load() {
+		return
+	}
+	select {
+	case <-t.doneCh():
+	case <-ctx.Done():
+	}
 }
 
 // Steps is a Prepare that runs each step in order and stops at the first
@@ -109,7 +156,11 @@ func LeaseHolder(leases coordinationv1client.LeasesGetter, namespace, name strin
 		if now := clk.Now(); readAt.IsZero() || now.Sub(readAt) >= time.Second {
 			readAt = now
 			holder = ""
-			if l, err := leases.Leases(namespace).Get(ctx, name, metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil {
+			// Bounded: a refusal must not hang while kube-apiserver does.
+			gctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			l, err := leases.Leases(namespace).Get(gctx, name, metav1.GetOptions{})
+			cancel()
+			if err == nil && l.Spec.HolderIdentity != nil {
 				holder = *l.Spec.HolderIdentity
 			}
 		}

@@ -3,6 +3,7 @@ package leasing
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,26 +73,44 @@ func TestGateRefusesUntilOpen(t *testing.T) {
 // Takeover prepares, then opens, then runs; a failed prepare never opens.
 func TestTakeover(t *testing.T) {
 	gate := NewGate(nil)
+	var mu sync.Mutex
 	var order []string
+	note := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, s+" open="+map[bool]string{true: "yes", false: "no"}[gate.IsOpen()])
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tk := &Takeover{Gate: gate,
-		Prepare: func(context.Context) error {
-			order = append(order, "prepare open="+map[bool]string{true: "yes", false: "no"}[gate.IsOpen()])
-			return nil
-		},
-		Run: func(ctx context.Context) error {
-			order = append(order, "run open="+map[bool]string{true: "yes", false: "no"}[gate.IsOpen()])
+		Prepare: func(context.Context) error { note("prepare"); return nil },
+		Stop:    func() { note("stop") },
+		Run: func(runCtx context.Context) error {
+			note("run")
 			cancel()
-			<-ctx.Done()
+			<-runCtx.Done()
+			note("run's context ended")
 			return nil
 		}}
 	if !tk.NeedLeaderElection() {
 		t.Error("Takeover must be leader-elected")
 	}
+	// Wait on a replica that never led returns at once.
+	waitCtx, waitCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer waitCancel()
+	tk.Wait(waitCtx)
+	if waitCtx.Err() != nil {
+		t.Fatal("Wait blocked on a takeover that never started")
+	}
 	if err := tk.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]string{"prepare open=no", "run open=yes"}, order); d != "" {
+	tk.Wait(waitCtx)
+	if waitCtx.Err() != nil {
+		t.Fatal("Wait blocked after Start returned")
+	}
+	// The gate closes and Stop runs before Run's own context ends: Run's
+	// last checkpoint comes after the last change.
+	if d := cmp.Diff([]string{"prepare open=no", "run open=yes", "stop open=no", "run's context ended open=no"}, order); d != "" {
 		t.Errorf("order (-want +got):\n%s", d)
 	}
 	failing := &Takeover{Gate: NewGate(nil), Prepare: func(context.Context) error { return errors.New("checkpoint unreachable") }}

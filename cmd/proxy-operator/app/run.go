@@ -141,7 +141,8 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("adding health engine: %w", err)
 	}
 
-	if err := setupLeasing(ctx, mgr, cfg, o, ctrlmetrics.Registry, m); err != nil {
+	takeover, err := setupLeasing(ctx, mgr, cfg, o, ctrlmetrics.Registry, m)
+	if err != nil {
 		return err
 	}
 
@@ -168,11 +169,23 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("adding readyz check: %w", err)
 	}
 	logger.Info("starting manager", "providers", providers.Names(), "leaderElection", o.LeaderElection)
-	if err := mgr.Start(ctx); err != nil {
+	err = mgr.Start(ctx)
+	// The manager does not wait for its runnables when the leadership is
+	// lost: wait here for the last lease checkpoint (retried while
+	// kube-apiserver is unreachable, so nothing this replica granted is lost).
+	wctx, cancel := context.WithTimeout(context.Background(), lastCheckpointWait)
+	takeover.Wait(wctx)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
 }
+
+// lastCheckpointWait bounds how long Run waits for the last lease
+// checkpoint after the manager stopped (pkg/checkpoint retries it for 2
+// minutes).
+const lastCheckpointWait = 150 * time.Second
 
 // cacheOptions restricts the cache to --watch-namespaces, if given.
 func cacheOptions(o *Options) cache.Options {

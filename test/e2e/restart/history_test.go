@@ -108,37 +108,7 @@ func runHistory(t *testing.T, e *env, seed uint64, kills int) historyResult {
 	r.clients[0], r.clients[1] = e.clientOn(t, r.ports[0]), e.clientOn(t, r.ports[1])
 
 	ctx, stop := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	var grants []grant
-	var wg sync.WaitGroup
-	for c := range historyClients {
-		wg.Add(1)
-		crng := rand.New(rand.NewPCG(seed+uint64(c), uint64(c)))
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				var l *wire.Lease
-				err := r.do(ctx, func(cl *dclient.Client) error {
-					var err error
-					l, err = cl.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"id": fmt.Sprintf("p%03d", crng.IntN(historyProxies))},
-						Target: "history", TTLSeconds: 60, WaitSeconds: 2})
-					return err
-				})
-				if err != nil {
-					continue // no_match, queue full, or stopping
-				}
-				g := grant{id: l.LeaseID, proxy: l.Proxy.Name, got: time.Now()}
-				time.Sleep(time.Duration(10+crng.IntN(60)) * time.Millisecond)
-				_ = r.do(context.Background(), func(cl *dclient.Client) error {
-					g.ended = time.Now()
-					return cl.Release(context.Background(), g.id)
-				})
-				mu.Lock()
-				grants = append(grants, g)
-				mu.Unlock()
-			}
-		}()
-	}
+	wait := drive(ctx, r, seed)
 
 	var points []kill
 	for k := range kills {
@@ -172,11 +142,52 @@ func runHistory(t *testing.T, e *env, seed uint64, kills int) historyResult {
 	}
 	time.Sleep(time.Second)
 	stop()
-	wg.Wait()
+	grants := wait()
 	for i := range 2 {
 		_ = r.procs[i].Stop(30 * time.Second)
 	}
 	return checkHistory(grants, points)
+}
+
+// drive runs historyClients clients against r until ctx ends: each leases
+// one of historyProxies proxies (waiting up to 2s), holds it 10–70 ms and
+// releases it. wait returns, once ctx ended, the grants they lived.
+func drive(ctx context.Context, r *replicas, seed uint64) (wait func() []grant) {
+	var mu sync.Mutex
+	var grants []grant
+	var wg sync.WaitGroup
+	for c := range historyClients {
+		wg.Add(1)
+		crng := rand.New(rand.NewPCG(seed+uint64(c), uint64(c)))
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				var l *wire.Lease
+				err := r.do(ctx, func(cl *dclient.Client) error {
+					var err error
+					l, err = cl.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"id": fmt.Sprintf("p%03d", crng.IntN(historyProxies))},
+						Target: "history", TTLSeconds: 60, WaitSeconds: 2})
+					return err
+				})
+				if err != nil {
+					continue // no_match, queue full, or stopping
+				}
+				g := grant{id: l.LeaseID, proxy: l.Proxy.Name, got: time.Now()}
+				time.Sleep(time.Duration(10+crng.IntN(60)) * time.Millisecond)
+				_ = r.do(context.Background(), func(cl *dclient.Client) error {
+					g.ended = time.Now()
+					return cl.Release(context.Background(), g.id)
+				})
+				mu.Lock()
+				grants = append(grants, g)
+				mu.Unlock()
+			}
+		}()
+	}
+	return func() []grant {
+		wg.Wait()
+		return grants
+	}
 }
 
 // checkHistory counts, per proxy (capacity 1), pairs of grants held at the

@@ -155,6 +155,11 @@ func TestWritesOnlyWhatChanged(t *testing.T) {
 	if c.Writes() != 2 {
 		t.Errorf("shutdown with nothing new wrote again: %d writes", c.Writes())
 	}
+	// It is only marked final, so that the next leader need not wait.
+	last, _ := e.kube.CoreV1().Secrets(e.ns).Get(ctx, "leases", metav1.GetOptions{})
+	if last.Annotations["leasing.crawl.example.com/checkpoint-final"] != "true" || string(last.Data["generation"]) != "2" {
+		t.Errorf("after shutdown: annotations %v, generation %s; want final, generation 2", last.Annotations, last.Data["generation"])
+	}
 }
 
 // TestRoundTrip: a checkpoint too large for one Secret is sharded, loads into
