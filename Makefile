@@ -73,7 +73,8 @@ test-integration: tools squid python ## tests under test/ against real control p
 .PHONY: dev
 dev: tools squid ## run the local environment in the foreground until Ctrl-C (writes .dev/)
 	$(GO) build -o bin/dev ./hack/dev
-	exec bin/dev
+	$(GO) build -o bin/proxy-operator ./cmd/proxy-operator
+	exec bin/dev -operator-binary bin/proxy-operator $(DEV_ARGS)
 
 .PHONY: image
 image: ## OCI image of the operator for linux/amd64 and linux/arm64 into bin/image (no Docker; reproducible from the commit)

@@ -7,10 +7,10 @@
 // test/devenv, which the dev e2e test (test/e2e/dev) starts the same way.
 // This command adds what only the interactive run needs: the .dev/ directory
 // at the repository root with its lock (one `make dev` per checkout), signal
-// handling, the parent-death signal, one logger for the operator,
-// controller-runtime and klog (.dev/logs/operator.log), the port flags
-// (-free-ports, -discovery-port, …; see -h) and the banner saying how to
-// reach everything.
+// handling, the parent-death signal, a logger for its own controller-runtime
+// and klog output (.dev/logs/dev.log; each operator process logs to
+// .dev/logs/operator*.log), the port flags (-free-ports, -discovery-port, …;
+// see -h), -operators N and the banner saying how to reach everything.
 //
 // It leaves the contract of test/devenv under .dev/: kubeconfig,
 // discovery-token, discovery-url, ca.crt and ready (present only while

@@ -47,6 +47,8 @@ func run() error {
 	freePorts := fs.Bool("free-ports", false, "pick a free port for every server (overrides the port flags)")
 	gcpEndpoint := fs.String("gcp-endpoint", "", "Compute Engine endpoint for the gcp provider instead of the local fake (whatever natIP it reports must be reachable)")
 	gcpProject := fs.String("gcp-project", devenv.DefaultGCPProject, "Compute Engine project of the gcp provider")
+	operators := fs.Int("operators", 1, "operator processes to run; more than one elect a leader behind the same addresses (pid files .dev/operator-<i>.pid)")
+	operatorBinary := fs.String("operator-binary", "", "the operator binary (make dev builds bin/proxy-operator); empty: built into .dev/bin")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: bin/dev [flags] [-- operator flags]\n")
 		fs.PrintDefaults()
@@ -59,6 +61,9 @@ func run() error {
 	}
 	if *freePorts {
 		ports = devenv.Ports{}
+	}
+	if *operators < 1 {
+		return fmt.Errorf("-operators %d: want at least 1", *operators)
 	}
 
 	// If whatever started us (make, go run) dies, get SIGTERM and tear down
@@ -80,9 +85,9 @@ func run() error {
 	}
 	defer unlock()
 
-	// One logger for the operator, controller-runtime and klog (client-go,
-	// the aggregated API server): the terminal stays for progress.
-	logger, err := devenv.FileLogger(filepath.Join(devDir, devenv.LogsDir, "operator.log"))
+	// dev's own client-go and controller-runtime logs go to a file: the
+	// terminal stays for progress. Each operator process logs to its own.
+	logger, err := devenv.FileLogger(filepath.Join(devDir, devenv.LogsDir, "dev.log"))
 	if err != nil {
 		return err
 	}
@@ -94,7 +99,8 @@ func run() error {
 
 	begin := time.Now()
 	env, err := devenv.Start(ctx, devenv.Options{
-		Dir: devDir, Ports: ports, Progress: os.Stdout, Log: logger,
+		Dir: devDir, Ports: ports, Progress: os.Stdout,
+		Operators: *operators, OperatorBinary: *operatorBinary,
 		GCPEndpoint: *gcpEndpoint, GCPProject: *gcpProject,
 		// Everything after "--" goes to the operator unchanged.
 		OperatorArgs: fs.Args(),
@@ -164,7 +170,10 @@ func printBanner(root string, e *devenv.Env, took time.Duration) {
 		gce = "given with -gcp-endpoint"
 	}
 	fmt.Fprintf(&b, "GCE:        %s, project %s (%s)\n", e.GCPEndpoint, e.GCPProject, gce)
-	fmt.Fprintf(&b, "Logs:       %s, %s, %s\n", rel(root, e.LogPath("operator.log")), rel(root, e.LogPath("nodeagent.log")),
+	for _, o := range e.Operators {
+		fmt.Fprintf(&b, "Operator:   %s, pid in %s (restarted when it exits), log %s\n", o.Name, rel(root, o.PIDFile), rel(root, o.LogPath))
+	}
+	fmt.Fprintf(&b, "Logs:       %s, %s, %s\n", rel(root, e.LogPath("nodeagent.log")), rel(root, e.LogPath("dev.log")),
 		rel(root, e.ControlPlane.APIServerLogPath))
 	b.WriteString("Press Ctrl-C to stop and tear everything down.\n")
 	fmt.Print(b.String())

@@ -51,7 +51,9 @@ const (
 	DiscoveryTokenSecret  = "proxy-operator-discovery-token"
 	LeaseCheckpointSecret = "proxy-operator-leases"
 	LeaseSigningSecret    = "proxy-operator-lease-key"
-	// LogsDir holds operator.log and nodeagent.log.
+	// LogsDir holds the operators' logs (operator.log, or operator-<i>.log),
+	// nodeagent.log, gce.log and what the caller writes there (bin/dev:
+	// dev.log).
 	LogsDir = "logs"
 )
 
@@ -79,11 +81,12 @@ type Options struct {
 	Ports Ports
 	// Progress receives one line per step ("dev: starting …"); nil discards.
 	Progress io.Writer
-	// Log is the operator's logger. Zero: a file logger on
-	// <Dir>/logs/operator.log. Set it to the logger the process also gives
-	// controller-runtime and klog (see FileLogger) so that the aggregated API
-	// server's klog output lands in the same place.
-	Log logr.Logger
+	// Operators is how many operator processes run (default 1); more than
+	// one elect a leader, behind a service on the dev ports.
+	Operators int
+	// OperatorBinary is the operator binary (bin/proxy-operator); empty:
+	// built into <Dir>/bin.
+	OperatorBinary string
 	// NodeName is the node agent's Node (default nodeagent.DefaultNodeName).
 	NodeName string
 	// PoolFirst..PoolLast are the loopback addresses of the squids (default:
@@ -128,6 +131,8 @@ type Env struct {
 	HealthProbeURL string
 	// APIServerPort is the aggregated ProxyLease API server's port.
 	APIServerPort int
+	// Operators are the operator processes (one unless Options.Operators).
+	Operators []Operator
 	// GCPEndpoint and GCPProject are what the operator's gcp provider
 	// uses; GCE is the fake behind GCPEndpoint (nil with
 	// Options.GCPEndpoint).
@@ -205,12 +210,6 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	// A previous run killed with SIGKILL may have left stale contract files.
 	for _, f := range []string{ReadyFile, DiscoveryTokenFile, DiscoveryURLFile, CAFile, KubeconfigFile} {
 		_ = os.Remove(filepath.Join(dir, f))
-	}
-	if opts.Log.GetSink() == nil {
-		opts.Log, err = FileLogger(filepath.Join(dir, LogsDir, "operator.log"))
-		if err != nil {
-			return nil, err
-		}
 	}
 	e := &Env{Dir: dir, opts: opts, stopping: make(chan struct{})}
 	for _, c := range components() {

@@ -10,9 +10,14 @@
 //  3. a local origin HTTP server on 127.0.0.1, the target of the sample
 //     fleet's health checks and of curl examples (the machine may have no
 //     internet);
-//  4. the operator in this process (cmd/proxy-operator/app.Run), as
-//     installed: its own CA and serving certificate, a generated discovery
-//     token and the lease checkpoint in proxy-operator-system, the HTTP
+//  4. the operator as its own processes (bin/proxy-operator, built into
+//     <Dir>/bin unless Options.OperatorBinary), Options.Operators of them
+//     (leader-elected when more than one, behind a forwarding service on
+//     the dev ports that picks the ready one, as a Service does), each
+//     restarted whenever it exits as a kubelet restarts a container, its pid
+//     in <Dir>/operator.pid (operator-<i>.pid). Configured as installed: its
+//     own CA and serving certificate, a generated discovery token, the lease
+//     checkpoint and signed lease IDs in proxy-operator-system, the HTTP
 //     discovery API over HTTPS and the aggregated ProxyLease API server.
 //     Before it starts, the Namespace, the ExternalName Service and the
 //     APIService (artifacts/apiserver's dev variant on this run's port,
@@ -25,7 +30,7 @@
 //
 // Then Start writes <Dir>/ready. The files under Dir are the contract of
 // README's "Using the dev environment": kubeconfig, discovery-token,
-// discovery-url, ca.crt, ready; logs go to <Dir>/logs.
+// discovery-url, ca.crt, ready, operator*.pid; logs go to <Dir>/logs.
 //
 // It may import anything of the module (it is test tooling, like
 // test/controlplane); nothing but hack/dev and tests may import it.

@@ -52,7 +52,7 @@ func TestDevEnvironment(t *testing.T) {
 		t.Fatalf("curl is required: the test uses the proxies and the API as README shows, with curl: %v", err)
 	}
 	dir := t.TempDir()
-	logger, err := devenv.FileLogger(filepath.Join(dir, devenv.LogsDir, "operator.log"))
+	logger, err := devenv.FileLogger(filepath.Join(dir, devenv.LogsDir, "dev.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,6 @@ func TestDevEnvironment(t *testing.T) {
 		Dir:       dir,
 		Ports:     devenv.Ports{}, // all free: the test may run beside `make dev`
 		Progress:  testWriter{t},
-		Log:       logger,
 		NodeName:  "proxy-operator-dev-e2e",
 		PoolFirst: poolFirst,
 		PoolLast:  poolLast,
@@ -102,6 +101,7 @@ func TestDevEnvironment(t *testing.T) {
 	t.Run("ProxyLease through kube-apiserver", h.proxyLease)
 	t.Run("orphan collector deletes a planted VM and spares the fleet", h.orphanCollected)
 	t.Run("dashboard and alerts query only metrics the operator exports", h.observabilityMetrics)
+	t.Run("the operator restarts as its own process, with its leases", h.operatorRestarts)
 
 	t.Run("teardown leaves no processes", func(t *testing.T) {
 		dirs := env.ProcessDirs()
@@ -418,6 +418,15 @@ func (h *harness) mustKubectl(t *testing.T, args ...string) string {
 
 func (h *harness) mustKubectlIn(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
+	out, err := h.runKubectl(stdin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// runKubectl runs kubectl on the environment; the error carries its output.
+func (h *harness) runKubectl(stdin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, h.kubectl, append([]string{"--kubeconfig", h.env.KubeconfigPath, "--cache-dir", h.cacheDir}, args...)...)
@@ -427,9 +436,9 @@ func (h *harness) mustKubectlIn(t *testing.T, stdin string, args ...string) stri
 		cmd.Stdin = strings.NewReader(stdin)
 	}
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		return "", fmt.Errorf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
-	return stdout.String()
+	return stdout.String(), nil
 }
 
 // curl runs curl with a bearer token ("" = none) and returns the status
@@ -588,7 +597,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func dumpLogs(t *testing.T, dir string) {
-	for _, name := range []string{"operator.log", "nodeagent.log"} {
+	for _, name := range []string{"operator.log", "operator-0.log", "operator-1.log", "dev.log", "nodeagent.log"} {
 		b, err := os.ReadFile(filepath.Join(dir, devenv.LogsDir, name))
 		if err != nil {
 			continue

@@ -202,7 +202,7 @@ func activeLeases(t *testing.T, env *devenv.Env) int {
 func TestScrapy(t *testing.T) {
 	py := python(t)
 	dir := t.TempDir()
-	logger, err := devenv.FileLogger(filepath.Join(dir, devenv.LogsDir, "operator.log"))
+	logger, err := devenv.FileLogger(filepath.Join(dir, devenv.LogsDir, "dev.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestScrapy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	env, err := devenv.Start(ctx, devenv.Options{
-		Dir: dir, Ports: devenv.Ports{}, Log: logger, NodeName: "proxy-operator-python-e2e",
+		Dir: dir, Ports: devenv.Ports{}, NodeName: "proxy-operator-python-e2e",
 		PoolFirst: netip.MustParseAddr("127.0.11.2"), PoolLast: netip.MustParseAddr("127.0.11.60"),
 		GCEPoolFirst: netip.MustParseAddr("127.0.11.100"), GCEPoolLast: netip.MustParseAddr("127.0.11.140"),
 	})
@@ -223,7 +223,7 @@ func TestScrapy(t *testing.T) {
 			t.Errorf("stopping: %v", err)
 		}
 		if t.Failed() {
-			framework.DumpLogTails(os.Stderr, filepath.Join(dir, devenv.LogsDir), 60, "operator.log")
+			framework.DumpLogTails(os.Stderr, filepath.Join(dir, devenv.LogsDir), 60, "operator.log", "dev.log")
 		}
 	})
 

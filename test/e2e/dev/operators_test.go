@@ -1,0 +1,221 @@
+package deve2e
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	dclient "github.com/proxy-operator/proxy-operator/pkg/discovery/client"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/test/devenv"
+)
+
+// leaseClient is the HTTP API client of e, as README shows it (token and CA
+// from the contract files).
+func leaseClient(t *testing.T, e *devenv.Env) *dclient.Client {
+	t.Helper()
+	roots, err := dclient.LoadCAFile(e.CAPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dclient.New(e.DiscoveryURL, e.DiscoveryToken, dclient.WithRootCAs(roots))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// cmdline is the command line of pid ("" if gone).
+func cmdline(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return strings.ReplaceAll(string(b), "\x00", " ")
+}
+
+// awaitNewPID waits until o runs a process other than old, and url answers
+// 200.
+func awaitNewPID(t *testing.T, o devenv.Operator, old int, url string, within time.Duration) int {
+	t.Helper()
+	var pid int
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		pid = o.PID()
+		if pid == 0 || pid == old {
+			return false, nil
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		t.Fatalf("%s not back within %s of the kill (pid %d → %d): %v", o.Name, within, old, pid, err)
+	}
+	return pid
+}
+
+// operatorRestarts: the operator runs as its own process (bin/proxy-operator,
+// its pid in .dev/operator.pid); killed, it is started again on the same
+// addresses, with its leases.
+func (h *harness) operatorRestarts(t *testing.T) {
+	if len(h.env.Operators) != 1 {
+		t.Fatalf("%d operators, want 1", len(h.env.Operators))
+	}
+	o := h.env.Operators[0]
+	pid := o.PID()
+	if filepath.Base(o.PIDFile) != "operator.pid" || !strings.Contains(cmdline(pid), "proxy-operator") {
+		t.Fatalf("pid file %s names %d (%q), want the operator process", o.PIDFile, pid, cmdline(pid))
+	}
+	ctx := context.Background()
+	c := leaseClient(t, h.env)
+	kept, err := c.Acquire(ctx, wire.AcquireRequest{Target: "restart", TTLSeconds: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // in a checkpoint
+	late, err := c.Acquire(ctx, wire.AcquireRequest{Target: "restart-late", TTLSeconds: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	next := awaitNewPID(t, o, pid, h.env.HealthProbeURL+"/readyz", 60*time.Second)
+	t.Logf("operator pid %d killed; pid %d serves on the same addresses %s later", pid, next, time.Since(killed).Round(100*time.Millisecond))
+	// The same URL, token and CA: the checkpointed lease is there, the one
+	// granted just before the kill comes back on renew (signed ID).
+	c = leaseClient(t, h.env)
+	if l, err := c.Get(ctx, kept.LeaseID); err != nil || l.Proxy.Name != kept.Proxy.Name {
+		t.Errorf("checkpointed lease after the restart: %+v, %v", l, err)
+	}
+	if l, err := c.Renew(ctx, late.LeaseID, time.Minute); err != nil || l.Proxy.Name != late.Proxy.Name {
+		t.Errorf("lease granted just before the kill, renewed after: %+v, %v", l, err)
+	}
+	for _, id := range []string{kept.LeaseID, late.LeaseID} {
+		if err := c.Release(ctx, id); err != nil {
+			t.Errorf("release: %v", err)
+		}
+	}
+	// kube-apiserver reaches the new process too.
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		_, err := h.runKubectl("", "get", "proxyleases")
+		return err == nil, nil
+	}); err != nil {
+		t.Errorf("kubectl get proxyleases after the restart: %v", err)
+	}
+}
+
+// TestTwoOperators: `bin/dev -operators 2` runs two leader-elected operator
+// processes behind the same addresses; killing the leader hands over to
+// the other with the leases, and the killed one comes back as the standby.
+func TestTwoOperators(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env, err := devenv.Start(ctx, devenv.Options{
+		Dir: dir, Ports: devenv.Ports{}, Progress: testWriter{t}, Operators: 2,
+		NodeName:  "proxy-operator-dev-two",
+		PoolFirst: netip.MustParseAddr("127.0.12.2"), PoolLast: netip.MustParseAddr("127.0.12.60"),
+		GCEPoolFirst: netip.MustParseAddr("127.0.12.100"), GCEPoolLast: netip.MustParseAddr("127.0.12.140"),
+	})
+	if err != nil {
+		dumpLogs(t, dir)
+		t.Fatalf("starting the dev environment: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLogs(t, dir)
+		}
+		if err := env.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		for _, o := range env.Operators {
+			if _, err := os.Stat(o.PIDFile); !os.IsNotExist(err) {
+				t.Errorf("%s still present after Stop", o.PIDFile)
+			}
+		}
+	})
+	if len(env.Operators) != 2 {
+		t.Fatalf("%d operators, want 2", len(env.Operators))
+	}
+	leader := func() int {
+		for i, o := range env.Operators {
+			if resp, err := http.Get(o.HealthProbeURL + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return i
+				}
+			}
+		}
+		return -1
+	}
+	for i, o := range env.Operators {
+		if want := fmt.Sprintf("operator-%d.pid", i); filepath.Base(o.PIDFile) != want || !strings.Contains(cmdline(o.PID()), "proxy-operator") {
+			t.Fatalf("operator %d: pid file %s (pid %d), want %s naming the operator", i, o.PIDFile, o.PID(), want)
+		}
+	}
+	ctx = context.Background()
+	c := leaseClient(t, env)
+	held, err := c.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"tier": "standard"}, Target: "handover", TTLSeconds: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round, signal := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		l := leader()
+		if l < 0 {
+			t.Fatalf("round %d: no operator is ready", round)
+		}
+		other := env.Operators[1-l]
+		if resp, err := http.Get(other.HealthProbeURL + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				t.Fatalf("round %d: both operators ready", round)
+			}
+		}
+		// The standby, reached directly, names the leader.
+		oc, err := dclient.New(other.DiscoveryURL, env.DiscoveryToken, dclient.WithRootCAs(mustRoots(t, env)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := oc.Get(ctx, held.LeaseID); !dclient.IsNotLeader(err) {
+			t.Errorf("round %d: the standby answered %v, want 503 not_leader", round, err)
+		}
+		time.Sleep(2500 * time.Millisecond) // the lease in a checkpoint
+		pid := env.Operators[l].PID()
+		sent := time.Now()
+		if err := syscall.Kill(pid, signal); err != nil {
+			t.Fatal(err)
+		}
+		// Through the same address the lease is served again, by the other.
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+			got, err := c.Get(ctx, held.LeaseID)
+			return err == nil && got.Proxy.Name == held.Proxy.Name, nil
+		}); err != nil {
+			t.Fatalf("round %d (%s): the lease not served through %s within 60s: %v", round, signal, env.DiscoveryURL, err)
+		}
+		t.Logf("%s of the leader (pid %d): the lease served again through the same address %s later", signal, pid, time.Since(sent).Round(100*time.Millisecond))
+		if leader() != 1-l {
+			t.Errorf("round %d: operator %d does not lead after the handover", round, 1-l)
+		}
+		awaitNewPID(t, env.Operators[l], pid, env.Operators[l].HealthProbeURL+"/healthz", 60*time.Second)
+	}
+}
+
+func mustRoots(t *testing.T, e *devenv.Env) *x509.CertPool {
+	t.Helper()
+	roots, err := dclient.LoadCAFile(e.CAPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return roots
+}
