@@ -25,8 +25,9 @@ import (
 
 // Store is the lease store as the checkpointer uses it (*lease.Store).
 type Store interface {
-	// State returns the durable state and Changes at the same instant.
-	State() (lease.State, uint64)
+	// StateInto fills st (reusing its slices) with the durable state and
+	// returns Changes at the same instant.
+	StateInto(st *lease.State) uint64
 	// Changes grows with every change State would show.
 	Changes() uint64
 	// Restore loads a state into an empty store.
@@ -110,6 +111,8 @@ type Checkpointer struct {
 	generation  uint64
 	writes      int
 	enc         encoder
+	// state is reused from one write to the next.
+	state lease.State
 	// fenced: another replica wrote since this one; it writes no more.
 	fenced bool
 }
@@ -404,7 +407,8 @@ func (c *Checkpointer) write(ctx context.Context, final bool) error {
 		}
 		return nil
 	}
-	st, changes := c.deps.Store.State()
+	changes := c.deps.Store.StateInto(&c.state)
+	st := &c.state
 	if c.rvBase == 0 {
 		c.rvBase = uint64(c.clock.Now().UnixMicro())
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
@@ -101,14 +102,22 @@ func fromUnixNano(n int64) time.Time {
 type encoder struct {
 	buf bytes.Buffer
 	zw  *gzip.Writer
+	// doc and proxyIndex are reused (their slices and map kept).
+	doc        document
+	proxyIndex map[lease.ProxyKey][]int
 }
 
 // encode writes st as a gzip-compressed document; the result is valid until
 // the next call.
-func (enc *encoder) encode(st lease.State, rvBase uint64, codec ExtraCodec) ([]byte, error) {
-	doc := document{Version: formatVersion, RVBase: rvBase, Revision: st.Revision, TakenAt: unixNano(st.TakenAt),
-		Leases: make([]storedLease, 0, len(st.Leases))}
-	proxyIndex := map[lease.ProxyKey][]int{}
+func (enc *encoder) encode(st *lease.State, rvBase uint64, codec ExtraCodec) ([]byte, error) {
+	doc := &enc.doc
+	*doc = document{Version: formatVersion, RVBase: rvBase, Revision: st.Revision, TakenAt: unixNano(st.TakenAt),
+		Proxies: doc.Proxies[:0], Leases: slices.Grow(doc.Leases[:0], len(st.Leases)), Cooldowns: doc.Cooldowns[:0], Ended: doc.Ended[:0]}
+	if enc.proxyIndex == nil {
+		enc.proxyIndex = map[lease.ProxyKey][]int{}
+	}
+	proxyIndex := enc.proxyIndex
+	clear(proxyIndex)
 	indexOf := func(p lease.ProxyInfo) int {
 		for _, i := range proxyIndex[p.Key()] {
 			if sameProxy(doc.Proxies[i], p) {
@@ -157,7 +166,7 @@ func (enc *encoder) encode(st lease.State, rvBase uint64, codec ExtraCodec) ([]b
 	} else {
 		enc.zw.Reset(&enc.buf)
 	}
-	if err := json.NewEncoder(enc.zw).Encode(&doc); err != nil {
+	if err := json.NewEncoder(enc.zw).Encode(doc); err != nil {
 		return nil, fmt.Errorf("encoding the lease checkpoint: %w", err)
 	}
 	if err := enc.zw.Close(); err != nil {

@@ -48,7 +48,7 @@ func sampleState() lease.State {
 
 func TestFormatRoundTrip(t *testing.T) {
 	st := sampleState()
-	data, err := (&encoder{}).encode(st, 777, stringCodec{})
+	data, err := (&encoder{}).encode(&st, 777, stringCodec{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,15 +65,41 @@ func TestFormatRoundTrip(t *testing.T) {
 	if st.Leases[0].Meta.Extra != "template" {
 		t.Error("encode changed the caller's state")
 	}
-	again, _ := (&encoder{}).encode(st, 777, stringCodec{})
+	again, _ := (&encoder{}).encode(&st, 777, stringCodec{})
 	if !bytes.Equal(data, again) {
 		t.Error("the same state encodes differently (a write would happen with nothing changed)")
 	}
 }
 
+// An encoder reused for a smaller state keeps nothing of the larger one.
+func TestEncoderReuse(t *testing.T) {
+	enc := &encoder{}
+	big := sampleState()
+	if _, err := enc.encode(&big, 1, stringCodec{}); err != nil {
+		t.Fatal(err)
+	}
+	small := lease.State{Revision: 50, TakenAt: t0, Leases: []lease.Lease{{ID: "z", Namespace: "other", Name: "z",
+		Proxy: lease.ProxyInfo{Namespace: "other", Name: "q"}, ExpiresAt: t0.Add(time.Minute)}}}
+	data, err := enc.encode(&small, 2, stringCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := decode(data, stringCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(small, got); d != "" {
+		t.Errorf("second state through a reused encoder (-want +got):\n%s", d)
+	}
+	fresh, _ := (&encoder{}).encode(&small, 2, stringCodec{})
+	if !bytes.Equal(data, fresh) {
+		t.Error("a reused encoder writes other bytes than a new one")
+	}
+}
+
 func TestFormatErrors(t *testing.T) {
 	st := sampleState()
-	if _, err := (&encoder{}).encode(st, 1, nil); err == nil || !strings.Contains(err.Error(), "no codec") {
+	if _, err := (&encoder{}).encode(&st, 1, nil); err == nil || !strings.Contains(err.Error(), "no codec") {
 		t.Errorf("metadata without a codec: %v", err)
 	}
 	gz := func(s string) []byte {

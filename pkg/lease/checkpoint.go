@@ -66,11 +66,20 @@ const MaxEndedInState = 10000
 // equal states. It also returns Changes at the same instant. Of the ended
 // leases it keeps the newest MaxEndedInState.
 func (s *Store) State() (State, uint64) {
+	var st State
+	changes := s.StateInto(&st)
+	return st, changes
+}
+
+// StateInto is State into st, reusing its slices (a checkpointer that
+// takes one a second allocates nothing for it after the first).
+func (s *Store) StateInto(st *State) uint64 {
 	var p pending
 	s.mu.Lock()
 	now := s.now()
 	s.advanceLocked(now, &p)
-	st := State{Revision: s.revision, TakenAt: now, Leases: make([]Lease, 0, len(s.leases))}
+	st.Revision, st.TakenAt = s.revision, now
+	st.Leases, st.Cooldowns, st.Ended = slices.Grow(st.Leases[:0], len(s.leases)), st.Cooldowns[:0], st.Ended[:0]
 	for _, le := range s.leases {
 		st.Leases = append(st.Leases, le.Lease)
 	}
@@ -103,7 +112,7 @@ func (s *Store) State() (State, uint64) {
 		}
 		return strings.Compare(a.Target, b.Target)
 	})
-	return st, changes
+	return changes
 }
 
 // ErrNotEmpty is returned by Restore into a store that has leases, ended

@@ -274,3 +274,22 @@ func TestFreeze(t *testing.T) {
 		t.Error("control: the longer lease is gone")
 	}
 }
+
+// StateInto reuses the slices it is given and keeps nothing of what they
+// held.
+func TestStateIntoReuses(t *testing.T) {
+	big, _ := fleetWithHistory(t)
+	var st State
+	big.StateInto(&st)
+	if len(st.Leases) == 0 || len(st.Cooldowns) == 0 || len(st.Ended) == 0 {
+		t.Fatalf("the fuller state is not full: %+v", st)
+	}
+	small, _ := newTestStore(t, Options{})
+	small.UpsertProxy(px("ns", "p9", 1))
+	mustAcquire(t, small, AcquireRequest{Holder: "h"})
+	small.StateInto(&st)
+	want, _ := small.State()
+	if d := cmp.Diff(want, st); d != "" {
+		t.Errorf("StateInto over a used State (-want +got):\n%s", d)
+	}
+}
