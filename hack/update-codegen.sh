@@ -29,5 +29,6 @@ GODEBUG=gotypesalias=0 go run "$controller_gen" \
 go run "$controller_gen" \
 	rbac:roleName=proxy-operator \
 	paths=./pkg/controller/... \
+	paths=./pkg/pool/... \
 	paths=./artifacts/rbac/... \
 	output:rbac:artifacts:config=artifacts/rbac

@@ -19,16 +19,21 @@ import (
 
 func proxyCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
+	return crdNamed(t, "proxies.crawl.example.com")
+}
+
+func crdNamed(t *testing.T, name string) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
 	all, err := crds.CRDs()
 	if err != nil {
 		t.Fatalf("CRDs(): %v", err)
 	}
 	for _, crd := range all {
-		if crd.Name == "proxies.crawl.example.com" {
+		if crd.Name == name {
 			return crd
 		}
 	}
-	t.Fatalf("CRDs() has no proxies.crawl.example.com among %d CRDs", len(all))
+	t.Fatalf("CRDs() has no %s among %d CRDs", name, len(all))
 	return nil
 }
 
@@ -65,10 +70,16 @@ func TestCRDPassesAPIServerValidation(t *testing.T) {
 		return msgs
 	}
 
-	crd := proxyCRD(t)
-	if errs := validate(crd); len(errs) > 0 {
-		t.Fatalf("generated CRD is invalid:\n%s", strings.Join(errs, "\n"))
+	all, err := crds.CRDs()
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, c := range all {
+		if errs := validate(c); len(errs) > 0 {
+			t.Fatalf("generated CRD %s is invalid:\n%s", c.Name, strings.Join(errs, "\n"))
+		}
+	}
+	crd := proxyCRD(t)
 
 	// Negative control: a rule that does not compile is reported.
 	broken := crd.DeepCopy()
@@ -101,6 +112,32 @@ func TestEveryRuleMessageNamesAField(t *testing.T) {
 	// Negative control on the walk itself: the spec-level rules were seen.
 	if rules < 15 {
 		t.Errorf("found %d CEL rules under spec, want at least 15", rules)
+	}
+	// A pool's template carries the Proxy spec and its rules: their
+	// messages name the Proxy's fields (spec.…), which is what a pool
+	// template's fields are called in them; the pool's own rules name
+	// the pool's.
+	before := rules
+	pool := crdNamed(t, "proxypools.crawl.example.com").Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	for name, child := range pool.Properties {
+		if name != "template" {
+			walk("spec."+name, child)
+		}
+	}
+	for _, r := range pool.XValidations {
+		rules++
+		if !strings.HasPrefix(r.Message, "spec.") {
+			t.Errorf("pool rule %q: message %q names no field", r.Rule, r.Message)
+		}
+	}
+	for _, r := range pool.Properties["template"].Properties["spec"].XValidations {
+		rules++
+		if !strings.HasPrefix(r.Message, "spec.") {
+			t.Errorf("pool template rule %q: message %q names no field", r.Rule, r.Message)
+		}
+	}
+	if rules-before < 3 {
+		t.Errorf("found %d CEL rules on the pool, want at least 3", rules-before)
 	}
 }
 
@@ -174,5 +211,30 @@ func TestCRDNamesAndColumns(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, defaultCols); diff != "" {
 		t.Errorf("default printer columns (-want +got):\n%s", diff)
+	}
+}
+
+func TestProxyPoolCRD(t *testing.T) {
+	crd := crdNamed(t, "proxypools.crawl.example.com")
+	if diff := cmp.Diff([]string{"pxp"}, crd.Spec.Names.ShortNames); diff != "" {
+		t.Errorf("short names (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"crawl"}, crd.Spec.Names.Categories); diff != "" {
+		t.Errorf("categories (-want +got):\n%s", diff)
+	}
+	v := crd.Spec.Versions[0]
+	sc := v.Subresources.Scale
+	if v.Subresources.Status == nil || sc == nil || sc.SpecReplicasPath != ".spec.replicas" || sc.StatusReplicasPath != ".status.replicas" ||
+		sc.LabelSelectorPath == nil || *sc.LabelSelectorPath != ".status.selector" {
+		t.Errorf("subresources %+v, want status and scale (spec.replicas, status.replicas, status.selector)", v.Subresources)
+	}
+	var cols []string
+	for _, c := range v.AdditionalPrinterColumns {
+		if c.Priority == 0 {
+			cols = append(cols, c.Name)
+		}
+	}
+	if diff := cmp.Diff([]string{"Desired", "Replicas", "Ready", "Leased", "Age"}, cols); diff != "" {
+		t.Errorf("columns (-want +got):\n%s", diff)
 	}
 }

@@ -73,7 +73,7 @@ func buildObject(l *lease.Lease, rvBase uint64) *leasingv1alpha1.ProxyLease {
 		AcquireTime:    &acquired,
 		ExpireTime:     &expires,
 		LastResult:     leasingv1alpha1.ReportResult(l.LastResult),
-		Conditions:     []metav1.Condition{proxyHealthyCondition(l)},
+		Conditions:     proxyConditions(l),
 		Proxy: &leasingv1alpha1.LeasedProxy{
 			Name:       l.Proxy.Name,
 			URL:        l.Proxy.URL,
@@ -87,6 +87,22 @@ func buildObject(l *lease.Lease, rvBase uint64) *leasingv1alpha1.ProxyLease {
 		obj.Status.Proxy.LatencyMillis = &ms
 	}
 	return obj
+}
+
+// proxyConditions are a lease's conditions: ProxyHealthy, and ProxyDraining
+// while its proxy's pool removes it.
+func proxyConditions(l *lease.Lease) []metav1.Condition {
+	c := []metav1.Condition{proxyHealthyCondition(l)}
+	if l.Proxy.Draining {
+		since := l.AcquiredAt
+		if l.ProxyChangedAt.After(since) {
+			since = l.ProxyChangedAt
+		}
+		c = append(c, metav1.Condition{Type: leasingv1alpha1.ConditionProxyDraining, Status: metav1.ConditionTrue,
+			Reason: leasingv1alpha1.ReasonPoolScaleDown, LastTransitionTime: metav1.NewTime(since),
+			Message: "the proxy's ProxyPool is removing it: the lease lasts until deleted or the pool's drain timeout; move to another proxy when you can"})
+	}
+	return c
 }
 
 // proxyHealthyCondition is the ProxyHealthy condition of a lease: its

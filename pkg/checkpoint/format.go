@@ -177,7 +177,7 @@ func (enc *encoder) encode(st *lease.State, rvBase uint64, codec ExtraCodec) ([]
 
 func sameProxy(a, b lease.ProxyInfo) bool {
 	return a.Namespace == b.Namespace && a.Name == b.Name && a.URL == b.URL && a.Host == b.Host && a.Port == b.Port &&
-		a.LatencyMillis == b.LatencyMillis && a.Healthy == b.Healthy && maps.Equal(a.Attributes, b.Attributes)
+		a.LatencyMillis == b.LatencyMillis && a.Healthy == b.Healthy && a.Draining == b.Draining && maps.Equal(a.Attributes, b.Attributes)
 }
 
 // ErrCorrupt is wrapped by every error of a checkpoint that cannot be read.

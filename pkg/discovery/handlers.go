@@ -67,11 +67,12 @@ func toWireProxy(p lease.ProxyInfo) wire.Proxy {
 
 func toWireLease(l *lease.Lease) wire.Lease {
 	return wire.Lease{
-		LeaseID:      l.ID,
-		Proxy:        toWireProxy(l.Proxy),
-		ProxyHealthy: l.Proxy.Healthy,
-		ExpiresAt:    l.ExpiresAt.UTC(),
-		TTLSeconds:   int64(l.TTLSeconds()),
+		LeaseID:       l.ID,
+		Proxy:         toWireProxy(l.Proxy),
+		ProxyHealthy:  l.Proxy.Healthy,
+		ProxyDraining: l.Proxy.Draining,
+		ExpiresAt:     l.ExpiresAt.UTC(),
+		TTLSeconds:    int64(l.TTLSeconds()),
 	}
 }
 

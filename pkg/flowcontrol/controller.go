@@ -86,6 +86,10 @@ func (c *Controller[R, G]) OnCapacity() { c.core.OnCapacity() }
 // Options.HeldChangeNotifications): wire the lease store's lease events to it.
 func (c *Controller[R, G]) HeldChanged(flow string) { c.core.HeldChanged(flow) }
 
+// Waiting counts the queued requests whose payload match accepts (see
+// Core.Waiting).
+func (c *Controller[R, G]) Waiting(match func(R) bool) int { return c.core.Waiting(match) }
+
 // Stats returns a snapshot of the core's counters.
 func (c *Controller[R, G]) Stats() Stats { return c.core.Stats() }
 

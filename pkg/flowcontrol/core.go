@@ -442,6 +442,25 @@ func (c *Core[R, G]) Stats() Stats {
 	return st
 }
 
+// Waiting counts the queued requests whose payload match accepts (match
+// runs under the core's lock and must not call the core). A ProxyPool sizes
+// itself from it: requests waiting for a proxy it could provide.
+func (c *Core[R, G]) Waiting(match func(R) bool) int {
+	c.mu.Lock()
+	defer c.unlock()
+	n := 0
+	for _, b := range c.bands {
+		for _, f := range b.flows {
+			for t := f.head; t != nil; t = t.next {
+				if match(t.req.Payload) {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
 // reject counts and returns a rejection decided outside Enqueue.
 func (c *Core[R, G]) reject(o Outcome, cause error) error {
 	c.mu.Lock()

@@ -520,3 +520,33 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// Waiting counts the queued requests a predicate accepts, across flows and
+// bands; granted and cancelled ones are not counted.
+func TestWaiting(t *testing.T) {
+	f := newUniformFake(0) // nothing free: every request waits
+	c := NewCore(f, clocktesting.NewFakePassiveClock(t0), Options{})
+	var tickets []*Ticket[fakeReq, fakeGrant]
+	for i, r := range []struct {
+		flow     string
+		priority int
+		selector string
+	}{{"a", 0, "gold"}, {"a", 0, "gold"}, {"b", 0, "silver"}, {"c", 10, "gold"}} {
+		o, _, tk, err := c.Enqueue(Request[fakeReq]{Flow: r.flow, Priority: r.priority, Payload: fakeReq{id: i, selector: r.selector}})
+		if o != OutcomePending || err != nil {
+			t.Fatalf("request %d: %v %v, want it queued", i, o, err)
+		}
+		tickets = append(tickets, tk)
+	}
+	gold := func(r fakeReq) bool { return r.selector == "gold" }
+	if n := c.Waiting(gold); n != 3 {
+		t.Errorf("waiting gold = %d, want 3", n)
+	}
+	if n := c.Waiting(func(fakeReq) bool { return true }); n != 4 {
+		t.Errorf("waiting = %d, want 4", n)
+	}
+	c.Cancel(tickets[0], OutcomeEvictedCancelled)
+	if n := c.Waiting(gold); n != 2 {
+		t.Errorf("after a cancel, waiting gold = %d, want 2", n)
+	}
+}

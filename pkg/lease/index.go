@@ -49,7 +49,7 @@ func keysFor(info ProxyInfo) []indexKey {
 }
 
 func (s *Store) eligible(e *proxyEntry) bool {
-	return !e.removed && e.info.Healthy && e.leases < s.opts.MaxLeasesPerProxy && !e.globalCooling
+	return !e.removed && e.info.Healthy && !e.info.Draining && e.leases < s.opts.MaxLeasesPerProxy && !e.globalCooling
 }
 
 func (s *Store) indexLocked(e *proxyEntry) {
@@ -210,7 +210,7 @@ func (s *Store) explainLocked(req *AcquireRequest, now time.Time) *NoMatchError 
 		switch {
 		case !e.info.Healthy:
 			c.Unhealthy++
-		case e.leases >= s.opts.MaxLeasesPerProxy:
+		case e.leases >= s.opts.MaxLeasesPerProxy, e.info.Draining:
 			c.AtCapacity++
 		case e.globalCooling || (req.Target != "" && e.coolingFor(req.Target, now)):
 			c.InCooldown++

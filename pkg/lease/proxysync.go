@@ -8,7 +8,8 @@ import (
 
 // ProxyInfoFromProxy turns a Proxy into what the store needs. A proxy is
 // offered (Healthy) only when its Healthy condition is True, it has an
-// address, and it is not being deleted.
+// address, and it is not being deleted; it is Draining while its ProxyPool
+// removes it (the crawl.example.com/draining annotation).
 func ProxyInfoFromProxy(p *crawlv1alpha1.Proxy) ProxyInfo {
 	host, port := p.Address()
 	info := ProxyInfo{
@@ -19,6 +20,7 @@ func ProxyInfoFromProxy(p *crawlv1alpha1.Proxy) ProxyInfo {
 		Port:       port,
 		Attributes: p.Spec.Attributes,
 		Healthy:    p.IsHealthy() && host != "" && p.DeletionTimestamp == nil,
+		Draining:   p.Annotations[crawlv1alpha1.DrainingAnnotation] != "",
 	}
 	if p.Status.LatencyMillis != nil {
 		info.LatencyMillis = *p.Status.LatencyMillis

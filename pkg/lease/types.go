@@ -26,6 +26,10 @@ type ProxyInfo struct {
 	// Healthy proxies are the only ones offered; unhealthy ones are still
 	// counted in a NoMatchError.
 	Healthy bool
+	// Draining proxies are being removed (a ProxyPool scaling down): no new
+	// lease, the live ones renew as usual and show it. Counted as at
+	// capacity in a NoMatchError.
+	Draining bool
 }
 
 // Key returns the proxy's namespace/name.
@@ -37,15 +41,15 @@ func (p ProxyInfo) clone() ProxyInfo {
 }
 
 // leaseVisible reports whether p and q differ in what a holder must learn:
-// where the proxy is, and whether it is healthy (not its latency, which
-// changes with every report and would flood watchers).
+// where the proxy is, whether it is healthy and whether it is draining (not
+// its latency, which changes with every report and would flood watchers).
 func (p ProxyInfo) leaseVisible(q ProxyInfo) bool {
-	return p.URL != q.URL || p.Host != q.Host || p.Port != q.Port || p.Healthy != q.Healthy
+	return p.URL != q.URL || p.Host != q.Host || p.Port != q.Port || p.Healthy != q.Healthy || p.Draining != q.Draining
 }
 
 func (p ProxyInfo) equal(q ProxyInfo) bool {
 	return p.Namespace == q.Namespace && p.Name == q.Name && p.URL == q.URL && p.Host == q.Host &&
-		p.Port == q.Port && p.LatencyMillis == q.LatencyMillis && p.Healthy == q.Healthy &&
+		p.Port == q.Port && p.LatencyMillis == q.LatencyMillis && p.Healthy == q.Healthy && p.Draining == q.Draining &&
 		maps.Equal(p.Attributes, q.Attributes)
 }
 

@@ -109,3 +109,18 @@ func (l *Leasing) Collectors() []prometheus.Collector {
 func (l *Leasing) Runnables() []manager.Runnable {
 	return []manager.Runnable{l.Store, &queueRunnable{l: l}}
 }
+
+// Ready is true once this replica serves leases (its Gate is open; always
+// without one): before that its store is empty, and every proxy would look
+// unleased to a ProxyPool shrinking itself.
+func (l *Leasing) Ready() bool { return l.Gate.IsOpen() }
+
+// LeaseCounts are the live leases per proxy.
+func (l *Leasing) LeaseCounts() map[lease.ProxyKey]int { return l.Store.Counts() }
+
+// Waiting counts the acquire requests waiting in the queue that match
+// accepts (a ProxyPool sizes itself from those it could serve).
+func (l *Leasing) Waiting(match func(lease.AcquireRequest) bool) int { return l.ctl.Waiting(match) }
+
+// LeasesPerProxy is how many leases one proxy takes.
+func (l *Leasing) LeasesPerProxy() int { return l.Store.Options().MaxLeasesPerProxy }

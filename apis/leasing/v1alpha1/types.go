@@ -95,6 +95,14 @@ const (
 	ReasonProxyUnhealthy  = "ProbesFail"
 )
 
+// ConditionProxyDraining is present while the leased proxy's ProxyPool
+// removes it (status True, reason ReasonPoolScaleDown): the lease renews as
+// usual until deleted (or the pool's drain timeout passes).
+const (
+	ConditionProxyDraining = "ProxyDraining"
+	ReasonPoolScaleDown    = "PoolScaleDown"
+)
+
 // LeasedProxy describes the proxy a lease grants.
 type LeasedProxy struct {
 	// Name is the name of the Proxy object (in the lease's namespace).

@@ -58,6 +58,8 @@ class Lease:
     target: str = ""
     #: False while the leased proxy fails its health probes (None: the server did not say).
     proxy_healthy: Optional[bool] = None
+    #: True while the proxy's ProxyPool removes it: the lease lasts until released; move when you can.
+    proxy_draining: bool = False
     #: When the client received it (``time.monotonic()``), for renewal timing.
     received_at: float = field(default_factory=time.monotonic)
 
@@ -74,7 +76,7 @@ class Lease:
     def from_json(cls, d: Mapping[str, Any], target: str = "") -> "Lease":
         return cls(lease_id=d["leaseID"], proxy=Proxy.from_json(d.get("proxy") or {}),
                    expires_at=d.get("expiresAt", ""), ttl_seconds=int(d.get("ttlSeconds", 0) or 0), target=target,
-                   proxy_healthy=d.get("proxyHealthy"))
+                   proxy_healthy=d.get("proxyHealthy"), proxy_draining=bool(d.get("proxyDraining", False)))
 
 
 class Client:

@@ -114,6 +114,8 @@ class ClientTest(unittest.TestCase):
                                                           "message": "lease \"abc123\": lease ended: its proxy was deleted; acquire a new one"})
         lease = po.Lease.from_json(dict(LEASE, proxyHealthy=True), target="example.com")
         self.assertTrue(lease.proxy_healthy)
+        self.assertFalse(lease.proxy_draining)
+        self.assertTrue(po.Lease.from_json(dict(LEASE, proxyDraining=True)).proxy_draining)
         now = self.client.get(lease)
         self.assertEqual(("http://127.0.0.9:3128", False, "example.com"), (now.url, now.proxy_healthy, now.target))
         with self.assertRaises(po.LeaseEnded) as cm:

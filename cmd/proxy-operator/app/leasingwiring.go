@@ -37,18 +37,18 @@ import (
 // (leasing.Takeover, which then writes the checkpoint); a standby answers
 // 503 naming the leader and is not ready. reg receives the store's and the
 // queue's collectors.
-func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics leasing.Recorder) (*leasing.Takeover, error) {
+func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics leasing.Recorder) (*leasing.Leasing, *leasing.Takeover, error) {
 	logger := log.FromContext(ctx)
 	// Uncached: the operator must not cache every Secret of the cluster.
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("building a Kubernetes client: %w", err)
+		return nil, nil, fmt.Errorf("building a Kubernetes client: %w", err)
 	}
 	var tokens map[string]string
 	var tokenSecret *discovery.TokenSecret
 	if o.Discovery.Enabled() {
 		if tokens, tokenSecret, err = o.Discovery.LoadTokens(ctx, os.Getenv, kube.CoreV1(), o.Namespace); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	clk := clock.RealClock{}
@@ -60,7 +60,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	}
 	store, err := lease.New(storeOpts, clk)
 	if err != nil {
-		return nil, fmt.Errorf("creating lease store: %w", err)
+		return nil, nil, fmt.Errorf("creating lease store: %w", err)
 	}
 	l := leasing.NewWithStore(store, o.Leasing, clk)
 	if signer != nil {
@@ -79,30 +79,30 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	var cp *checkpoint.Checkpointer
 	if o.Checkpoint.Enabled() {
 		if cp, err = checkpoint.New(o.checkpointOptions(), checkpoint.Deps{Secrets: kube.CoreV1(), Store: l.Store, Codec: apiserver.MetadataCodec{}}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	inf, err := mgr.GetCache().GetInformer(ctx, &crawlv1alpha1.Proxy{})
 	if err != nil {
-		return nil, fmt.Errorf("getting the Proxy informer for the lease store: %w", err)
+		return nil, nil, fmt.Errorf("getting the Proxy informer for the lease store: %w", err)
 	}
 	if _, err := inf.AddEventHandler(lease.NewProxySync(l.Store)); err != nil {
-		return nil, fmt.Errorf("feeding the lease store from the Proxy informer: %w", err)
+		return nil, nil, fmt.Errorf("feeding the lease store from the Proxy informer: %w", err)
 	}
 	for _, r := range l.Runnables() {
 		if err := mgr.Add(r); err != nil {
-			return nil, fmt.Errorf("adding the lease store and queue: %w", err)
+			return nil, nil, fmt.Errorf("adding the lease store and queue: %w", err)
 		}
 	}
 	for _, c := range l.Collectors() {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering lease metrics: %w", err)
+			return nil, nil, fmt.Errorf("registering lease metrics: %w", err)
 		}
 	}
 
 	servingCert, err := setupServingCert(ctx, mgr, cfg, kube, o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	if o.Discovery.Enabled() {
@@ -111,21 +111,21 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		}
 		svc, err := l.Service(leasing.APIHTTP, o.Discovery.MaxWait, leaseMetrics)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		srv, err := newDiscoveryServer(&o.Discovery, tokens, svc, servingCert)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := mgr.Add(srv); err != nil {
-			return nil, fmt.Errorf("adding discovery server: %w", err)
+			return nil, nil, fmt.Errorf("adding discovery server: %w", err)
 		}
 		if cp != nil {
 			cp.FinalAfter(srv.Stopped())
 		}
 		if tokenSecret != nil {
 			if err := mgr.Add(tokenSecret.Follow(srv)); err != nil {
-				return nil, fmt.Errorf("adding the discovery token follower: %w", err)
+				return nil, nil, fmt.Errorf("adding the discovery token follower: %w", err)
 			}
 		}
 	} else {
@@ -138,7 +138,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		// here, so kube-apiserver must be reachable (as for the manager).
 		svc, err := l.Service(leasing.APIKubernetes, o.APIServer.MaxWait, leaseMetrics)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		deps := apiserver.Deps{Service: svc, RESTConfig: cfg, Clock: clk}
 		if servingCert != nil {
@@ -146,10 +146,10 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		}
 		srv, err := apiserver.New(o.APIServer, deps)
 		if err != nil {
-			return nil, fmt.Errorf("creating aggregated API server: %w", err)
+			return nil, nil, fmt.Errorf("creating aggregated API server: %w", err)
 		}
 		if err := mgr.Add(srv); err != nil {
-			return nil, fmt.Errorf("adding aggregated API server: %w", err)
+			return nil, nil, fmt.Errorf("adding aggregated API server: %w", err)
 		}
 		if cp != nil {
 			cp.FinalAfter(srv.Stopped())
@@ -183,7 +183,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	}
 	takeover.Prepare = leasing.Steps(steps...)
 	if err := mgr.Add(takeover); err != nil {
-		return nil, fmt.Errorf("adding the lease takeover: %w", err)
+		return nil, nil, fmt.Errorf("adding the lease takeover: %w", err)
 	}
 	// Ready only where leases are served: a Service routes to the leader.
 	if err := mgr.AddReadyzCheck("leases", func(*http.Request) error {
@@ -192,9 +192,9 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("adding the leases readyz check: %w", err)
+		return nil, nil, fmt.Errorf("adding the leases readyz check: %w", err)
 	}
-	return takeover, nil
+	return l, takeover, nil
 }
 
 // setupServingCert builds the operator's certificate manager when

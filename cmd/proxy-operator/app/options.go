@@ -23,6 +23,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/health"
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
+	"github.com/proxy-operator/proxy-operator/pkg/pool"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
@@ -88,6 +89,8 @@ type Options struct {
 	// LeaseIDs signs lease IDs so that leases a crash lost since the last
 	// checkpoint are taken back (its --lease-signing-* flags).
 	LeaseIDs leaseid.Options
+	// Pool is the ProxyPool controller's (its --pool-* flags).
+	Pool pool.Options
 	// Certs is the operator's own CA and serving certificate (its
 	// --serving-cert-* flags), used by each lease API without certificate
 	// files of its own.
@@ -126,6 +129,7 @@ func NewOptions() *Options {
 		Discovery:        discovery.DefaultServingOptions(),
 		Certs:            certs.DefaultOptions(),
 		Checkpoint:       checkpoint.DefaultOptions(),
+		Pool:             pool.DefaultOptions(),
 		APIServer:        apiserver.NewOptions(),
 		Zap:              zap.Options{Development: false},
 	}
@@ -167,6 +171,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Certs.AddFlags(fs)
 	o.Checkpoint.AddFlags(fs)
 	o.LeaseIDs.AddFlags(fs)
+	o.Pool.AddFlags(fs)
 	o.Leasing.AddFlags(fs)
 	fs.AddFlagSet(o.APIServer.FlagSet())
 
@@ -285,6 +290,9 @@ func (o *Options) Validate() error {
 		}
 	}
 	if err := o.Leasing.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Pool.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.APIServer == nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/health"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/metrics"
+	"github.com/proxy-operator/proxy-operator/pkg/pool"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
@@ -141,7 +142,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("adding health engine: %w", err)
 	}
 
-	takeover, err := setupLeasing(ctx, mgr, cfg, o, ctrlmetrics.Registry, m)
+	leases, takeover, err := setupLeasing(ctx, mgr, cfg, o, ctrlmetrics.Registry, m)
 	if err != nil {
 		return err
 	}
@@ -158,6 +159,10 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up proxy reconciler: %w", err)
+	}
+	pools := &pool.Reconciler{Client: mgr.GetClient(), Demand: leases, Clock: clock.RealClock{}, Options: o.Pool}
+	if err := pools.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up proxy pool reconciler: %w", err)
 	}
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

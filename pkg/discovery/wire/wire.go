@@ -128,9 +128,12 @@ type Lease struct {
 	// address shows here (GET /v1/leases/{id}).
 	Proxy Proxy `json:"proxy"`
 	// ProxyHealthy is false while the leased proxy fails its health probes.
-	ProxyHealthy bool      `json:"proxyHealthy"`
-	ExpiresAt    time.Time `json:"expiresAt"`
-	TTLSeconds   int64     `json:"ttlSeconds"`
+	ProxyHealthy bool `json:"proxyHealthy"`
+	// ProxyDraining is true while the proxy's ProxyPool removes it: the
+	// lease lasts until released (or the drain timeout); move when you can.
+	ProxyDraining bool      `json:"proxyDraining,omitempty"`
+	ExpiresAt     time.Time `json:"expiresAt"`
+	TTLSeconds    int64     `json:"ttlSeconds"`
 }
 
 // Health is the body of GET /healthz.

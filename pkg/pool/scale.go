@@ -1,0 +1,280 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// expectationTimeout bounds how long a pool waits for the cache to show its
+// own creates and deletes before it acts on what it sees.
+const expectationTimeout = 30 * time.Second
+
+// expectation is what a pool's last step did and the cache must show
+// before the next step (so that a reconcile that runs before the cache
+// caught up does not create or delete twice), as a ReplicaSet's.
+type expectation struct {
+	creates map[string]bool    // names created, not yet seen
+	deletes map[types.UID]bool // deleted, still seen without a deletionTimestamp
+	at      time.Time
+}
+
+// members lists the pool's Proxies: those it controls and still labels as
+// its own, plus labelled orphans it adopts; a controlled Proxy whose label
+// no longer names the pool is released (its owner reference removed), as a
+// ReplicaSet releases a Pod that stops matching.
+func (r *Reconciler) members(ctx context.Context, pool *crawlv1alpha1.ProxyPool) ([]*crawlv1alpha1.Proxy, error) {
+	var list crawlv1alpha1.ProxyList
+	if err := r.Client.List(ctx, &list, client.InNamespace(pool.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing proxies of pool %s/%s: %w", pool.Namespace, pool.Name, err)
+	}
+	var out []*crawlv1alpha1.Proxy
+	for i := range list.Items {
+		p := &list.Items[i]
+		ref := metav1.GetControllerOf(p)
+		labelled := p.Labels[crawlv1alpha1.PoolLabel] == pool.Name
+		switch {
+		case ref != nil && ref.UID == pool.UID && labelled:
+			out = append(out, p)
+		case ref != nil && ref.UID == pool.UID:
+			orig := p.DeepCopy()
+			p.OwnerReferences = slices.DeleteFunc(p.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == pool.UID })
+			if err := r.Client.Patch(ctx, p, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("releasing proxy %s: %w", p.Name, err)
+			}
+			log.FromContext(ctx).Info("proxy released: its label no longer names the pool", "proxy", p.Name)
+		case ref == nil && labelled && p.DeletionTimestamp.IsZero():
+			orig := p.DeepCopy()
+			if err := controllerutil.SetControllerReference(pool, p, r.Client.Scheme()); err != nil {
+				return nil, fmt.Errorf("adopting proxy %s: %w", p.Name, err)
+			}
+			if err := r.Client.Patch(ctx, p, client.MergeFrom(orig)); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return nil, fmt.Errorf("adopting proxy %s: %w", p.Name, err)
+			}
+			log.FromContext(ctx).Info("proxy adopted", "proxy", p.Name)
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// observed is a pool's Proxies as this reconcile sees them.
+type observed struct {
+	// live serve the pool; draining are being removed while leased;
+	// drained are draining ones whose leases ended or whose drain timed out.
+	live, draining, drained []*crawlv1alpha1.Proxy
+	deleting                int
+	ready, leased, held     int
+	leases                  map[string]int
+}
+
+func observe(pool *crawlv1alpha1.ProxyPool, members []*crawlv1alpha1.Proxy, counts map[lease.ProxyKey]int, drainTimeout time.Duration, now time.Time) *observed {
+	st := &observed{leases: map[string]int{}}
+	for _, p := range members {
+		n := counts[lease.ProxyKey{Namespace: p.Namespace, Name: p.Name}]
+		st.leases[p.Name] = n
+		st.held += n
+		if n > 0 {
+			st.leased++
+		}
+		if p.Status.Phase == crawlv1alpha1.PhaseReady {
+			st.ready++
+		}
+		switch {
+		case !p.DeletionTimestamp.IsZero():
+			st.deleting++
+		case p.Annotations[crawlv1alpha1.DrainingAnnotation] != "":
+			since, err := time.Parse(time.RFC3339, p.Annotations[crawlv1alpha1.DrainingAnnotation])
+			if n == 0 || err != nil || now.Sub(since) >= drainTimeout {
+				st.drained = append(st.drained, p)
+			} else {
+				st.draining = append(st.draining, p)
+			}
+		default:
+			st.live = append(st.live, p)
+		}
+	}
+	return st
+}
+
+// scale takes one step towards desired: drained Proxies are deleted; to grow,
+// draining ones are taken back before new ones are made; to shrink, unleased
+// Proxies are deleted first (not Ready ones, then the newest), leased ones
+// drained. Nothing is done while the cache has not shown the last step.
+func (r *Reconciler) scale(ctx context.Context, pool *crawlv1alpha1.ProxyPool, st *observed, desired int32, now time.Time) error {
+	key := client.ObjectKeyFromObject(pool)
+	if !r.expectationsMet(key, st, now) {
+		return nil
+	}
+	exp := expectation{creates: map[string]bool{}, deletes: map[types.UID]bool{}, at: now}
+	defer r.setExpectation(key, exp)
+	for _, p := range st.drained {
+		if err := r.delete(ctx, p, &exp); err != nil {
+			return err
+		}
+		log.FromContext(ctx).Info("drained proxy deleted", "proxy", p.Name, "leases", st.leases[p.Name])
+	}
+	live := int32(len(st.live))
+	switch {
+	case live < desired:
+		need := desired - live
+		for _, p := range st.draining {
+			if need == 0 {
+				break
+			}
+			if err := r.setDraining(ctx, p, ""); err != nil {
+				return err
+			}
+			need--
+		}
+		for ; need > 0; need-- {
+			if err := r.create(ctx, pool, &exp); err != nil {
+				return err
+			}
+		}
+	case live > desired:
+		victims := slices.Clone(st.live)
+		slices.SortStableFunc(victims, func(a, b *crawlv1alpha1.Proxy) int {
+			if la, lb := st.leases[a.Name] > 0, st.leases[b.Name] > 0; la != lb {
+				return boolOrder(la, lb)
+			}
+			if ra, rb := a.Status.Phase == crawlv1alpha1.PhaseReady, b.Status.Phase == crawlv1alpha1.PhaseReady; ra != rb {
+				return boolOrder(ra, rb)
+			}
+			return b.CreationTimestamp.Compare(a.CreationTimestamp.Time) // newest first
+		})
+		for _, p := range victims[:live-desired] {
+			if st.leases[p.Name] == 0 {
+				if err := r.delete(ctx, p, &exp); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := r.setDraining(ctx, p, now.UTC().Format(time.RFC3339)); err != nil {
+				return err
+			}
+			log.FromContext(ctx).Info("leased proxy draining", "proxy", p.Name, "leases", st.leases[p.Name])
+		}
+	}
+	return nil
+}
+
+// boolOrder sorts false before true.
+func boolOrder(a, b bool) int {
+	if !a && b {
+		return -1
+	}
+	return 1
+}
+
+func (r *Reconciler) create(ctx context.Context, pool *crawlv1alpha1.ProxyPool, exp *expectation) error {
+	labels := maps.Clone(pool.Spec.Template.Metadata.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[crawlv1alpha1.PoolLabel] = pool.Name
+	p := &crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: pool.Name + "-", Namespace: pool.Namespace, Labels: labels},
+		Spec:       *pool.Spec.Template.Spec.DeepCopy(),
+	}
+	if err := controllerutil.SetControllerReference(pool, p, r.Client.Scheme()); err != nil {
+		return fmt.Errorf("creating a proxy of pool %s: %w", pool.Name, err)
+	}
+	if err := r.Client.Create(ctx, p); err != nil {
+		return fmt.Errorf("creating a proxy of pool %s: %w", pool.Name, err)
+	}
+	exp.creates[p.Name] = true
+	log.FromContext(ctx).Info("proxy created", "proxy", p.Name)
+	return nil
+}
+
+func (r *Reconciler) delete(ctx context.Context, p *crawlv1alpha1.Proxy, exp *expectation) error {
+	if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting proxy %s: %w", p.Name, err)
+	}
+	exp.deletes[p.UID] = true
+	return nil
+}
+
+// setDraining sets (since, RFC 3339) or removes ("") the draining mark.
+func (r *Reconciler) setDraining(ctx context.Context, p *crawlv1alpha1.Proxy, since string) error {
+	orig := p.DeepCopy()
+	if since == "" {
+		delete(p.Annotations, crawlv1alpha1.DrainingAnnotation)
+	} else {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[crawlv1alpha1.DrainingAnnotation] = since
+	}
+	if err := r.Client.Patch(ctx, p, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("marking proxy %s draining=%q: %w", p.Name, since, err)
+	}
+	return nil
+}
+
+// setReplicas writes the autoscaler's decision into spec.replicas.
+func (r *Reconciler) setReplicas(ctx context.Context, pool *crawlv1alpha1.ProxyPool, n int32) error {
+	patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, n))
+	if err := r.Client.Patch(ctx, pool.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("scaling pool %s to %d: %w", pool.Name, n, err)
+	}
+	log.FromContext(ctx).Info("pool scaled", "from", replicasOf(pool), "to", n)
+	return nil
+}
+
+func (r *Reconciler) expectationsMet(key types.NamespacedName, st *observed, now time.Time) bool {
+	r.mu.Lock()
+	exp, ok := r.expect[key]
+	r.mu.Unlock()
+	if !ok || now.Sub(exp.at) >= expectationTimeout {
+		return true
+	}
+	seen := map[string]bool{}
+	present := map[types.UID]bool{}
+	for _, group := range [][]*crawlv1alpha1.Proxy{st.live, st.draining, st.drained} {
+		for _, p := range group {
+			seen[p.Name] = true
+			present[p.UID] = true
+		}
+	}
+	for name := range exp.creates {
+		if !seen[name] {
+			return false
+		}
+	}
+	for uid := range exp.deletes {
+		if present[uid] {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Reconciler) setExpectation(key types.NamespacedName, exp expectation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.expect == nil {
+		r.expect = map[types.NamespacedName]expectation{}
+	}
+	if len(exp.creates) == 0 && len(exp.deletes) == 0 {
+		delete(r.expect, key)
+		return
+	}
+	r.expect[key] = exp
+}

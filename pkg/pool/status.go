@@ -1,0 +1,54 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+)
+
+// computeStatus is the pool's status from what this reconcile observed and
+// decided.
+func computeStatus(pool *crawlv1alpha1.ProxyPool, st *observed, dec Decision) crawlv1alpha1.ProxyPoolStatus {
+	s := *pool.Status.DeepCopy()
+	s.Replicas = int32(len(st.live) + len(st.draining) + len(st.drained))
+	s.ReadyReplicas = int32(st.ready)
+	s.LeasedReplicas = int32(st.leased)
+	s.DrainingReplicas = int32(len(st.draining) + len(st.drained))
+	s.DesiredReplicas, s.DesiredReason = dec.Replicas, dec.Reason
+	s.Selector = crawlv1alpha1.PoolLabel + "=" + pool.Name
+	s.ObservedGeneration = pool.Generation
+	c := metav1.Condition{Type: crawlv1alpha1.ConditionScaled, Status: metav1.ConditionTrue, Reason: crawlv1alpha1.ReasonAtDesired,
+		ObservedGeneration: pool.Generation,
+		Message:            fmt.Sprintf("%d of %d proxies, none draining", len(st.live), dec.Replicas)}
+	switch {
+	case s.DrainingReplicas > 0:
+		c.Status, c.Reason = metav1.ConditionFalse, crawlv1alpha1.ReasonDraining
+		c.Message = fmt.Sprintf("%d proxies draining: no new leases; deleted when their leases end or the drain timeout passes", s.DrainingReplicas)
+	case int32(len(st.live)) != dec.Replicas:
+		c.Status, c.Reason = metav1.ConditionFalse, crawlv1alpha1.ReasonScaling
+		c.Message = fmt.Sprintf("%d proxies, scaling to %d (%s)", len(st.live), dec.Replicas, dec.Reason)
+	}
+	meta.SetStatusCondition(&s.Conditions, c)
+	return s
+}
+
+// patchStatus writes the status once, only when it changed.
+func (r *Reconciler) patchStatus(ctx context.Context, base, pool *crawlv1alpha1.ProxyPool, st *observed, dec Decision) error {
+	pool.Status = computeStatus(pool, st, dec)
+	if equality.Semantic.DeepEqual(base.Status, pool.Status) {
+		return nil
+	}
+	orig := pool.DeepCopy()
+	orig.Status = *base.Status.DeepCopy()
+	if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("patching status of pool %s: %w", pool.Name, err)
+	}
+	return nil
+}
