@@ -22,13 +22,18 @@ func TestFleetManifestsPointHealthChecksAtTheOrigin(t *testing.T) {
 	var got []row
 	for _, o := range objs {
 		url, _, _ := unstructured.NestedString(o.Object, "spec", "healthCheck", "url")
+		if o.GetKind() == "ProxyPool" {
+			url, _, _ = unstructured.NestedString(o.Object, "spec", "template", "spec", "healthCheck", "url")
+		}
 		got = append(got, row{o.GetKind(), o.GetName(), url})
 	}
-	// Every Proxy of the sample fleet, and nothing else, gets the origin.
+	// Every Proxy of the sample fleet and the pool's template, and nothing
+	// else, get the origin.
 	want := []row{
 		{"Secret", "proxy-cloud-init", ""},
 		{"Proxy", "vm-us", origin},
 		{"Proxy", "vm-eu", origin},
+		{"ProxyPool", "burst", origin},
 		{"Proxy", "proxy-a", origin},
 		{"Proxy", "proxy-b", origin},
 	}

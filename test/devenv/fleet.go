@@ -68,7 +68,8 @@ func (fleetComponent) start(ctx context.Context, e *Env) error {
 func (fleetComponent) stop(context.Context) error { return nil }
 
 // FleetManifests returns the objects of artifacts/examples/fleet, in file
-// order, with every Proxy's spec.healthCheck.url set to healthURL.
+// order, with every Proxy's (and ProxyPool template's) spec.healthCheck.url
+// set to healthURL.
 func FleetManifests(healthURL string) ([]*unstructured.Unstructured, error) {
 	var files []string
 	err := fs.WalkDir(examples.Fleet, ".", func(p string, d fs.DirEntry, err error) error {
@@ -92,10 +93,17 @@ func FleetManifests(healthURL string) ([]*unstructured.Unstructured, error) {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 		for _, o := range objs {
-			if isProxy(o) {
-				if err := unstructured.SetNestedField(o.Object, healthURL, "spec", "healthCheck", "url"); err != nil {
-					return nil, fmt.Errorf("%s: setting spec.healthCheck.url of %s: %w", f, o.GetName(), err)
-				}
+			var at []string
+			switch {
+			case isProxy(o):
+				at = []string{"spec", "healthCheck", "url"}
+			case isPool(o):
+				at = []string{"spec", "template", "spec", "healthCheck", "url"}
+			default:
+				continue
+			}
+			if err := unstructured.SetNestedField(o.Object, healthURL, at...); err != nil {
+				return nil, fmt.Errorf("%s: setting %s of %s: %w", f, strings.Join(at, "."), o.GetName(), err)
 			}
 		}
 		out = append(out, objs...)
@@ -147,6 +155,11 @@ func waitFleetReady(ctx context.Context, e *Env, timeout time.Duration) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+func isPool(o *unstructured.Unstructured) bool {
+	gvk := o.GroupVersionKind()
+	return gvk.Group == crawlv1alpha1.GroupName && gvk.Kind == "ProxyPool"
 }
 
 func isProxy(o *unstructured.Unstructured) bool {

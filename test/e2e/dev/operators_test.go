@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -218,4 +219,50 @@ func mustRoots(t *testing.T, e *devenv.Env) *x509.CertPool {
 		t.Fatal(err)
 	}
 	return roots
+}
+
+// poolFromZero: the sample ProxyPool (Squid pods, autoscaling from zero)
+// grows when a lease request waits for one of its proxies, grants it once the
+// pod's squid answers probes, keeps it while leased, and shrinks back to
+// zero after its scale-down delay once released.
+func (h *harness) poolFromZero(t *testing.T) {
+	ctx := context.Background()
+	count := func() string {
+		return strings.TrimSpace(h.mustKubectl(t, "get", "proxies", "-l", "crawl.example.com/pool=burst", "-o", "name"))
+	}
+	if got := count(); got != "" {
+		t.Fatalf("the sample pool has proxies before any demand: %q", got)
+	}
+	c := leaseClient(t, h.env)
+	began := time.Now()
+	l, err := c.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"pool": "burst"}, Target: "origin", TTLSeconds: 300, WaitSeconds: 120})
+	if err != nil {
+		t.Fatalf("a waiting lease on the empty pool: %v", err)
+	}
+	t.Logf("granted %s after %s: the pool grew from zero and the pod turned Ready", l.Proxy.Name, time.Since(began).Round(100*time.Millisecond))
+	out, err := exec.Command("curl", "-sS", "--max-time", "10", "-x", l.Proxy.URL, h.env.OriginURL+"/via-pool").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "GET /via-pool") {
+		t.Errorf("curl -x %s: %v %q", l.Proxy.URL, err, out)
+	}
+	status := h.mustKubectl(t, "get", "proxypool", "burst", "-o", "jsonpath={.status.replicas} {.status.leasedReplicas} {.status.desiredReason}")
+	if status != "1 1 Demand" {
+		t.Errorf("pool status (replicas leased reason) %q, want \"1 1 Demand\"", status)
+	}
+	h.mustKubectl(t, "patch", "proxypool", "burst", "--type=merge", "-p", `{"spec":{"autoscaling":{"scaleDownDelaySeconds":2}}}`)
+	time.Sleep(4 * time.Second)
+	if got := count(); got == "" {
+		t.Fatal("the pool shrank while its proxy was leased")
+	}
+	if _, err := c.Renew(ctx, l.LeaseID, time.Minute); err != nil {
+		t.Errorf("the lease broke while the pool held: %v", err)
+	}
+	if err := c.Release(ctx, l.LeaseID); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+		return count() == "", nil
+	}); err != nil {
+		t.Errorf("the idle pool did not shrink back to zero: %q", count())
+	}
+	h.mustKubectl(t, "patch", "proxypool", "burst", "--type=merge", "-p", `{"spec":{"autoscaling":{"scaleDownDelaySeconds":60}}}`)
 }
