@@ -14,7 +14,12 @@ import (
 
 // Metric names.
 const (
-	ProxiesName          = "proxy_operator_proxies"
+	ProxiesName = "proxy_operator_proxies"
+	// PoolReplicasName, PoolDesiredName and PoolWaitingName describe each
+	// ProxyPool from its status in the cache at scrape time.
+	PoolReplicasName     = "proxy_operator_pool_replicas"
+	PoolDesiredName      = "proxy_operator_pool_desired_replicas"
+	PoolWaitingName      = "proxy_operator_pool_waiting_requests"
 	ProviderRequestsName = "provider_requests_total"
 	// HealthcheckDurationName and HealthcheckFailuresName are fed by the
 	// health engine on every probe (ObserveProbe) and deleted per proxy
@@ -127,7 +132,7 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 	cs := []prometheus.Collector{m.providerRequests, m.probeDuration, m.probeFailures, m.leaseRequests,
 		m.gcDeleted, m.gcSweeps, m.gcLastComplete}
 	if reader != nil {
-		cs = append(cs, newProxyCollector(reader, opts.ScrapeTimeout))
+		cs = append(cs, newProxyCollector(reader, opts.ScrapeTimeout), newPoolCollector(reader, opts.ScrapeTimeout))
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -244,5 +249,56 @@ func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
 	// A phase this build does not know (newer CRD) is still counted.
 	for ph, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), string(ph))
+	}
+}
+
+// poolCollector exports every ProxyPool's status: replicas by state
+// (total, ready, leased, draining), desired replicas and waiting requests.
+type poolCollector struct {
+	reader                      client.Reader
+	timeout                     time.Duration
+	replicas, desired, waitingD *prometheus.Desc
+}
+
+func newPoolCollector(reader client.Reader, timeout time.Duration) *poolCollector {
+	return &poolCollector{
+		reader: reader, timeout: timeout,
+		replicas: prometheus.NewDesc(PoolReplicasName,
+			"ProxyPool Proxies by state (total, ready, leased, draining), from the pool's status in the operator's cache.",
+			[]string{"namespace", "pool", "state"}, nil),
+		desired: prometheus.NewDesc(PoolDesiredName,
+			"The size each ProxyPool is heading for (spec.replicas, or its autoscaling decision), by the decision's reason.",
+			[]string{"namespace", "pool", "reason"}, nil),
+		waitingD: prometheus.NewDesc(PoolWaitingName,
+			"Lease requests waiting for a proxy each ProxyPool's template could serve (what its autoscaling grows it by).",
+			[]string{"namespace", "pool"}, nil),
+	}
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.replicas
+	ch <- c.desired
+	ch <- c.waitingD
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	var list crawlv1alpha1.ProxyPoolList
+	if err := c.reader.List(ctx, &list); err != nil {
+		ch <- prometheus.NewInvalidMetric(c.replicas, fmt.Errorf("listing proxy pools: %w", err))
+		return
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		s := p.Status
+		for _, st := range []struct {
+			state string
+			n     int32
+		}{{"total", s.Replicas}, {"ready", s.ReadyReplicas}, {"leased", s.LeasedReplicas}, {"draining", s.DrainingReplicas}} {
+			ch <- prometheus.MustNewConstMetric(c.replicas, prometheus.GaugeValue, float64(st.n), p.Namespace, p.Name, st.state)
+		}
+		ch <- prometheus.MustNewConstMetric(c.desired, prometheus.GaugeValue, float64(s.DesiredReplicas), p.Namespace, p.Name, s.DesiredReason)
+		ch <- prometheus.MustNewConstMetric(c.waitingD, prometheus.GaugeValue, float64(s.WaitingRequests), p.Namespace, p.Name)
 	}
 }

@@ -191,3 +191,31 @@ type stubProvider struct {
 
 func (s stubProvider) Get(context.Context, string) (*provider.Instance, error) { return nil, s.getErr }
 func (s stubProvider) Delete(context.Context, string) error                    { return nil }
+
+func TestPoolMetrics(t *testing.T) {
+	pool := &crawlv1alpha1.ProxyPool{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "burst"},
+		Status: crawlv1alpha1.ProxyPoolStatus{Replicas: 4, ReadyReplicas: 3, LeasedReplicas: 2, DrainingReplicas: 1,
+			DesiredReplicas: 3, DesiredReason: crawlv1alpha1.DesiredDemand, WaitingRequests: 5}}
+	reader := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(pool).Build()
+	reg := prometheus.NewRegistry()
+	if _, err := metrics.New(reg, reader, metrics.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP proxy_operator_pool_replicas ProxyPool Proxies by state (total, ready, leased, draining), from the pool's status in the operator's cache.
+# TYPE proxy_operator_pool_replicas gauge
+proxy_operator_pool_replicas{namespace="ns",pool="burst",state="draining"} 1
+proxy_operator_pool_replicas{namespace="ns",pool="burst",state="leased"} 2
+proxy_operator_pool_replicas{namespace="ns",pool="burst",state="ready"} 3
+proxy_operator_pool_replicas{namespace="ns",pool="burst",state="total"} 4
+# HELP proxy_operator_pool_desired_replicas The size each ProxyPool is heading for (spec.replicas, or its autoscaling decision), by the decision's reason.
+# TYPE proxy_operator_pool_desired_replicas gauge
+proxy_operator_pool_desired_replicas{namespace="ns",pool="burst",reason="Demand"} 3
+# HELP proxy_operator_pool_waiting_requests Lease requests waiting for a proxy each ProxyPool's template could serve (what its autoscaling grows it by).
+# TYPE proxy_operator_pool_waiting_requests gauge
+proxy_operator_pool_waiting_requests{namespace="ns",pool="burst"} 5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metrics.PoolReplicasName, metrics.PoolDesiredName, metrics.PoolWaitingName); err != nil {
+		t.Error(err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,6 +42,7 @@ const pollInterval = 2 * time.Second
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxypools,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxypools/status,verbs=patch
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconciler keeps ProxyPools at their desired size.
 type Reconciler struct {
@@ -49,6 +51,8 @@ type Reconciler struct {
 	// Clock times drains and the scale-down delay (default: real).
 	Clock   clock.PassiveClock
 	Options Options
+	// Recorder emits an Event for each decision (nil: none).
+	Recorder events.EventRecorder
 
 	mu sync.Mutex
 	// lowSince is, per pool, when its demand first fell below its size.
@@ -102,21 +106,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	counts := r.Demand.LeaseCounts()
 	now := r.Clock.Now()
 	st := observe(&pool, members, counts, r.Options.DrainTimeout, now)
+	waiting := r.Demand.Waiting(func(q lease.AcquireRequest) bool { return serves(&pool, q) })
 	dec := Desired(Input{
-		Replicas: replicasOf(&pool), Autoscaling: pool.Spec.Autoscaling, Held: st.held,
-		Waiting:  r.Demand.Waiting(func(q lease.AcquireRequest) bool { return serves(&pool, q) }),
+		Replicas: replicasOf(&pool), Autoscaling: pool.Spec.Autoscaling, Held: st.held, Waiting: waiting,
 		PerProxy: r.Demand.LeasesPerProxy(), LowSince: r.getLowSince(req.NamespacedName), Now: now,
 	})
 	r.setLowSince(req.NamespacedName, dec.LowSince)
 	defer func() {
-		if err := r.patchStatus(ctx, base, &pool, st, dec); err != nil {
+		if err := r.patchStatus(ctx, base, &pool, st, waiting, dec); err != nil {
 			retErr = errors.Join(retErr, err)
 		}
 	}()
 	if pool.Spec.Autoscaling != nil && dec.Replicas != replicasOf(&pool) {
 		// The decision is the pool's size, as an HPA sets it through the
 		// scale subresource; the update's event reconciles again.
-		return ctrl.Result{}, r.setReplicas(ctx, &pool, dec.Replicas)
+		return ctrl.Result{}, r.setReplicas(ctx, &pool, dec.Replicas, describe(dec, st.held, waiting))
 	}
 	if err := r.scale(ctx, &pool, st, dec.Replicas, now); err != nil {
 		return ctrl.Result{}, err
@@ -125,6 +129,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{RequeueAfter: pollInterval}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// describe says why a decision was taken, for its Event.
+func describe(dec Decision, held, waiting int) string {
+	return fmt.Sprintf("%s: %d leases held, %d requests waiting", dec.Reason, held, waiting)
 }
 
 func replicasOf(p *crawlv1alpha1.ProxyPool) int32 {

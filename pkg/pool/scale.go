@@ -55,6 +55,7 @@ func (r *Reconciler) members(ctx context.Context, pool *crawlv1alpha1.ProxyPool)
 				return nil, fmt.Errorf("releasing proxy %s: %w", p.Name, err)
 			}
 			log.FromContext(ctx).Info("proxy released: its label no longer names the pool", "proxy", p.Name)
+			r.event(pool, p, EventReasonReleased, actionRelease, "released proxy %s: its %s label no longer names the pool", p.Name, crawlv1alpha1.PoolLabel)
 		case ref == nil && labelled && p.DeletionTimestamp.IsZero():
 			orig := p.DeepCopy()
 			if err := controllerutil.SetControllerReference(pool, p, r.Client.Scheme()); err != nil {
@@ -67,6 +68,7 @@ func (r *Reconciler) members(ctx context.Context, pool *crawlv1alpha1.ProxyPool)
 				return nil, fmt.Errorf("adopting proxy %s: %w", p.Name, err)
 			}
 			log.FromContext(ctx).Info("proxy adopted", "proxy", p.Name)
+			r.event(pool, p, EventReasonAdopted, actionAdopt, "adopted proxy %s (labelled %s=%s, no owner)", p.Name, crawlv1alpha1.PoolLabel, pool.Name)
 			out = append(out, p)
 		}
 	}
@@ -128,6 +130,7 @@ func (r *Reconciler) scale(ctx context.Context, pool *crawlv1alpha1.ProxyPool, s
 			return err
 		}
 		log.FromContext(ctx).Info("drained proxy deleted", "proxy", p.Name, "leases", st.leases[p.Name])
+		r.event(pool, p, EventReasonDrained, actionDelete, "deleted drained proxy %s (%d leases left: drained, or the drain timeout passed)", p.Name, st.leases[p.Name])
 	}
 	live := int32(len(st.live))
 	switch {
@@ -169,6 +172,7 @@ func (r *Reconciler) scale(ctx context.Context, pool *crawlv1alpha1.ProxyPool, s
 				return err
 			}
 			log.FromContext(ctx).Info("leased proxy draining", "proxy", p.Name, "leases", st.leases[p.Name])
+			r.event(pool, p, EventReasonDraining, actionDrain, "draining proxy %s: %d leases, no new ones; deleted when they end or after %s", p.Name, st.leases[p.Name], r.Options.DrainTimeout)
 		}
 	}
 	return nil
@@ -229,12 +233,13 @@ func (r *Reconciler) setDraining(ctx context.Context, p *crawlv1alpha1.Proxy, si
 }
 
 // setReplicas writes the autoscaler's decision into spec.replicas.
-func (r *Reconciler) setReplicas(ctx context.Context, pool *crawlv1alpha1.ProxyPool, n int32) error {
+func (r *Reconciler) setReplicas(ctx context.Context, pool *crawlv1alpha1.ProxyPool, n int32, reason string) error {
 	patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, n))
 	if err := r.Client.Patch(ctx, pool.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("scaling pool %s to %d: %w", pool.Name, n, err)
 	}
 	log.FromContext(ctx).Info("pool scaled", "from", replicasOf(pool), "to", n)
+	r.event(pool, nil, EventReasonScaled, actionScale, "scaled from %d to %d (%s)", replicasOf(pool), n, reason)
 	return nil
 }
 

@@ -15,12 +15,13 @@ import (
 
 // computeStatus is the pool's status from what this reconcile observed and
 // decided.
-func computeStatus(pool *crawlv1alpha1.ProxyPool, st *observed, dec Decision) crawlv1alpha1.ProxyPoolStatus {
+func computeStatus(pool *crawlv1alpha1.ProxyPool, st *observed, waiting int, dec Decision) crawlv1alpha1.ProxyPoolStatus {
 	s := *pool.Status.DeepCopy()
 	s.Replicas = int32(len(st.live) + len(st.draining) + len(st.drained))
 	s.ReadyReplicas = int32(st.ready)
 	s.LeasedReplicas = int32(st.leased)
 	s.DrainingReplicas = int32(len(st.draining) + len(st.drained))
+	s.WaitingRequests = int32(waiting)
 	s.DesiredReplicas, s.DesiredReason = dec.Replicas, dec.Reason
 	s.Selector = crawlv1alpha1.PoolLabel + "=" + pool.Name
 	s.ObservedGeneration = pool.Generation
@@ -40,8 +41,8 @@ func computeStatus(pool *crawlv1alpha1.ProxyPool, st *observed, dec Decision) cr
 }
 
 // patchStatus writes the status once, only when it changed.
-func (r *Reconciler) patchStatus(ctx context.Context, base, pool *crawlv1alpha1.ProxyPool, st *observed, dec Decision) error {
-	pool.Status = computeStatus(pool, st, dec)
+func (r *Reconciler) patchStatus(ctx context.Context, base, pool *crawlv1alpha1.ProxyPool, st *observed, waiting int, dec Decision) error {
+	pool.Status = computeStatus(pool, st, waiting, dec)
 	if equality.Semantic.DeepEqual(base.Status, pool.Status) {
 		return nil
 	}

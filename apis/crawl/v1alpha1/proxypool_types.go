@@ -162,6 +162,11 @@ type ProxyPoolStatus struct {
 	// +optional
 	DrainingReplicas int32 `json:"drainingReplicas"`
 
+	// waitingRequests are the lease requests waiting now for a proxy this
+	// pool's template could serve (what autoscaling grows it by).
+	// +optional
+	WaitingRequests int32 `json:"waitingRequests"`
+
 	// desiredReplicas is the size the pool is heading for, and
 	// desiredReason why (Replicas, Demand, MinReplicas, MaxReplicas,
 	// ScaleDownDelay).

@@ -160,7 +160,8 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up proxy reconciler: %w", err)
 	}
-	pools := &pool.Reconciler{Client: mgr.GetClient(), Demand: leases, Clock: clock.RealClock{}, Options: o.Pool}
+	pools := &pool.Reconciler{Client: mgr.GetClient(), Demand: leases, Clock: clock.RealClock{}, Options: o.Pool,
+		Recorder: mgr.GetEventRecorder(EventReporter)}
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up proxy pool reconciler: %w", err)
 	}

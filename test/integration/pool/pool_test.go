@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zapcore"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,7 +89,8 @@ func start(t *testing.T, drainTimeout time.Duration) *env {
 			t.Fatal(err)
 		}
 	}
-	r := &pool.Reconciler{Client: mgr.GetClient(), Demand: l, Options: pool.Options{DrainTimeout: drainTimeout}}
+	r := &pool.Reconciler{Client: mgr.GetClient(), Demand: l, Options: pool.Options{DrainTimeout: drainTimeout},
+		Recorder: mgr.GetEventRecorder("proxy-operator")}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -321,6 +324,9 @@ func TestAutoscaleFromZero(t *testing.T) {
 			granted <- l
 		}()
 	}
+	e.waitFor(t, "the waiting requests in the pool's status", 10*time.Second, func() bool {
+		return e.getPool(t, "auto").Status.WaitingRequests == waiting
+	})
 	// The pool grows to the waiting demand; the test readies what appears.
 	e.waitFor(t, "the pool grown to the waiting requests", 30*time.Second, func() bool {
 		ps := e.proxies(t, "auto")
@@ -341,6 +347,19 @@ func TestAutoscaleFromZero(t *testing.T) {
 	if s := e.getPool(t, "auto"); *s.Spec.Replicas != waiting || s.Status.DesiredReason != crawlv1alpha1.DesiredDemand {
 		t.Errorf("spec.replicas %d, desired reason %q", *s.Spec.Replicas, s.Status.DesiredReason)
 	}
+	// The decision is an Event on the pool.
+	e.waitFor(t, "a Scaled event", 10*time.Second, func() bool {
+		var evs eventsv1.EventList
+		if err := e.c.List(context.Background(), &evs, client.InNamespace(e.ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs.Items {
+			if ev.Regarding.Name == "auto" && ev.Reason == pool.EventReasonScaled && strings.Contains(ev.Note, "requests waiting") {
+				return true
+			}
+		}
+		return false
+	})
 	// Held, the pool stays; released, it shrinks after the delay.
 	time.Sleep(4 * time.Second)
 	if n := len(e.proxies(t, "auto")); n != waiting {
