@@ -61,6 +61,10 @@ func (r *Reconciler) members(ctx context.Context, pool *crawlv1alpha1.ProxyPool)
 			if err := controllerutil.SetControllerReference(pool, p, r.Client.Scheme()); err != nil {
 				return nil, fmt.Errorf("adopting proxy %s: %w", p.Name, err)
 			}
+			// Adopted as it is: of the current template, not rolled.
+			if _, ok := p.Labels[crawlv1alpha1.TemplateHashLabel]; !ok {
+				p.Labels[crawlv1alpha1.TemplateHashLabel] = TemplateHash(pool)
+			}
 			if err := r.Client.Patch(ctx, p, client.MergeFrom(orig)); err != nil {
 				if apierrors.IsNotFound(err) {
 					continue
@@ -132,6 +136,10 @@ func (r *Reconciler) scale(ctx context.Context, pool *crawlv1alpha1.ProxyPool, s
 		log.FromContext(ctx).Info("drained proxy deleted", "proxy", p.Name, "leases", st.leases[p.Name])
 		r.event(pool, p, EventReasonDrained, actionDelete, "deleted drained proxy %s (%d leases left: drained, or the drain timeout passed)", p.Name, st.leases[p.Name])
 	}
+	hash := TemplateHash(pool)
+	if cur, old := splitByTemplate(st.live, hash); len(old) > 0 {
+		return r.roll(ctx, pool, st, cur, old, desired, now, &exp)
+	}
 	live := int32(len(st.live))
 	switch {
 	case live < desired:
@@ -151,30 +159,43 @@ func (r *Reconciler) scale(ctx context.Context, pool *crawlv1alpha1.ProxyPool, s
 			}
 		}
 	case live > desired:
-		victims := slices.Clone(st.live)
-		slices.SortStableFunc(victims, func(a, b *crawlv1alpha1.Proxy) int {
-			if la, lb := st.leases[a.Name] > 0, st.leases[b.Name] > 0; la != lb {
-				return boolOrder(la, lb)
-			}
-			if ra, rb := a.Status.Phase == crawlv1alpha1.PhaseReady, b.Status.Phase == crawlv1alpha1.PhaseReady; ra != rb {
-				return boolOrder(ra, rb)
-			}
-			return b.CreationTimestamp.Compare(a.CreationTimestamp.Time) // newest first
-		})
-		for _, p := range victims[:live-desired] {
-			if st.leases[p.Name] == 0 {
-				if err := r.delete(ctx, p, &exp); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := r.setDraining(ctx, p, now.UTC().Format(time.RFC3339)); err != nil {
+		for _, p := range victimsFirst(st.live, st)[:live-desired] {
+			if err := r.retire(ctx, pool, p, st, now, &exp); err != nil {
 				return err
 			}
-			log.FromContext(ctx).Info("leased proxy draining", "proxy", p.Name, "leases", st.leases[p.Name])
-			r.event(pool, p, EventReasonDraining, actionDrain, "draining proxy %s: %d leases, no new ones; deleted when they end or after %s", p.Name, st.leases[p.Name], r.Options.DrainTimeout)
 		}
 	}
+	return nil
+}
+
+// victimsFirst orders Proxies for removal: unleased first, then not Ready,
+// then the newest.
+func victimsFirst(ps []*crawlv1alpha1.Proxy, st *observed) []*crawlv1alpha1.Proxy {
+	v := slices.Clone(ps)
+	slices.SortStableFunc(v, func(a, b *crawlv1alpha1.Proxy) int {
+		if la, lb := st.leases[a.Name] > 0, st.leases[b.Name] > 0; la != lb {
+			return boolOrder(la, lb)
+		}
+		if ra, rb := isReady(a), isReady(b); ra != rb {
+			return boolOrder(ra, rb)
+		}
+		return b.CreationTimestamp.Compare(a.CreationTimestamp.Time) // newest first
+	})
+	return v
+}
+
+func isReady(p *crawlv1alpha1.Proxy) bool { return p.Status.Phase == crawlv1alpha1.PhaseReady }
+
+// retire removes p from the pool: deleted when unleased, else drained.
+func (r *Reconciler) retire(ctx context.Context, pool *crawlv1alpha1.ProxyPool, p *crawlv1alpha1.Proxy, st *observed, now time.Time, exp *expectation) error {
+	if st.leases[p.Name] == 0 {
+		return r.delete(ctx, p, exp)
+	}
+	if err := r.setDraining(ctx, p, now.UTC().Format(time.RFC3339)); err != nil {
+		return err
+	}
+	log.FromContext(ctx).Info("leased proxy draining", "proxy", p.Name, "leases", st.leases[p.Name])
+	r.event(pool, p, EventReasonDraining, actionDrain, "draining proxy %s: %d leases, no new ones; deleted when they end or after %s", p.Name, st.leases[p.Name], r.Options.DrainTimeout)
 	return nil
 }
 
@@ -192,6 +213,7 @@ func (r *Reconciler) create(ctx context.Context, pool *crawlv1alpha1.ProxyPool, 
 		labels = map[string]string{}
 	}
 	labels[crawlv1alpha1.PoolLabel] = pool.Name
+	labels[crawlv1alpha1.TemplateHashLabel] = TemplateHash(pool)
 	p := &crawlv1alpha1.Proxy{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: pool.Name + "-", Namespace: pool.Namespace, Labels: labels},
 		Spec:       *pool.Spec.Template.Spec.DeepCopy(),

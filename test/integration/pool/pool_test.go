@@ -414,3 +414,70 @@ func TestAdoptAndRelease(t *testing.T) {
 	})
 	e.waitCount(t, "adopt", 2) // a replacement
 }
+
+// A template change rolls the pool: new Proxies first (maxSurge 1), an old
+// one retired only once Ready stays at replicas - maxUnavailable (0), a
+// leased old one drained with its lease intact.
+func TestTemplateChangeRolls(t *testing.T) {
+	e := start(t, time.Hour)
+	ctx := context.Background()
+	e.newPool(t, "roll", 2, nil)
+	first := e.waitCount(t, "roll", 2)
+	e.markReady(t, first)
+	var held *lease.Lease
+	e.waitFor(t, "a lease on the pool", 10*time.Second, func() bool {
+		l, err := e.leases.Store.Acquire(lease.AcquireRequest{Namespace: e.ns, Selector: map[string]string{"pool": "roll"}, Holder: "h", TTL: time.Hour})
+		held = l
+		return err == nil
+	})
+	p := e.getPool(t, "roll")
+	orig := p.DeepCopy()
+	p.Spec.Template.Spec.Attributes["tier"] = "premium"
+	if err := e.c.Patch(ctx, p, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	old := map[string]bool{first[0].Name: true, first[1].Name: true}
+	minReady := 2
+	e.waitFor(t, "the pool rolled to the new template", 60*time.Second, func() bool {
+		ps := e.proxies(t, "roll")
+		ready, fresh, draining := 0, 0, 0
+		var toReady []crawlv1alpha1.Proxy
+		for _, px := range ps {
+			if px.Status.Phase == crawlv1alpha1.PhaseReady && px.Annotations[crawlv1alpha1.DrainingAnnotation] == "" {
+				ready++
+			}
+			if px.Annotations[crawlv1alpha1.DrainingAnnotation] != "" {
+				draining++
+			}
+			if !old[px.Name] {
+				fresh++
+				if px.Spec.Attributes["tier"] != "premium" {
+					t.Errorf("new proxy %s has the old template: %v", px.Name, px.Spec.Attributes)
+				}
+				toReady = append(toReady, px)
+			}
+		}
+		if ready < minReady {
+			t.Errorf("%d Ready proxies during the roll, under replicas - maxUnavailable = %d", ready, minReady)
+		}
+		if len(ps) > 2+1+draining {
+			t.Errorf("%d proxies during the roll (%d draining): over replicas + maxSurge", len(ps), draining)
+		}
+		e.markReady(t, toReady)
+		// Done: two new ones; the leased old one drains, the other is gone.
+		return fresh == 2 && len(ps) == 3 && draining == 1
+	})
+	if l, ok := e.leases.Store.Get(held.ID); !ok || !l.Proxy.Draining {
+		t.Fatalf("the lease on the old proxy during the roll: %+v %v, want it intact and draining", l, ok)
+	}
+	e.leases.Store.Release(held.ID)
+	e.waitFor(t, "only the new template left", 20*time.Second, func() bool {
+		ps := e.proxies(t, "roll")
+		for _, px := range ps {
+			if old[px.Name] {
+				return false
+			}
+		}
+		return len(ps) == 2
+	})
+}
