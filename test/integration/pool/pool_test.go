@@ -296,18 +296,18 @@ func TestDrainTimeout(t *testing.T) {
 	}
 }
 
-// Autoscaling from zero: 6 requests waiting on an empty pool grow it; each is
+// Autoscaling from zero: 20 requests waiting on an empty pool grow it; each is
 // granted once its proxy turns Ready; idle, the pool shrinks back to zero
 // after the scale-down delay, with no lease broken.
 func TestAutoscaleFromZero(t *testing.T) {
 	e := start(t, time.Hour)
-	e.newPool(t, "auto", 0, &crawlv1alpha1.PoolAutoscaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 10,
+	e.newPool(t, "auto", 0, &crawlv1alpha1.PoolAutoscaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 30,
 		TargetUtilization: ptr.To[int32](100), ScaleDownDelaySeconds: ptr.To[int32](3)})
 	svc, err := e.leases.Service(leasing.APIHTTP, time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const waiting = 6
+	const waiting = 20
 	var wg sync.WaitGroup
 	granted := make(chan *lease.Lease, waiting)
 	for i := range waiting {
