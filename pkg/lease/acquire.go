@@ -149,12 +149,18 @@ func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duratio
 	}
 	s.revision++
 	le.ID, le.Name, le.Revision = id, name, s.revision
-	s.leases[id] = le
-	s.names[ProxyKey{Namespace: ns, Name: name}] = id
-	s.flows[req.Flow]++
+	s.insertLocked(le, Acquired, p)
+	return le, nil
+}
+
+// insertLocked makes le (its ID, name, proxy, flow and expiry set, at the
+// current revision) a live lease and tells the subscribers why.
+func (s *Store) insertLocked(le *leaseEntry, why Reason, p *pending) {
+	s.leases[le.ID] = le
+	s.names[ProxyKey{Namespace: le.Namespace, Name: le.Name}] = le.ID
+	s.flows[le.Flow]++
 	heap.Push(&s.expiries, le)
 	s.scheduledLocked(le.ExpiresAt)
-	s.setLeasesLocked(e, e.leases+1)
-	s.emitLocked(p, Added, Acquired, le)
-	return le, nil
+	s.setLeasesLocked(le.proxy, le.proxy.leases+1)
+	s.emitLocked(p, Added, why, le)
 }

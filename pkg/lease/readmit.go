@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"container/heap"
 	"fmt"
 	"time"
 )
@@ -75,12 +74,6 @@ func (s *Store) readmitLocked(l *Lease, now time.Time, p *pending) (*leaseEntry,
 		proxy:        e,
 		expiresNanos: l.ExpiresAt.UnixNano(),
 	}
-	s.leases[l.ID] = le
-	s.names[nk] = l.ID
-	s.flows[l.Flow]++
-	heap.Push(&s.expiries, le)
-	s.scheduledLocked(le.ExpiresAt)
-	s.setLeasesLocked(e, e.leases+1)
-	s.emitLocked(p, Added, Readmitted, le)
+	s.insertLocked(le, Readmitted, p)
 	return le, nil
 }

@@ -120,31 +120,9 @@ func (h *harness) operatorRestarts(t *testing.T) {
 // processes behind the same addresses; killing the leader hands over to
 // the other with the leases, and the killed one comes back as the standby.
 func TestTwoOperators(t *testing.T) {
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	env, err := devenv.Start(ctx, devenv.Options{
-		Dir: dir, Ports: devenv.Ports{}, Progress: testWriter{t}, Operators: 2,
-		NodeName:  "proxy-operator-dev-two",
+	env := startEnv(t, devenv.Options{Operators: 2, NodeName: "proxy-operator-dev-two",
 		PoolFirst: netip.MustParseAddr("127.0.12.2"), PoolLast: netip.MustParseAddr("127.0.12.60"),
 		GCEPoolFirst: netip.MustParseAddr("127.0.12.100"), GCEPoolLast: netip.MustParseAddr("127.0.12.140"),
-	})
-	if err != nil {
-		dumpLogs(t, dir)
-		t.Fatalf("starting the dev environment: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			dumpLogs(t, dir)
-		}
-		if err := env.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-		for _, o := range env.Operators {
-			if _, err := os.Stat(o.PIDFile); !os.IsNotExist(err) {
-				t.Errorf("%s still present after Stop", o.PIDFile)
-			}
-		}
 	})
 	if len(env.Operators) != 2 {
 		t.Fatalf("%d operators, want 2", len(env.Operators))
@@ -165,7 +143,7 @@ func TestTwoOperators(t *testing.T) {
 			t.Fatalf("operator %d: pid file %s (pid %d), want %s naming the operator", i, o.PIDFile, o.PID(), want)
 		}
 	}
-	ctx = context.Background()
+	ctx := context.Background()
 	c := leaseClient(t, env)
 	held, err := c.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"tier": "standard"}, Target: "handover", TTLSeconds: 300})
 	if err != nil {
@@ -219,6 +197,35 @@ func mustRoots(t *testing.T, e *devenv.Env) *x509.CertPool {
 		t.Fatal(err)
 	}
 	return roots
+}
+
+// startEnv starts a dev environment of opts in a temporary directory, on
+// free ports, stopped (and its pid files checked gone) at the end of the
+// test; its logs are dumped if the test failed.
+func startEnv(t *testing.T, opts devenv.Options) *devenv.Env {
+	t.Helper()
+	opts.Dir, opts.Ports, opts.Progress = t.TempDir(), devenv.Ports{}, testWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env, err := devenv.Start(ctx, opts)
+	if err != nil {
+		dumpLogs(t, opts.Dir)
+		t.Fatalf("starting the dev environment: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLogs(t, opts.Dir)
+		}
+		if err := env.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		for _, o := range env.Operators {
+			if _, err := os.Stat(o.PIDFile); !os.IsNotExist(err) {
+				t.Errorf("%s still present after Stop", o.PIDFile)
+			}
+		}
+	})
+	return env
 }
 
 // poolFromZero: the sample ProxyPool (Squid pods, autoscaling from zero)

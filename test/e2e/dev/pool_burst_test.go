@@ -28,27 +28,12 @@ const burst = 50
 // and every request is granted its own VM. Logs the time to all VMs created
 // and to all granted (docs/benchmarks.md).
 func TestGCPPoolBurst(t *testing.T) {
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	env, err := devenv.Start(ctx, devenv.Options{
-		Dir: dir, Ports: devenv.Ports{}, Progress: testWriter{t},
-		NodeName:  "proxy-operator-dev-burst",
+	env := startEnv(t, devenv.Options{NodeName: "proxy-operator-dev-burst",
 		PoolFirst: netip.MustParseAddr("127.0.13.150"), PoolLast: netip.MustParseAddr("127.0.13.200"),
 		GCEPoolFirst: netip.MustParseAddr("127.0.13.2"), GCEPoolLast: netip.MustParseAddr("127.0.13.120"),
 	})
-	if err != nil {
-		dumpLogs(t, dir)
-		t.Fatalf("starting the dev environment: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			dumpLogs(t, dir)
-		}
-		if err := env.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	scheme, err := app.NewScheme()
 	if err != nil {
 		t.Fatal(err)

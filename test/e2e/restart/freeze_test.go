@@ -12,7 +12,6 @@ import (
 
 	dclient "github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
-	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
 // freezeFor is how long kube-apiserver is stopped: well past the renew
@@ -27,18 +26,7 @@ const freezeFor = 30 * time.Second
 // given out twice.
 func TestKubeAPIServerFreeze(t *testing.T) {
 	e := setup(t)
-	r := &replicas{}
-	r.ports[0] = e.ports
-	for i := range r.ports[1] {
-		var err error
-		if r.ports[1][i], err = framework.FreePort(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	extra := append(slices.Clone(electionArgs), "--max-leases-per-proxy=1")
-	r.procs[0] = e.startOn(t, r.ports[0], extra, true)
-	r.procs[1] = e.startOn(t, r.ports[1], extra, false)
-	r.clients[0], r.clients[1] = e.clientOn(t, r.ports[0]), e.clientOn(t, r.ports[1])
+	r, extra := e.startPair(t)
 	e.waitHealthy(t, r.clients[0])
 	ctx := context.Background()
 

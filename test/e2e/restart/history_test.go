@@ -90,11 +90,12 @@ func (r *replicas) do(ctx context.Context, f func(c *dclient.Client) error) erro
 	}
 }
 
-// runHistory drives clients against two replicas while kills kill points
-// terminate or kill the leader, then checks the recorded history.
-func runHistory(t *testing.T, e *env, seed uint64, kills int) historyResult {
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	r := &replicas{}
+// startPair starts two leader-elected replicas on proxies of capacity 1:
+// the first on e.ports, leading; the second on free ports. extra are their
+// flags, to start one again.
+func (e *env) startPair(t *testing.T) (r *replicas, extra []string) {
+	t.Helper()
+	r = &replicas{}
 	r.ports[0] = e.ports
 	for i := range r.ports[1] {
 		var err error
@@ -102,10 +103,18 @@ func runHistory(t *testing.T, e *env, seed uint64, kills int) historyResult {
 			t.Fatal(err)
 		}
 	}
-	extra := append(slices.Clone(electionArgs), "--max-leases-per-proxy=1")
+	extra = append(slices.Clone(electionArgs), "--max-leases-per-proxy=1")
 	r.procs[0] = e.startOn(t, r.ports[0], extra, true)
 	r.procs[1] = e.startOn(t, r.ports[1], extra, false)
 	r.clients[0], r.clients[1] = e.clientOn(t, r.ports[0]), e.clientOn(t, r.ports[1])
+	return r, extra
+}
+
+// runHistory drives clients against two replicas while kills kill points
+// terminate or kill the leader, then checks the recorded history.
+func runHistory(t *testing.T, e *env, seed uint64, kills int) historyResult {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	r, extra := e.startPair(t)
 
 	ctx, stop := context.WithCancel(context.Background())
 	wait := drive(ctx, r, seed)
