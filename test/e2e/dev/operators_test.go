@@ -273,3 +273,27 @@ func (h *harness) poolFromZero(t *testing.T) {
 	}
 	h.mustKubectl(t, "patch", "proxypool", "burst", "--type=merge", "-p", `{"spec":{"autoscaling":{"scaleDownDelaySeconds":60}}}`)
 }
+
+// kubectlScale: a fixed-size pool of Squid pods, created with kubectl,
+// turns Ready and follows `kubectl scale` up and down.
+func (h *harness) kubectlScale(t *testing.T) {
+	manifest := `{"apiVersion":"crawl.example.com/v1alpha1","kind":"ProxyPool","metadata":{"name":"fixed"},
+	"spec":{"replicas":1,"template":{"spec":{"provider":"kubernetes","attributes":{"pool":"fixed"},
+	"healthCheck":{"url":"` + h.env.OriginURL + `/"}}}}}`
+	h.mustKubectlIn(t, manifest, "apply", "-f", "-")
+	ready := func(n string) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+			out, err := h.runKubectl("", "get", "proxypool", "fixed", "-o", "jsonpath={.status.replicas}/{.status.readyReplicas}")
+			return err == nil && out == n+"/"+n, nil
+		}); err != nil {
+			t.Fatalf("pool fixed not at %s Ready: %s", n, h.mustKubectl(t, "get", "proxypool", "fixed", "-o", "wide"))
+		}
+	}
+	ready("1")
+	h.mustKubectl(t, "scale", "proxypool", "fixed", "--replicas=2")
+	ready("2")
+	h.mustKubectl(t, "scale", "proxypool", "fixed", "--replicas=0")
+	ready("0")
+	h.mustKubectl(t, "delete", "proxypool", "fixed")
+}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,7 +28,8 @@ const burst = 50
 // TestGCPPoolBurst: 50 lease requests wait on an empty ProxyPool of Compute
 // Engine VMs (the fake, a Squid behind each VM); the pool grows to 50 VMs
 // and every request is granted its own VM. Logs the time to all VMs created
-// and to all granted (docs/benchmarks.md).
+// and to all granted (docs/benchmarks.md). Then half the leases end: the
+// pool shrinks to the other half, never deleting a leased VM.
 func TestGCPPoolBurst(t *testing.T) {
 	env := startEnv(t, devenv.Options{NodeName: "proxy-operator-dev-burst",
 		PoolFirst: netip.MustParseAddr("127.0.13.150"), PoolLast: netip.MustParseAddr("127.0.13.200"),
@@ -65,6 +68,7 @@ func TestGCPPoolBurst(t *testing.T) {
 	var mu sync.Mutex
 	var took []time.Duration
 	proxies := map[string]bool{}
+	var leaseIDs []struct{ id, proxy string }
 	var wg sync.WaitGroup
 	for i := range burst {
 		wg.Add(1)
@@ -79,6 +83,7 @@ func TestGCPPoolBurst(t *testing.T) {
 			mu.Lock()
 			took = append(took, time.Since(began))
 			proxies[l.Proxy.Name] = true
+			leaseIDs = append(leaseIDs, struct{ id, proxy string }{l.LeaseID, l.Proxy.Name})
 			mu.Unlock()
 		}()
 	}
@@ -111,4 +116,40 @@ func TestGCPPoolBurst(t *testing.T) {
 	slices.Sort(took)
 	t.Logf("burst of %d waiting requests on an empty gcp pool: all VMs created after %s; granted p50 %s, p90 %s, all %s",
 		burst, time.Duration(created.Load()).Round(100*time.Millisecond), took[burst/2].Round(100*time.Millisecond), took[burst*9/10].Round(100*time.Millisecond), took[burst-1].Round(100*time.Millisecond))
+
+	// Demand halves: the pool shrinks to the leases still held, deleting
+	// only VMs whose lease ended; every held lease keeps its VM.
+	if err := kc.Patch(ctx, pool, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"autoscaling":{"scaleDownDelaySeconds":1}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	kept := map[string]bool{}
+	for i, l := range leaseIDs {
+		if i%2 == 0 {
+			kept[l.proxy] = true
+			continue
+		}
+		if err := c.Release(ctx, l.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		var list crawlv1alpha1.ProxyList
+		if err := kc.List(ctx, &list, client.MatchingLabels{crawlv1alpha1.PoolLabel: "vms"}); err != nil {
+			return false, err
+		}
+		live := map[string]bool{}
+		for _, p := range list.Items {
+			if p.DeletionTimestamp.IsZero() {
+				live[p.Name] = true
+			}
+		}
+		for name := range kept {
+			if !live[name] {
+				return false, fmt.Errorf("VM %s deleted while leased", name)
+			}
+		}
+		return len(live) == len(kept), nil
+	}); err != nil {
+		t.Fatalf("shrinking to the %d leases held (of %d VMs): %v", len(kept), len(proxies), err)
+	}
 }
