@@ -102,7 +102,7 @@ func TestDevEnvironment(t *testing.T) {
 	t.Run("orphan collector deletes a planted VM and spares the fleet", h.orphanCollected)
 	t.Run("dashboard and alerts query only metrics the operator exports", h.observabilityMetrics)
 	t.Run("the sample pool grows from zero for a waiting lease and shrinks back", h.poolFromZero)
-	t.Run("a pool of Squid pods follows kubectl scale", h.kubectlScale)
+	t.Run("a pool of Squid pods follows kubectl scale, rolls, drains and adopts", h.kubectlScale)
 	t.Run("the operator restarts as its own process, with its leases", h.operatorRestarts)
 
 	t.Run("teardown leaves no processes", func(t *testing.T) {

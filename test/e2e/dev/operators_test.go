@@ -275,25 +275,72 @@ func (h *harness) poolFromZero(t *testing.T) {
 }
 
 // kubectlScale: a fixed-size pool of Squid pods, created with kubectl,
-// turns Ready and follows `kubectl scale` up and down.
+// turns Ready and follows `kubectl scale` up and down; a template change
+// rolls it, draining the leased old pod with its lease intact; a labelled
+// Proxy without an owner is adopted.
 func (h *harness) kubectlScale(t *testing.T) {
-	manifest := `{"apiVersion":"crawl.example.com/v1alpha1","kind":"ProxyPool","metadata":{"name":"fixed"},
-	"spec":{"replicas":1,"template":{"spec":{"provider":"kubernetes","attributes":{"pool":"fixed"},
-	"healthCheck":{"url":"` + h.env.OriginURL + `/"}}}}}`
-	h.mustKubectlIn(t, manifest, "apply", "-f", "-")
-	ready := func(n string) {
+	ctx := context.Background()
+	apply := func(tier string) {
+		h.mustKubectlIn(t, `{"apiVersion":"crawl.example.com/v1alpha1","kind":"ProxyPool","metadata":{"name":"fixed"},
+		"spec":{"replicas":1,"template":{"spec":{"provider":"kubernetes","attributes":{"pool":"fixed","tier":"`+tier+`"},
+		"healthCheck":{"url":"`+h.env.OriginURL+`/"}}}}}`, "apply", "-f", "-")
+	}
+	at := func(what, jsonpath, want string) {
 		t.Helper()
-		if err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
-			out, err := h.runKubectl("", "get", "proxypool", "fixed", "-o", "jsonpath={.status.replicas}/{.status.readyReplicas}")
-			return err == nil && out == n+"/"+n, nil
+		var out string
+		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+			var err error
+			out, err = h.runKubectl("", "get", "proxypool", "fixed", "-o", "jsonpath="+jsonpath)
+			return err == nil && out == want, nil
 		}); err != nil {
-			t.Fatalf("pool fixed not at %s Ready: %s", n, h.mustKubectl(t, "get", "proxypool", "fixed", "-o", "wide"))
+			t.Fatalf("%s: %q, want %q\n%s", what, out, want, h.mustKubectl(t, "get", "proxies", "-l", "crawl.example.com/pool=fixed", "-o", "wide"))
 		}
 	}
-	ready("1")
+	apply("a")
+	at("created", "{.status.replicas}/{.status.readyReplicas}", "1/1")
 	h.mustKubectl(t, "scale", "proxypool", "fixed", "--replicas=2")
-	ready("2")
+	at("scaled up", "{.status.replicas}/{.status.readyReplicas}", "2/2")
+
+	// Roll with one pod leased: it drains (lease intact) instead of going.
+	c := leaseClient(t, h.env)
+	l, err := c.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"pool": "fixed"}, TTLSeconds: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mustKubectl(t, "patch", "proxypool", "fixed", "--type=merge", "-p", `{"spec":{"template":{"spec":{"attributes":{"pool":"fixed","tier":"b"}}}}}`)
+	var drained string
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+		got, err := c.Get(ctx, l.LeaseID)
+		if err != nil {
+			return false, err
+		}
+		drained = strings.TrimSpace(h.mustKubectl(t, "get", "proxies", "-l", "crawl.example.com/pool=fixed", "-o",
+			`jsonpath={range .items[?(@.spec.attributes.tier=="a")]}{.metadata.name}{"\n"}{end}`))
+		newReady := strings.TrimSpace(h.mustKubectl(t, "get", "proxies", "-l", "crawl.example.com/pool=fixed", "-o",
+			`jsonpath={range .items[?(@.status.phase=="Ready")]}{.spec.attributes.tier}{"\n"}{end}`))
+		// Two new pods Ready, and of the old ones only the leased one left.
+		return got.ProxyDraining && strings.Count(newReady, "b") == 2 && drained == got.Proxy.Name, nil
+	}); err != nil {
+		t.Fatalf("the roll with a leased old pod: %v (old left: %q)", err, drained)
+	}
+	if _, err := c.Renew(ctx, l.LeaseID, time.Minute); err != nil {
+		t.Errorf("renew of the lease on the draining pod: %v", err)
+	}
+	if err := c.Release(ctx, l.LeaseID); err != nil {
+		t.Fatal(err)
+	}
+	at("rolled", "{.status.replicas}/{.status.readyReplicas}/{.status.drainingReplicas}", "2/2/0")
+
+	// A labelled Proxy without an owner joins the pool.
+	h.mustKubectlIn(t, `{"apiVersion":"crawl.example.com/v1alpha1","kind":"Proxy","metadata":{"name":"stray","labels":{"crawl.example.com/pool":"fixed"}},
+		"spec":{"provider":"kubernetes","attributes":{"pool":"fixed","tier":"b"},"healthCheck":{"url":"`+h.env.OriginURL+`/"}}}`, "apply", "-f", "-")
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		out, err := h.runKubectl("", "get", "proxy", "stray", "-o", "jsonpath={.metadata.ownerReferences[0].name}")
+		return err == nil && out == "fixed", nil
+	}); err != nil {
+		t.Errorf("the labelled Proxy was not adopted: %v", err)
+	}
 	h.mustKubectl(t, "scale", "proxypool", "fixed", "--replicas=0")
-	ready("0")
+	at("scaled down", "{.status.replicas}", "0")
 	h.mustKubectl(t, "delete", "proxypool", "fixed")
 }
