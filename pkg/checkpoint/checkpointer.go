@@ -439,14 +439,33 @@ func (c *Checkpointer) markFinalLocked(ctx context.Context) error {
 	next.Annotations = map[string]string{annWriter: c.deps.Identity, annFinal: "true"}
 	written, err := c.deps.Secrets.Secrets(c.opts.Namespace).Update(ctx, next, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
-		// Whoever wrote it since decides: a fence, or a hand edit the next
-		// full write replaces.
-		return c.writeLocked(ctx, c.lastPayload, true)
+		if ferr := c.rereadLocked(ctx); ferr != nil {
+			return ferr
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("marking lease checkpoint %s/%s final: %w", c.opts.Namespace, c.opts.SecretName, err)
 	}
 	c.index = written
+	return nil
+}
+
+// rereadLocked follows an index Secret changed behind this writer's back.
+// Changed by another replica (it names itself): fenced, ErrFenced, this one
+// writes no more. Else (edited, deleted by hand) it is read again, and the
+// next write goes on from it.
+func (c *Checkpointer) rereadLocked(ctx context.Context) error {
+	c.index = nil
+	cur, err := c.deps.Secrets.Secrets(c.opts.Namespace).Get(ctx, c.opts.SecretName, metav1.GetOptions{})
+	if err != nil {
+		return nil // deleted (the next write creates it) or unreadable (retried)
+	}
+	if w := cur.Annotations[annWriter]; w != "" && w != c.deps.Identity {
+		c.fenced = true
+		return fmt.Errorf("writing lease checkpoint %s/%s: %w (%s wrote it)", c.opts.Namespace, c.opts.SecretName, ErrFenced, w)
+	}
+	c.index = cur
+	c.generation, _ = strconv.ParseUint(string(cur.Data[keyGeneration]), 10, 64)
 	return nil
 }
 
@@ -507,17 +526,8 @@ func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte, final bo
 		written, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
 	}
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) {
-		// Changed behind our back. By another replica (it names itself):
-		// fenced, this one stops. Else (edited, deleted by hand) read it
-		// again and write on the next tick.
-		c.index = nil
-		if cur, gerr := secrets.Get(ctx, c.opts.SecretName, metav1.GetOptions{}); gerr == nil {
-			if w := cur.Annotations[annWriter]; w != "" && w != c.deps.Identity {
-				c.fenced = true
-				return fmt.Errorf("writing lease checkpoint %s/%s: %w (%s wrote it)", c.opts.Namespace, c.opts.SecretName, ErrFenced, w)
-			}
-			c.index = cur
-			c.generation, _ = strconv.ParseUint(string(cur.Data[keyGeneration]), 10, 64)
+		if ferr := c.rereadLocked(ctx); ferr != nil {
+			return ferr
 		}
 	}
 	if err != nil {

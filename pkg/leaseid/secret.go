@@ -15,6 +15,16 @@ import (
 // SecretKey is the key Secret's data key holding the signing key.
 const SecretKey = "key"
 
+// LoadKey sets s's key from the Secret o names (EnsureKey): what a replica
+// does as it takes the leases over, before it grants any.
+func (s *Signer) LoadKey(ctx context.Context, secrets corev1client.SecretsGetter, o Options) error {
+	key, err := EnsureKey(ctx, secrets, o.Namespace, o.SecretName)
+	if err != nil {
+		return err
+	}
+	return s.SetKey(key)
+}
+
 // EnsureKey returns the signing key kept in the Secret namespace/name,
 // creating the Secret with a new random key when it does not exist (every
 // replica then reads the one key that won the create). A Secret without a

@@ -210,11 +210,14 @@ func (s *Service) Release(holder, id string) (bool, error) {
 		return false, err
 	}
 	ok, err := s.store.ReleaseAs(holder, id)
-	if !ok && err == nil && s.ids != nil {
-		// Unknown: perhaps lost in a crash; released once taken back.
-		if _, rerr := s.Reclaim(holder, "", id); rerr == nil {
+	if !ok && err == nil {
+		// Unknown: released once taken back; still idempotent when it is
+		// no lease a crash lost.
+		retry, rerr := s.reclaimUnknown(holder, id, lease.ErrUnknownLease)
+		switch {
+		case retry:
 			ok, err = s.store.ReleaseAs(holder, id)
-		} else if !IsNotFound(rerr) {
+		case rerr != nil && !IsNotFound(rerr):
 			return false, rerr
 		}
 	}
@@ -240,10 +243,9 @@ func (s *Service) Update(holder, id string, ttl time.Duration, meta *lease.Metad
 		return nil, e
 	}
 	l, err := s.store.UpdateAs(holder, id, ttl, meta)
-	if lease.IsUnknownLease(err) && s.ids != nil {
-		if _, rerr := s.Reclaim(holder, "", id); rerr != nil {
-			return nil, rerr
-		}
+	if retry, rerr := s.reclaimUnknown(holder, id, err); rerr != nil {
+		return nil, rerr
+	} else if retry {
 		l, err = s.store.UpdateAs(holder, id, ttl, meta)
 	}
 	return l, classify(nil, id, err)
@@ -262,13 +264,26 @@ func (s *Service) Report(holder, id, result, target string) error {
 		return e
 	}
 	err := s.store.ReportAs(holder, id, result, target)
-	if lease.IsUnknownLease(err) && s.ids != nil {
-		if _, rerr := s.Reclaim(holder, "", id); rerr != nil {
-			return rerr
-		}
+	if retry, rerr := s.reclaimUnknown(holder, id, err); rerr != nil {
+		return rerr
+	} else if retry {
 		err = s.store.ReportAs(holder, id, result, target)
 	}
 	return classify(nil, id, err)
+}
+
+// reclaimUnknown is the one rule of Renew, Report and Release for an ID the
+// store answered err for: when err says the lease is unknown, a lease lost
+// in a crash is taken back (Reclaim), and retry says to make the call again;
+// else nothing is done. rerr is Reclaim's refusal.
+func (s *Service) reclaimUnknown(holder, id string, err error) (retry bool, rerr error) {
+	if !lease.IsUnknownLease(err) || s.ids == nil {
+		return false, nil
+	}
+	if _, rerr = s.Reclaim(holder, "", id); rerr != nil {
+		return false, rerr
+	}
+	return true, nil
 }
 
 // Reclaim takes back the lease id names when it was lost in an operator

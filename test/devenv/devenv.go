@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	dclient "github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/gcefake"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
@@ -234,6 +235,20 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 
 // HTTPClient reaches the HTTP discovery API, verifying it against CAPath.
 func (e *Env) HTTPClient() *http.Client { return e.httpClient }
+
+// LeaseClient is a client of the HTTP lease API at url ("": DiscoveryURL;
+// an Operator's own URL reaches that replica) with the run's token,
+// verifying the operator's CA, as README shows.
+func (e *Env) LeaseClient(url string) (*dclient.Client, error) {
+	if url == "" {
+		url = e.DiscoveryURL
+	}
+	roots, err := dclient.LoadCAFile(e.CAPath)
+	if err != nil {
+		return nil, err
+	}
+	return dclient.New(url, e.DiscoveryToken, dclient.WithRootCAs(roots))
+}
 
 // Failed delivers the name of a component that stopped on its own while the
 // environment was up (etcd or kube-apiserver died, the operator returned).

@@ -77,7 +77,7 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 			}
 		}
 	}
-	args := func(p Ports, i int) []string {
+	args := func(p Ports) []string {
 		a := OperatorArgs(e, p)
 		if n > 1 {
 			a = append(a, electionArgs...)
@@ -85,7 +85,7 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 		return append(a, e.opts.OperatorArgs...)
 	}
 	// Bad flags are reported now, not as a restart loop.
-	if err := checkOperatorArgs(args(ports[0], 0)); err != nil {
+	if err := checkOperatorArgs(args(ports[0])); err != nil {
 		return err
 	}
 	for i := range ports {
@@ -93,7 +93,7 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 		if n > 1 {
 			name, pidFile = fmt.Sprintf("operator-%d", i), e.path(fmt.Sprintf("operator-%d.pid", i))
 		}
-		r := &replica{name: name, binary: binary, args: args(ports[i], i), ports: ports[i],
+		r := &replica{name: name, binary: binary, args: args(ports[i]), ports: ports[i],
 			pidFile: pidFile, logPath: e.path(LogsDir, name+".log"), progress: e.progressf}
 		c.replicas = append(c.replicas, r)
 	}

@@ -164,14 +164,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	takeover := &leasing.Takeover{Gate: l.Gate, Stop: l.Store.Freeze}
 	var steps []func(context.Context) error
 	if signer != nil {
-		ids := o.leaseIDOptions()
-		steps = append(steps, func(ctx context.Context) error {
-			key, err := leaseid.EnsureKey(ctx, kube.CoreV1(), ids.Namespace, ids.SecretName)
-			if err != nil {
-				return err
-			}
-			return signer.SetKey(key)
-		})
+		steps = append(steps, func(ctx context.Context) error { return signer.LoadKey(ctx, kube.CoreV1(), o.leaseIDOptions()) })
 	}
 	if cp != nil {
 		var restored func(uint64)

@@ -2,7 +2,6 @@ package deve2e
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -21,15 +20,10 @@ import (
 	"github.com/proxy-operator/proxy-operator/test/devenv"
 )
 
-// leaseClient is the HTTP API client of e, as README shows it (token and CA
-// from the contract files).
-func leaseClient(t *testing.T, e *devenv.Env) *dclient.Client {
+// leaseClient is e's HTTP lease API client (Env.LeaseClient) at url.
+func leaseClient(t *testing.T, e *devenv.Env, url string) *dclient.Client {
 	t.Helper()
-	roots, err := dclient.LoadCAFile(e.CAPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := dclient.New(e.DiscoveryURL, e.DiscoveryToken, dclient.WithRootCAs(roots))
+	c, err := e.LeaseClient(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +71,7 @@ func (h *harness) operatorRestarts(t *testing.T) {
 		t.Fatalf("pid file %s names %d (%q), want the operator process", o.PIDFile, pid, cmdline(pid))
 	}
 	ctx := context.Background()
-	c := leaseClient(t, h.env)
+	c := leaseClient(t, h.env, "")
 	kept, err := c.Acquire(ctx, wire.AcquireRequest{Target: "restart", TTLSeconds: 300})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +89,7 @@ func (h *harness) operatorRestarts(t *testing.T) {
 	t.Logf("operator pid %d killed; pid %d serves on the same addresses %s later", pid, next, time.Since(killed).Round(100*time.Millisecond))
 	// The same URL, token and CA: the checkpointed lease is there, the one
 	// granted just before the kill comes back on renew (signed ID).
-	c = leaseClient(t, h.env)
+	c = leaseClient(t, h.env, "")
 	if l, err := c.Get(ctx, kept.LeaseID); err != nil || l.Proxy.Name != kept.Proxy.Name {
 		t.Errorf("checkpointed lease after the restart: %+v, %v", l, err)
 	}
@@ -144,7 +138,7 @@ func TestTwoOperators(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	c := leaseClient(t, env)
+	c := leaseClient(t, env, "")
 	held, err := c.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"tier": "standard"}, Target: "handover", TTLSeconds: 300})
 	if err != nil {
 		t.Fatal(err)
@@ -162,10 +156,7 @@ func TestTwoOperators(t *testing.T) {
 			}
 		}
 		// The standby, reached directly, names the leader.
-		oc, err := dclient.New(other.DiscoveryURL, env.DiscoveryToken, dclient.WithRootCAs(mustRoots(t, env)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		oc := leaseClient(t, env, other.DiscoveryURL)
 		if _, err := oc.Get(ctx, held.LeaseID); !dclient.IsNotLeader(err) {
 			t.Errorf("round %d: the standby answered %v, want 503 not_leader", round, err)
 		}
@@ -188,15 +179,6 @@ func TestTwoOperators(t *testing.T) {
 		}
 		awaitNewPID(t, env.Operators[l], pid, env.Operators[l].HealthProbeURL+"/healthz", 60*time.Second)
 	}
-}
-
-func mustRoots(t *testing.T, e *devenv.Env) *x509.CertPool {
-	t.Helper()
-	roots, err := dclient.LoadCAFile(e.CAPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return roots
 }
 
 // startEnv starts a dev environment of opts in a temporary directory, on
@@ -240,7 +222,7 @@ func (h *harness) poolFromZero(t *testing.T) {
 	if got := count(); got != "" {
 		t.Fatalf("the sample pool has proxies before any demand: %q", got)
 	}
-	c := leaseClient(t, h.env)
+	c := leaseClient(t, h.env, "")
 	began := time.Now()
 	l, err := c.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"pool": "burst"}, Target: "origin", TTLSeconds: 300, WaitSeconds: 120})
 	if err != nil {
@@ -302,7 +284,7 @@ func (h *harness) kubectlScale(t *testing.T) {
 	at("scaled up", "{.status.replicas}/{.status.readyReplicas}", "2/2")
 
 	// Roll with one pod leased: it drains (lease intact) instead of going.
-	c := leaseClient(t, h.env)
+	c := leaseClient(t, h.env, "")
 	l, err := c.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"pool": "fixed"}, TTLSeconds: 300})
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func TestGCPPoolBurst(t *testing.T) {
 	if err := kc.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	c := leaseClient(t, env)
+	c := leaseClient(t, env, "")
 	began := time.Now()
 	var mu sync.Mutex
 	var took []time.Duration

@@ -180,11 +180,7 @@ func tail(s string, n int) string {
 // activeLeases sums the fleet's live leases, as the HTTP API reports them.
 func activeLeases(t *testing.T, env *devenv.Env) int {
 	t.Helper()
-	roots, err := client.LoadCAFile(env.CAPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(env.DiscoveryURL, env.DiscoveryToken, client.WithRootCAs(roots))
+	c, err := env.LeaseClient("")
 	if err != nil {
 		t.Fatal(err)
 	}

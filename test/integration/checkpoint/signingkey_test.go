@@ -5,9 +5,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
 )
 
@@ -27,6 +29,19 @@ func TestSigningKeySecret(t *testing.T) {
 	again, err := leaseid.EnsureKey(ctx, e.kube.CoreV1(), e.ns, "lease-key")
 	if err != nil || !bytes.Equal(first, again) {
 		t.Fatalf("second replica's key differs (%v)", err)
+	}
+	// LoadKey gives a Signer that key: what it signs, one with the key verifies.
+	loaded := leaseid.NewSigner()
+	if err := loaded.LoadKey(ctx, e.kube.CoreV1(), leaseid.Options{SecretName: "lease-key", Namespace: e.ns}); err != nil {
+		t.Fatal(err)
+	}
+	direct := leaseid.NewSigner()
+	if err := direct.SetKey(first); err != nil {
+		t.Fatal(err)
+	}
+	l := lease.Lease{Namespace: "crawl", Proxy: lease.ProxyInfo{Namespace: "crawl", Name: "p"}, Holder: "h", Flow: "h", AcquiredAt: time.Now(), TTL: time.Minute}
+	if _, err := direct.Verify(loaded.NewID(&l)); err != nil {
+		t.Errorf("an ID signed with the loaded key: %v", err)
 	}
 	// Control: another Secret name is another key.
 	other, err := leaseid.EnsureKey(ctx, e.kube.CoreV1(), e.ns, "other-key")
