@@ -215,6 +215,10 @@ func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error()+"; retry shortly")
 	case leasing.ReasonNotLeader:
 		w.Header().Set("Retry-After", "1")
+		// The client's next connection may reach the leader (a Service, or
+		// a load balancer, routes per connection); a kept-alive one would
+		// come back here.
+		w.Header().Set("Connection", "close")
 		writeJSON(w, http.StatusServiceUnavailable, wire.Error{Error: wire.CodeNotLeader, Message: err.Error(), Leader: e.Leader})
 	default:
 		log.FromContext(r.Context()).Error(err, "lease request failed", "method", r.Method, "path", r.URL.Path)

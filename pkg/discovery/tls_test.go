@@ -275,6 +275,9 @@ func TestStandbyAnswers503NamingTheLeader(t *testing.T) {
 		if resp.StatusCode != http.StatusServiceUnavailable || body.Error != wire.CodeNotLeader || body.Leader != "operator-1_x" || resp.Header.Get("Retry-After") != "1" {
 			t.Errorf("%s %s on a standby: %d %+v Retry-After %q", rq.method, rq.path, resp.StatusCode, body, resp.Header.Get("Retry-After"))
 		}
+		if !resp.Close {
+			t.Errorf("%s %s on a standby kept the connection: the client would keep coming back here", rq.method, rq.path)
+		}
 	}
 	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/v1/proxies", nil)
 	req.Header.Set("Authorization", "Bearer t")
@@ -283,7 +286,7 @@ func TestStandbyAnswers503NamingTheLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("fleet listing on a standby: %d", resp.StatusCode)
+	if resp.StatusCode != 200 || resp.Close {
+		t.Errorf("fleet listing on a standby: %d, connection closed %v (want 200, kept)", resp.StatusCode, resp.Close)
 	}
 }
