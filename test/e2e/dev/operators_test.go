@@ -173,10 +173,14 @@ func TestTwoOperators(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("round %d (%s): the lease not served through %s within 60s: %v", round, signal, env.DiscoveryURL, err)
 		}
-		t.Logf("%s of the leader (pid %d): the lease served again through the same address %s later", signal, pid, time.Since(sent).Round(100*time.Millisecond))
-		if leader() != 1-l {
-			t.Errorf("round %d: operator %d does not lead after the handover", round, 1-l)
+		// Either replica may lead now: the stopped one is restarted within a
+		// second and campaigns as the standby does.
+		now := leader()
+		if now < 0 {
+			t.Errorf("round %d: the lease is served but no operator is ready", round)
 		}
+		t.Logf("%s of the leader (pid %d): the lease served again through the same address %s later, by operator %d",
+			signal, pid, time.Since(sent).Round(100*time.Millisecond), now)
 		awaitNewPID(t, env.Operators[l], pid, env.Operators[l].HealthProbeURL+"/healthz", 60*time.Second)
 	}
 }
