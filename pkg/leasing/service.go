@@ -177,24 +177,28 @@ func (s *Service) Acquire(ctx context.Context, req Request) (*lease.Lease, error
 // validate checks a request before it may wait: the TTL by the store's own
 // rule (CheckTTL), the wait against this door's maximum.
 func (s *Service) validate(req Request) error {
-	e := &Error{Reason: ReasonInvalid}
+	var e *Error
 	if err := s.store.CheckTTL(req.TTL); err != nil {
 		e = invalidTTL(err, req.TTL)
 	}
-	errs := e.Fields
-	wait := field.NewPath("waitSeconds")
-	switch {
+	var wait *field.Error
+	switch secs := int64(req.Wait / time.Second); {
 	case req.Wait < 0:
-		errs = append(errs, field.Invalid(wait, int64(req.Wait/time.Second), "must not be negative"))
+		wait = field.Invalid(field.NewPath("waitSeconds"), secs, "must not be negative")
 	case req.Wait > 0 && s.maxWait == 0:
-		errs = append(errs, field.Forbidden(wait, "this server does not queue lease requests: leave it at 0 and retry on no match"))
+		wait = field.Forbidden(field.NewPath("waitSeconds"), "this server does not queue lease requests: leave it at 0 and retry on no match")
 	case req.Wait > s.maxWait:
-		errs = append(errs, field.Invalid(wait, int64(req.Wait/time.Second), fmt.Sprintf("exceeds the maximum %d", int64(s.maxWait/time.Second))))
+		wait = field.Invalid(field.NewPath("waitSeconds"), secs, fmt.Sprintf("exceeds the maximum %d", int64(s.maxWait/time.Second)))
 	}
-	if len(errs) == 0 {
+	switch {
+	case wait == nil && e == nil:
 		return nil
+	case wait == nil:
+		return e
+	case e == nil:
+		return invalid(wait)
 	}
-	e.Fields = errs
+	e.Fields = append(e.Fields, wait)
 	return e
 }
 
