@@ -11,9 +11,11 @@
 // and authorization to kube-apiserver, the REST storage of proxyleases and
 // proxyleases/report, the watch fan-out fed by the store's events, the
 // server-side table, the trust in kube-apiserver's authorization of the
-// requests it proxies (frontproxy.go) and the lean path that answers a
+// requests it proxies (frontproxy.go), and the lean path that answers a
 // proxied ProxyLease create or delete ahead of the generic handler chain
-// (leanpath.go).
+// (leanpath.go) with a decoder and an encoder of its own (decode.go,
+// encode.go), each held by tests to the generic server's serializer byte for
+// byte.
 //
 // It must not import pkg/discovery, pkg/controller or pkg/metrics, and it
 // installs no signal handler and no logging setup of its own: the process

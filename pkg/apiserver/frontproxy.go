@@ -2,12 +2,12 @@ package apiserver
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,11 +52,16 @@ func isFrontProxied(u user.Info) bool {
 // signature check) on every request was a tenth of this server's CPU. A
 // certificate verified against a CA pool stays verified for verifiedCertTTL,
 // and never past its NotAfter; a new CA pool (rotated requestheader CA)
-// starts afresh.
+// starts afresh. Verifications are remembered per parsed certificate: every
+// request of one TLS connection carries the same one, so a connection is
+// verified once (and a pointer cannot name another certificate).
 type frontProxyAuthenticator struct {
 	verifyOptions x509request.VerifyOptionFunc
 	allowedNames  headerrequest.StringSliceProvider
-	headers       authenticator.Request
+	// headers reads the user from the request's headers without removing
+	// them; system:authenticated is added as the delegating authenticator
+	// adds it.
+	headers authenticator.Request
 	// The headers that carry the user (X-Remote-User, X-Remote-Uid,
 	// X-Remote-Group, X-Remote-Extra-…).
 	usernameHeaders, uidHeaders, groupHeaders, extraPrefixes headerrequest.StringSliceProvider
@@ -64,35 +69,48 @@ type frontProxyAuthenticator struct {
 
 	mu       sync.Mutex
 	roots    *x509.CertPool
-	verified map[[sha256.Size]byte]time.Time // leaf → valid until
+	verified map[*x509.Certificate]time.Time // leaf → valid until
 }
 
 // verifiedCertTTL bounds how long one verification is trusted.
 const verifiedCertTTL = time.Minute
 
-// maxVerifiedCerts bounds the memory of verifications (a front proxy has one
-// certificate; more are other clients trying).
+// maxVerifiedCerts bounds the memory of verifications (a front proxy keeps
+// a few connections; more are other clients trying, or old connections).
 const maxVerifiedCerts = 64
 
 func newFrontProxyAuthenticator(cfg *authenticatorfactory.RequestHeaderConfig, clk clock.PassiveClock) *frontProxyAuthenticator {
 	return &frontProxyAuthenticator{
 		verifyOptions: cfg.CAContentProvider.VerifyOptions,
 		allowedNames:  cfg.AllowedClientNames,
-		// system:authenticated added as the delegating authenticator adds it.
-		headers: group.NewAuthenticatedGroupAdder(
-			headerrequest.NewDynamic(cfg.UsernameHeaders, cfg.UIDHeaders, cfg.GroupHeaders, cfg.ExtraHeaderPrefixes)),
+		headers: group.NewAuthenticatedGroupAdder(headerUser{
+			names: cfg.UsernameHeaders, uids: cfg.UIDHeaders, groups: cfg.GroupHeaders, extraPrefixes: cfg.ExtraHeaderPrefixes,
+		}),
 		usernameHeaders: cfg.UsernameHeaders,
 		uidHeaders:      cfg.UIDHeaders,
 		groupHeaders:    cfg.GroupHeaders,
 		extraPrefixes:   cfg.ExtraHeaderPrefixes,
 		clock:           clk,
-		verified:        map[[sha256.Size]byte]time.Time{},
+		verified:        map[*x509.Certificate]time.Time{},
 	}
 }
 
 // AuthenticateRequest authenticates a request of the front proxy, or says
-// nothing (false, nil error) about any other.
+// nothing (false, nil error) about any other. As requestheader
+// authentication does, it removes the user headers it read: the generic
+// chain's authenticator.
 func (a *frontProxyAuthenticator) AuthenticateRequest(req *http.Request) (*authenticator.Response, bool, error) {
+	resp, ok, err := a.authenticate(req)
+	if ok {
+		headerrequest.ClearAuthenticationHeaders(req.Header, a.usernameHeaders, a.uidHeaders, a.groupHeaders, a.extraPrefixes)
+	}
+	return resp, ok, err
+}
+
+// authenticate is AuthenticateRequest leaving the request as it was: the lean
+// path's, which hands a request it does not answer to the generic chain
+// untouched.
+func (a *frontProxyAuthenticator) authenticate(req *http.Request) (*authenticator.Response, bool, error) {
 	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
 		return nil, false, nil
 	}
@@ -112,33 +130,54 @@ func (a *frontProxyAuthenticator) AuthenticateRequest(req *http.Request) (*authe
 	return resp, true, nil
 }
 
-// restoreUserHeaders puts back the user headers authenticating removed,
-// from the user they named, for a request handed on to the generic chain.
-func (a *frontProxyAuthenticator) restoreUserHeaders(h http.Header, u user.Info) {
-	first := func(p headerrequest.StringSliceProvider) string {
-		if v := p.Value(); len(v) > 0 {
-			return v[0]
-		}
-		return ""
+// headerUser reads the user named by the request's headers exactly as
+// k8s.io/apiserver's requestheader authenticator does (the first non-empty
+// username and UID header, every non-empty group header value, extras keyed
+// by the lower-cased, unescaped rest of each prefixed header's name, in
+// prefix order), but does not remove the headers; TestHeaderUserIsTheLibrarys
+// holds it to the library.
+type headerUser struct {
+	names, uids, groups, extraPrefixes headerrequest.StringSliceProvider
+}
+
+func (h headerUser) AuthenticateRequest(req *http.Request) (*authenticator.Response, bool, error) {
+	name := firstHeader(req.Header, h.names.Value())
+	if name == "" {
+		return nil, false, nil
 	}
-	if n := first(a.usernameHeaders); n != "" {
-		h.Set(n, u.GetName())
-	}
-	if n := first(a.uidHeaders); n != "" && u.GetUID() != "" {
-		h.Set(n, u.GetUID())
-	}
-	if n := first(a.groupHeaders); n != "" {
-		for _, g := range u.GetGroups() {
-			h.Add(n, g)
-		}
-	}
-	if prefix := first(a.extraPrefixes); prefix != "" {
-		for k, vs := range u.GetExtra() {
-			for _, v := range vs {
-				h.Add(prefix+url.PathEscape(k), v)
+	groups := []string{}
+	for _, n := range h.groups.Value() {
+		for _, v := range req.Header[http.CanonicalHeaderKey(n)] {
+			if v != "" {
+				groups = append(groups, v)
 			}
 		}
 	}
+	extra := map[string][]string{}
+	for _, prefix := range h.extraPrefixes.Value() {
+		for k, vs := range req.Header {
+			if len(k) < len(prefix) || !strings.EqualFold(k[:len(prefix)], prefix) {
+				continue
+			}
+			key := strings.ToLower(k[len(prefix):])
+			if unescaped, err := url.PathUnescape(key); err == nil {
+				key = unescaped
+			}
+			extra[key] = append(extra[key], vs...)
+		}
+	}
+	return &authenticator.Response{User: &user.DefaultInfo{
+		Name: name, UID: firstHeader(req.Header, h.uids.Value()), Groups: groups, Extra: extra,
+	}}, true, nil
+}
+
+func firstHeader(h http.Header, names []string) string {
+	for _, n := range names {
+		if v := h.Get(n); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 func (a *frontProxyAuthenticator) verify(leaf *x509.Certificate, intermediates []*x509.Certificate, opts x509.VerifyOptions) error {
@@ -146,13 +185,12 @@ func (a *frontProxyAuthenticator) verify(leaf *x509.Certificate, intermediates [
 		return fmt.Errorf("x509: subject with cn=%s is not in the allowed list", leaf.Subject.CommonName)
 	}
 	now := a.clock.Now()
-	key := sha256.Sum256(leaf.Raw)
 	a.mu.Lock()
 	if a.roots != opts.Roots {
 		a.roots = opts.Roots
 		clear(a.verified)
 	}
-	until, ok := a.verified[key]
+	until, ok := a.verified[leaf]
 	a.mu.Unlock()
 	if ok && now.Before(until) {
 		return nil
@@ -176,7 +214,7 @@ func (a *frontProxyAuthenticator) verify(leaf *x509.Certificate, intermediates [
 		if len(a.verified) >= maxVerifiedCerts {
 			clear(a.verified)
 		}
-		a.verified[key] = until
+		a.verified[leaf] = until
 	}
 	a.mu.Unlock()
 	return nil

@@ -9,14 +9,21 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/group"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -33,7 +40,7 @@ type testCA struct {
 	pem  []byte
 }
 
-func newTestCA(t *testing.T, name string) *testCA {
+func newTestCA(t testing.TB, name string) *testCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -52,7 +59,7 @@ func newTestCA(t *testing.T, name string) *testCA {
 	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
-func (ca *testCA) client(t *testing.T, cn string, notAfter time.Time) *x509.Certificate {
+func (ca *testCA) client(t testing.TB, cn string, notAfter time.Time) *x509.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -76,7 +83,7 @@ type switchableCA struct {
 	dynamiccertificates.CAContentProvider
 }
 
-func requestHeaderConfig(t *testing.T, ca *switchableCA) *authenticatorfactory.RequestHeaderConfig {
+func requestHeaderConfig(t testing.TB, ca *switchableCA) *authenticatorfactory.RequestHeaderConfig {
 	t.Helper()
 	return &authenticatorfactory.RequestHeaderConfig{
 		CAContentProvider:   ca,
@@ -88,7 +95,7 @@ func requestHeaderConfig(t *testing.T, ca *switchableCA) *authenticatorfactory.R
 	}
 }
 
-func staticCA(t *testing.T, ca *testCA) dynamiccertificates.CAContentProvider {
+func staticCA(t testing.TB, ca *testCA) dynamiccertificates.CAContentProvider {
 	t.Helper()
 	p, err := dynamiccertificates.NewStaticCAContent("front-proxy-ca", ca.pem)
 	if err != nil {
@@ -214,5 +221,115 @@ func TestFrontProxyAuthorizer(t *testing.T) {
 				t.Errorf("%s: delegate asked %d times", tt.name, delegate.asked)
 			}
 		}
+	}
+}
+
+// headerUserDifferences reads the user of n random header sets with read
+// (wrapped in the system:authenticated group adder, as the authenticator
+// uses it) and with k8s.io/apiserver's requestheader authenticator, and
+// describes where they differ, or where read changed the headers.
+func headerUserDifferences(t *testing.T, read func(headerUser) authenticator.Request, n int) []string {
+	t.Helper()
+	keys := []string{
+		"X-Remote-User", "X-Remote-Uid", "X-Remote-Group", "X-Other-User", "X-Other-Group",
+		"X-Remote-Extra-Scopes", "X-Remote-Extra-Authentication.kubernetes.io%2fcredential-Id",
+		"x-remote-extra-lower", "X-Remote-Extra-", "X-Remote-Extra-Bad%zz", "X-Remote-Extra-A%2Fb",
+		"X-Other-Extra-Scopes", "Content-Type",
+	}
+	values := []string{"", "alice", "system:authenticated", "system:unauthenticated", "system:anonymous", "a b", "Ünïcode"}
+	configs := []headerUser{
+		{names: headerrequest.StaticStringSlice{"X-Remote-User"}, uids: headerrequest.StaticStringSlice{"X-Remote-Uid"},
+			groups: headerrequest.StaticStringSlice{"X-Remote-Group"}, extraPrefixes: headerrequest.StaticStringSlice{"X-Remote-Extra-"}},
+		{names: headerrequest.StaticStringSlice{"x-other-user", "X-Remote-User"}, uids: headerrequest.StaticStringSlice{},
+			groups: headerrequest.StaticStringSlice{"X-Remote-Group", "x-other-group"}, extraPrefixes: headerrequest.StaticStringSlice{"x-other-extra-", "X-Remote-Extra-"}},
+	}
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	var out []string
+	for i := range n {
+		h := http.Header{}
+		for range rng.IntN(8) {
+			k := keys[rng.IntN(len(keys))]
+			for range 1 + rng.IntN(3) {
+				h[k] = append(h[k], values[rng.IntN(len(values))]) // raw keys: not canonicalized
+			}
+		}
+		cfg := configs[i%len(configs)]
+		want, wantOK, _ := group.NewAuthenticatedGroupAdder(headerrequest.NewDynamic(cfg.names, cfg.uids, cfg.groups, cfg.extraPrefixes)).
+			AuthenticateRequest(&http.Request{Header: h.Clone()})
+		before := h.Clone()
+		got, gotOK, _ := read(cfg).AuthenticateRequest(&http.Request{Header: h})
+		switch {
+		case !reflect.DeepEqual(h, before):
+			out = append(out, fmt.Sprintf("headers %v changed to %v", before, h))
+		case gotOK != wantOK:
+			out = append(out, fmt.Sprintf("headers %v: authenticated %v, the library %v", h, gotOK, wantOK))
+		case gotOK:
+			if d := cmp.Diff(want.User, got.User); d != "" {
+				out = append(out, fmt.Sprintf("headers %v (-library +ours):\n%s", h, d))
+			}
+		}
+	}
+	return out
+}
+
+// The lean path's header reader names the user the library's requestheader
+// authenticator names, for any header set, and leaves the headers in place.
+func TestHeaderUserIsTheLibrarys(t *testing.T) {
+	read := func(h headerUser) authenticator.Request { return group.NewAuthenticatedGroupAdder(h) }
+	if d := headerUserDifferences(t, read, 5000); len(d) > 0 {
+		t.Errorf("%d of 5000 differ; first:\n%s", len(d), d[0])
+	}
+}
+
+// firstGroupOnly is a reader with one rule wrong: it keeps one group.
+type firstGroupOnly struct{ headerUser }
+
+func (f firstGroupOnly) AuthenticateRequest(req *http.Request) (*authenticator.Response, bool, error) {
+	resp, ok, err := f.headerUser.AuthenticateRequest(req)
+	if ok {
+		u := resp.User.(*user.DefaultInfo)
+		u.Groups = u.Groups[:min(len(u.Groups), 1)]
+	}
+	return resp, ok, err
+}
+
+// Negative control: the comparison catches a reader that differs in one rule.
+func TestHeaderUserCheckCatchesADifference(t *testing.T) {
+	read := func(h headerUser) authenticator.Request { return group.NewAuthenticatedGroupAdder(firstGroupOnly{h}) }
+	if d := headerUserDifferences(t, read, 500); len(d) == 0 {
+		t.Error("a reader that keeps one group passed the comparison")
+	}
+}
+
+// The generic chain's authentication removes the user headers, as the
+// library's does; the lean path's leaves them for a hand-over.
+func TestFrontProxyAuthenticationRemovesHeadersOnlyForTheGenericChain(t *testing.T) {
+	ca := newTestCA(t, "front-proxy-ca")
+	a := newFrontProxyAuthenticator(requestHeaderConfig(t, &switchableCA{CAContentProvider: staticCA(t, ca)}), clocktesting.NewFakeClock(epoch))
+	leaf := ca.client(t, "front-proxy", epoch.Add(time.Hour))
+	userHeaders := func(r *http.Request) []string {
+		var got []string
+		for k := range r.Header {
+			if strings.HasPrefix(k, "X-Remote-") {
+				got = append(got, k)
+			}
+		}
+		slices.Sort(got)
+		return got
+	}
+	all := []string{"X-Remote-Extra-Scopes", "X-Remote-Group", "X-Remote-User"}
+
+	r := proxiedRequest("POST", "/", "", leaf, "alice")
+	if _, ok, err := a.authenticate(r); !ok || err != nil {
+		t.Fatalf("lean: %v %v", ok, err)
+	}
+	if got := userHeaders(r); !slices.Equal(got, all) {
+		t.Errorf("lean authentication left %v, want %v", got, all)
+	}
+	if _, ok, err := a.AuthenticateRequest(r); !ok || err != nil {
+		t.Fatalf("generic: %v %v", ok, err)
+	}
+	if got := userHeaders(r); len(got) != 0 {
+		t.Errorf("generic authentication left %v", got)
 	}
 }

@@ -2,12 +2,14 @@ package apiserver
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -48,7 +50,7 @@ type leanEnv struct {
 	proxy *testCA
 }
 
-func newLeanEnv(t *testing.T) *leanEnv {
+func newLeanEnv(t testing.TB) *leanEnv {
 	t.Helper()
 	f := newFixture(t, lease.Options{MaxLeasesPerProxy: 4}, proxy("ns", "px", map[string]string{"region": "eu"}))
 	ca := newTestCA(t, "front-proxy-ca")
@@ -64,7 +66,7 @@ func newLeanEnv(t *testing.T) *leanEnv {
 
 const leasesPath = "/apis/leasing.crawl.example.com/v1alpha1/namespaces/ns/proxyleases"
 
-func (e *leanEnv) serve(t *testing.T, method, target, body string, fromProxy bool) *httptest.ResponseRecorder {
+func (e *leanEnv) serve(t testing.TB, method, target, body string, fromProxy bool) *httptest.ResponseRecorder {
 	t.Helper()
 	var leaf = e.proxy.client(t, "front-proxy", epoch.Add(time.Hour))
 	if !fromProxy {
@@ -185,5 +187,73 @@ func TestAcceptsPlainJSON(t *testing.T) {
 		if got := acceptsPlainJSON(accept); got != want {
 			t.Errorf("acceptsPlainJSON(%q) = %v, want %v", accept, got, want)
 		}
+	}
+}
+
+// readBody returns the whole body whatever Content-Length said, and the
+// reader's error when it ends early.
+func TestReadBody(t *testing.T) {
+	tests := []struct {
+		name    string
+		body    string
+		length  int64
+		want    string
+		wantErr error
+	}{
+		{"the declared length", "0123456789", 10, "0123456789", nil},
+		{"unknown length", "0123456789", -1, "0123456789", nil},
+		{"longer than declared", "0123456789", 4, "0123456789", nil},
+		{"shorter than declared", "0123", 10, "0123", io.ErrUnexpectedEOF},
+		{"empty", "", 0, "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// One byte per Read, as a slow connection delivers it.
+			got, err := readBody(iotest.OneByteReader(strings.NewReader(tt.body)), tt.length)
+			if string(got) != tt.want || !errors.Is(err, tt.wantErr) {
+				t.Errorf("readBody = %q, %v; want %q, %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+	// Over the limit: MaxBytesReader's error, which the lean path answers 413.
+	r := http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(strings.NewReader("0123456789")), 5)
+	var tooLarge *http.MaxBytesError
+	if _, err := readBody(r, 10); !errors.As(err, &tooLarge) {
+		t.Errorf("over the limit: %v, want a MaxBytesError", err)
+	}
+}
+
+// A body over the limit is 413 and a truncated one 400, both as Status
+// objects, and neither acquires anything.
+func TestLeanPathRefusesUnreadableBodies(t *testing.T) {
+	e := newLeanEnv(t)
+	e.lean.maxBytes = 64
+	leaf := e.proxy.client(t, "front-proxy", epoch.Add(time.Hour))
+	tests := []struct {
+		name          string
+		body          string
+		contentLength int64
+		wantCode      int
+		wantMessage   string
+	}{
+		{"over the limit", clientGoCreateBody, int64(len(clientGoCreateBody)), http.StatusRequestEntityTooLarge, "over 64 bytes"},
+		{"truncated", `{"kind":"ProxyLease"}`, 40, http.StatusBadRequest, "unexpected EOF"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := proxiedRequest("POST", leasesPath, tt.body, leaf, "system:serviceaccount:ns:crawler")
+			r.Header.Set("Content-Type", "application/json")
+			r.ContentLength = tt.contentLength
+			w := httptest.NewRecorder()
+			e.lean.ServeHTTP(w, r)
+			var st metav1.Status
+			if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != tt.wantCode || int(st.Code) != tt.wantCode ||
+				!strings.Contains(st.Message, tt.wantMessage) {
+				t.Errorf("answer %d %s, want %d with %q", w.Code, w.Body, tt.wantCode, tt.wantMessage)
+			}
+			if n := e.f.store.Active(); n != 0 || e.next.calls != 0 {
+				t.Errorf("%d leases made, generic chain called %d times", n, e.next.calls)
+			}
+		})
 	}
 }
