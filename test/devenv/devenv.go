@@ -363,17 +363,27 @@ func listen(port int) (net.Listener, error) {
 	return ln, nil
 }
 
-// reserve returns port, or a free port when port is 0, checking that it can
-// be bound now. The operator binds it a moment later; another process could
-// take a free port in between, which Start then reports.
-func reserve(port int) (int, error) {
+// portReservation picks ports for processes that bind them a moment later.
+// Every port stays bound until release, so the ports of one reservation are
+// distinct (picking a free port, closing it and picking again can return the
+// same port); another process could still take one between release and the
+// bind, which Start then reports.
+type portReservation struct{ held []net.Listener }
+
+// reserve returns port, or a free port when port is 0, bound until release.
+func (r *portReservation) reserve(port int) (int, error) {
 	ln, err := listen(port)
 	if err != nil {
 		return 0, err
 	}
-	p := ln.Addr().(*net.TCPAddr).Port
-	if err := ln.Close(); err != nil {
-		return 0, err
+	r.held = append(r.held, ln)
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// release unbinds every reserved port; it may be called more than once.
+func (r *portReservation) release() {
+	for _, ln := range r.held {
+		_ = ln.Close()
 	}
-	return p, nil
+	r.held = nil
 }

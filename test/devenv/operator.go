@@ -64,15 +64,19 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 	}
 	front := e.opts.Ports
 	ports := make([]Ports, n)
+	// Held until the replicas start, so that no two of their ports (nor the
+	// front service's) are the same.
+	var reserved portReservation
+	defer reserved.release()
 	if n == 1 {
 		var err error
-		if ports[0], err = reservePorts(front); err != nil {
+		if ports[0], err = reservePorts(&reserved, front); err != nil {
 			return err
 		}
 	} else {
 		for i := range ports {
 			var err error
-			if ports[i], err = reservePorts(Ports{}); err != nil {
+			if ports[i], err = reservePorts(&reserved, Ports{}); err != nil {
 				return err
 			}
 		}
@@ -129,6 +133,7 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 	if err := registerAPIService(ctx, cfg, apiPort); err != nil {
 		return err
 	}
+	reserved.release()
 	for _, r := range c.replicas {
 		if err := r.start(); err != nil {
 			return err
@@ -178,10 +183,10 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 	return nil
 }
 
-// reservePorts resolves the zero ports of p to free ones.
-func reservePorts(p Ports) (Ports, error) {
+// reservePorts resolves the zero ports of p to free ones, held by r.
+func reservePorts(r *portReservation, p Ports) (Ports, error) {
 	for _, fp := range []*int{&p.Discovery, &p.APIServer, &p.Metrics, &p.Probes} {
-		port, err := reserve(*fp)
+		port, err := r.reserve(*fp)
 		if err != nil {
 			return p, err
 		}

@@ -121,13 +121,18 @@ func TestTwoOperators(t *testing.T) {
 	if len(env.Operators) != 2 {
 		t.Fatalf("%d operators, want 2", len(env.Operators))
 	}
+	ready := func(o devenv.Operator) bool {
+		resp, err := http.Get(o.HealthProbeURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
 	leader := func() int {
 		for i, o := range env.Operators {
-			if resp, err := http.Get(o.HealthProbeURL + "/readyz"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return i
-				}
+			if ready(o) {
+				return i
 			}
 		}
 		return -1
@@ -166,18 +171,24 @@ func TestTwoOperators(t *testing.T) {
 		if err := syscall.Kill(pid, signal); err != nil {
 			t.Fatal(err)
 		}
-		// Through the same address the lease is served again, by the other.
+		// The signal has taken effect once the leader is no longer ready:
+		// until then a terminating leader may still answer itself.
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+			return !ready(env.Operators[l]), nil
+		}); err != nil {
+			t.Fatalf("round %d (%s): the leader still ready 60s later", round, signal)
+		}
+		// Through the same address the lease is served again, by whichever
+		// replica leads now: the stopped one is restarted within a second
+		// and campaigns as the standby does.
+		now := -1
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 			got, err := c.Get(ctx, held.LeaseID)
-			return err == nil && got.Proxy.Name == held.Proxy.Name, nil
+			now = leader()
+			return err == nil && got.Proxy.Name == held.Proxy.Name && now >= 0, nil
 		}); err != nil {
-			t.Fatalf("round %d (%s): the lease not served through %s within 60s: %v", round, signal, env.DiscoveryURL, err)
-		}
-		// Either replica may lead now: the stopped one is restarted within a
-		// second and campaigns as the standby does.
-		now := leader()
-		if now < 0 {
-			t.Errorf("round %d: the lease is served but no operator is ready", round)
+			t.Fatalf("round %d (%s): the lease not served through %s by a ready operator within 60s (ready: %d): %v",
+				round, signal, env.DiscoveryURL, now, err)
 		}
 		t.Logf("%s of the leader (pid %d): the lease served again through the same address %s later, by operator %d",
 			signal, pid, time.Since(sent).Round(100*time.Millisecond), now)
