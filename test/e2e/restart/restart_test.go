@@ -284,6 +284,20 @@ func (e *env) waitHealthy(t *testing.T, c *dclient.Client) {
 	}
 }
 
+// waitProxyLeaseAPI waits until kube-apiserver serves ProxyLeases again: it
+// marks the APIService unavailable while the operator is down and checks
+// it again only after a backoff, so the operator being ready is not enough.
+func (e *env) waitProxyLeaseAPI(t *testing.T) {
+	t.Helper()
+	var last error
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, last = e.dyn.Resource(proxyLeaseGVR).Namespace(crawlNS).List(ctx, metav1.ListOptions{})
+		return last == nil, nil
+	}); err != nil {
+		t.Fatalf("kube-apiserver does not serve ProxyLeases: %v (last: %v)", err, last)
+	}
+}
+
 // parallel runs f(i) for i in [0, n) on workers goroutines; the first error wins.
 func parallel(n int, f func(i int) error) error {
 	var wg sync.WaitGroup
@@ -327,6 +341,7 @@ func TestGracefulRestartKeepsEveryLease(t *testing.T) {
 	op := e.start(t)
 	c := e.client(t)
 	e.waitHealthy(t, c)
+	e.waitProxyLeaseAPI(t)
 
 	held := make([]heldLease, httpLeases)
 	if err := parallel(httpLeases, func(i int) error {
@@ -413,6 +428,7 @@ func TestGracefulRestartKeepsEveryLease(t *testing.T) {
 		t.Fatalf("%d of %d HTTP leases lost or changed, e.g. %v", len(lost), httpLeases, lost[:min(5, len(lost))])
 	}
 
+	e.waitProxyLeaseAPI(t)
 	after, err := kube.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
