@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -46,14 +47,41 @@ func DumpLogTails(w io.Writer, dir string, n int, names ...string) {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
-// components that take an address rather than a listener.
+// a component that takes an address rather than a listener. A test that
+// needs several ports takes them from one FreePorts call.
 func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := FreePorts(1)
 	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
+		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
+}
+
+// FreePorts returns n different TCP ports on 127.0.0.1, none of them in
+// taken (ports picked earlier and not bound yet), that were free a moment
+// ago. Each stays bound until all are picked: picking a free port, closing
+// it and picking again can return the same port. Another process can still
+// take one before its user binds it.
+func FreePorts(n int, taken ...int) ([]int, error) {
+	var held []net.Listener
+	defer func() {
+		for _, ln := range held {
+			_ = ln.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	// Every pick differs from those held, so at most len(taken) are skipped.
+	for len(ports) < n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		held = append(held, ln)
+		if p := ln.Addr().(*net.TCPAddr).Port; !slices.Contains(taken, p) {
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
 }
 
 // SquidChildren lists the squid processes whose parent is this process (a

@@ -138,14 +138,11 @@ func crashRun(t testing.TB, run int, seed uint64) counts {
 	shared.fake.RandomFailures("", faultFraction, http.StatusServiceUnavailable, "backendError", seed)
 	defer shared.fake.ClearFaults()
 
-	metricsPort, err := framework.FreePort()
+	ports, err := framework.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	probePort, err := framework.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	metricsPort, probePort := ports[0], ports[1]
 	logPath := filepath.Join(shared.dir, tag+".log")
 	args := operatorArgs(tag, metricsPort, probePort, gcInterval)
 	op := mustStart(t, logPath, args, probePort)
@@ -502,8 +499,11 @@ func TestCheckCatchesALeakWithoutTheCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	plantOrphan(t, tag)
-	metricsPort, _ := framework.FreePort()
-	probePort, _ := framework.FreePort()
+	ports, err := framework.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsPort, probePort := ports[0], ports[1]
 	logPath := filepath.Join(shared.dir, tag+".log")
 	op := mustStart(t, logPath, operatorArgs(tag, metricsPort, probePort, 0), probePort)
 	defer cleanUp(t, ns, op)

@@ -246,13 +246,9 @@ func (e *env) startSquid(ctx context.Context, squidPath string) error {
 // identities) from a token file, a small per-flow queue and a distinctive
 // Retry-After.
 func (e *env) operatorOptions() (*app.Options, error) {
-	ports := make([]int, 4)
-	for i := range ports {
-		p, err := framework.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = p
+	ports, err := framework.FreePorts(4)
+	if err != nil {
+		return nil, err
 	}
 	metricsPort, probePort, discoveryPort, apiPort := ports[0], ports[1], ports[2], ports[3]
 	e.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)

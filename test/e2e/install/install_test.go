@@ -221,11 +221,9 @@ func (e *env) operatorAsInstalled(t *testing.T, d appsv1.Deployment) {
 	cfg := rest.AnonymousClientConfig(e.cp.RESTConfig())
 	cfg.BearerToken = tok.Status.Token
 
-	ports := make([]int, 4)
-	for i := range ports {
-		if ports[i], err = framework.FreePort(); err != nil {
-			t.Fatal(err)
-		}
+	ports, err := framework.FreePorts(4)
+	if err != nil {
+		t.Fatal(err)
 	}
 	discoveryAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 	args := append([]string{"--namespace=" + d.Namespace, "--leader-election-namespace=" + d.Namespace}, spec.Containers[0].Args...)

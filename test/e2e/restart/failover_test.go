@@ -36,13 +36,11 @@ var electionArgs = []string{"--leader-elect", "--leader-election-namespace=" + o
 func TestFailover(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	portsB := [4]int{}
-	for i := range portsB {
-		var err error
-		if portsB[i], err = framework.FreePort(); err != nil {
-			t.Fatal(err)
-		}
+	picked, err := framework.FreePorts(4, e.ports[:]...)
+	if err != nil {
+		t.Fatal(err)
 	}
+	portsB := [4]int(picked)
 	a := e.startOn(t, e.ports, electionArgs, true)
 	b := e.startOn(t, portsB, electionArgs, false)
 	ca, cb := e.clientOn(t, e.ports), e.clientOn(t, portsB)
@@ -83,7 +81,7 @@ func TestFailover(t *testing.T) {
 	if code := readyz(portsB); code != http.StatusInternalServerError && code != http.StatusServiceUnavailable {
 		t.Errorf("standby readyz %d, want it not ready", code)
 	}
-	_, err := cb.Get(ctx, ids[0])
+	_, err = cb.Get(ctx, ids[0])
 	var apiErr *dclient.APIError
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 || apiErr.Code != wire.CodeNotLeader {
 		t.Fatalf("a lease from the standby: %v, want 503 not_leader", err)

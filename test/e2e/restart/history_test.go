@@ -97,12 +97,11 @@ func (e *env) startPair(t *testing.T) (r *replicas, extra []string) {
 	t.Helper()
 	r = &replicas{}
 	r.ports[0] = e.ports
-	for i := range r.ports[1] {
-		var err error
-		if r.ports[1][i], err = framework.FreePort(); err != nil {
-			t.Fatal(err)
-		}
+	ports, err := framework.FreePorts(len(r.ports[1]), e.ports[:]...)
+	if err != nil {
+		t.Fatal(err)
 	}
+	r.ports[1] = [4]int(ports)
 	extra = append(slices.Clone(electionArgs), "--max-leases-per-proxy=1")
 	r.procs[0] = e.startOn(t, r.ports[0], extra, true)
 	r.procs[1] = e.startOn(t, r.ports[1], extra, false)

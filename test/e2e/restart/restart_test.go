@@ -104,11 +104,11 @@ func setup(t *testing.T) *env {
 	if e.dyn, err = dynamic.NewForConfig(e.cp.RESTConfig()); err != nil {
 		t.Fatal(err)
 	}
-	for i := range e.ports {
-		if e.ports[i], err = framework.FreePort(); err != nil {
-			t.Fatal(err)
-		}
+	ports, err := framework.FreePorts(len(e.ports))
+	if err != nil {
+		t.Fatal(err)
 	}
+	e.ports = [4]int(ports)
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
 	t.Cleanup(origin.Close)
 	fwd := httptest.NewServer(forwardProxy())

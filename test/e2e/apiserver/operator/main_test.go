@@ -158,14 +158,11 @@ func start(ctx context.Context) (_ *env, err error) {
 	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
 		return e, err
 	}
-	apiPort, err := framework.FreePort()
+	ports, err := framework.FreePorts(2)
 	if err != nil {
 		return e, err
 	}
-	discoveryPort, err := framework.FreePort()
-	if err != nil {
-		return e, err
-	}
+	apiPort, discoveryPort := ports[0], ports[1]
 	e.discovery = fmt.Sprintf("http://127.0.0.1:%d", discoveryPort)
 
 	opts := app.NewOptions()
