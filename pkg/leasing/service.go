@@ -190,15 +190,15 @@ func (s *Service) validate(req Request) error {
 	case req.Wait > s.maxWait:
 		wait = field.Invalid(field.NewPath("waitSeconds"), secs, fmt.Sprintf("exceeds the maximum %d", int64(s.maxWait/time.Second)))
 	}
-	switch {
-	case wait == nil && e == nil:
+	if e == nil && wait == nil {
 		return nil
-	case wait == nil:
-		return e
-	case e == nil:
-		return invalid(wait)
 	}
-	e.Fields = append(e.Fields, wait)
+	if e == nil {
+		e = invalid()
+	}
+	if wait != nil {
+		e.Fields = append(e.Fields, wait)
+	}
 	return e
 }
 
