@@ -362,28 +362,3 @@ func listen(port int) (net.Listener, error) {
 	}
 	return ln, nil
 }
-
-// portReservation picks ports for processes that bind them a moment later.
-// Every port stays bound until release, so the ports of one reservation are
-// distinct (picking a free port, closing it and picking again can return the
-// same port); another process could still take one between release and the
-// bind, which Start then reports.
-type portReservation struct{ held []net.Listener }
-
-// reserve returns port, or a free port when port is 0, bound until release.
-func (r *portReservation) reserve(port int) (int, error) {
-	ln, err := listen(port)
-	if err != nil {
-		return 0, err
-	}
-	r.held = append(r.held, ln)
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// release unbinds every reserved port; it may be called more than once.
-func (r *portReservation) release() {
-	for _, ln := range r.held {
-		_ = ln.Close()
-	}
-	r.held = nil
-}

@@ -88,36 +88,3 @@ func TestProcessesUsingFindsChildrenNamingTheDir(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
-// The free ports of one reservation are all different: each stays bound
-// (another bind of it fails) until release, which frees them all.
-func TestPortReservationHoldsEveryPortUntilRelease(t *testing.T) {
-	var r portReservation
-	defer r.release()
-	ports := map[int]bool{}
-	for range 4 * 20 { // twenty replicas' worth
-		p, err := r.reserve(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ports[p] {
-			t.Fatalf("port %d reserved twice", p)
-		}
-		ports[p] = true
-	}
-	for p := range ports {
-		if ln, err := listen(p); err == nil {
-			ln.Close()
-			t.Fatalf("port %d could be bound while reserved", p)
-		}
-	}
-	r.release()
-	for p := range ports {
-		ln, err := listen(p)
-		if err != nil {
-			t.Fatalf("port %d after release: %v", p, err)
-		}
-		ln.Close()
-	}
-	r.release() // again: nothing left to close
-}

@@ -66,8 +66,8 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 	ports := make([]Ports, n)
 	// Held until the replicas start, so that no two of their ports (nor the
 	// front service's) are the same.
-	var reserved portReservation
-	defer reserved.release()
+	var reserved framework.PortReservation
+	defer reserved.Release()
 	if n == 1 {
 		var err error
 		if ports[0], err = reservePorts(&reserved, front); err != nil {
@@ -133,7 +133,7 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 	if err := registerAPIService(ctx, cfg, apiPort); err != nil {
 		return err
 	}
-	reserved.release()
+	reserved.Release()
 	for _, r := range c.replicas {
 		if err := r.start(); err != nil {
 			return err
@@ -184,9 +184,9 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 }
 
 // reservePorts resolves the zero ports of p to free ones, held by r.
-func reservePorts(r *portReservation, p Ports) (Ports, error) {
+func reservePorts(r *framework.PortReservation, p Ports) (Ports, error) {
 	for _, fp := range []*int{&p.Discovery, &p.APIServer, &p.Metrics, &p.Probes} {
-		port, err := r.reserve(*fp)
+		port, err := r.Reserve(*fp)
 		if err != nil {
 			return p, err
 		}

@@ -59,29 +59,48 @@ func FreePort() (int, error) {
 
 // FreePorts returns n different TCP ports on 127.0.0.1, none of them in
 // taken (ports picked earlier and not bound yet), that were free a moment
-// ago. Each stays bound until all are picked: picking a free port, closing
-// it and picking again can return the same port. Another process can still
-// take one before its user binds it.
+// ago: a PortReservation released on return. Another process can still take
+// one before its user binds it.
 func FreePorts(n int, taken ...int) ([]int, error) {
-	var held []net.Listener
-	defer func() {
-		for _, ln := range held {
-			_ = ln.Close()
-		}
-	}()
+	var r PortReservation
+	defer r.Release()
 	ports := make([]int, 0, n)
 	// Every pick differs from those held, so at most len(taken) are skipped.
 	for len(ports) < n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := r.Reserve(0)
 		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
+			return nil, err
 		}
-		held = append(held, ln)
-		if p := ln.Addr().(*net.TCPAddr).Port; !slices.Contains(taken, p) {
+		if !slices.Contains(taken, p) {
 			ports = append(ports, p)
 		}
 	}
 	return ports, nil
+}
+
+// PortReservation holds TCP ports on 127.0.0.1 for processes that bind them
+// a moment later. Every port stays bound until Release, so the ports of one
+// reservation are different (picking a free port, closing it and picking
+// again can return the same port).
+type PortReservation struct{ held []net.Listener }
+
+// Reserve binds port, or a free port when port is 0, until Release, and
+// returns it.
+func (r *PortReservation) Reserve(port int) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return 0, fmt.Errorf("listening on 127.0.0.1:%d (choose another port, or 0 for a free one): %w", port, err)
+	}
+	r.held = append(r.held, ln)
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Release unbinds every reserved port; it may be called more than once.
+func (r *PortReservation) Release() {
+	for _, ln := range r.held {
+		_ = ln.Close()
+	}
+	r.held = nil
 }
 
 // SquidChildren lists the squid processes whose parent is this process (a

@@ -36,3 +36,41 @@ func TestFreePortsAreDifferentAndFree(t *testing.T) {
 		}
 	}
 }
+
+func listen(t *testing.T, port int) (net.Listener, error) {
+	t.Helper()
+	return net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+}
+
+// The free ports of one reservation are all different: each stays bound
+// (another bind of it fails) until Release, which frees them all.
+func TestPortReservationHoldsEveryPortUntilRelease(t *testing.T) {
+	var r PortReservation
+	defer r.Release()
+	ports := map[int]bool{}
+	for range 4 * 20 { // twenty replicas' worth
+		p, err := r.Reserve(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ports[p] {
+			t.Fatalf("port %d reserved twice", p)
+		}
+		ports[p] = true
+	}
+	for p := range ports {
+		if ln, err := listen(t, p); err == nil {
+			ln.Close()
+			t.Fatalf("port %d could be bound while reserved", p)
+		}
+	}
+	r.Release()
+	for p := range ports {
+		ln, err := listen(t, p)
+		if err != nil {
+			t.Fatalf("port %d after release: %v", p, err)
+		}
+		ln.Close()
+	}
+	r.Release() // again: nothing left to close
+}
