@@ -217,7 +217,7 @@ func leaseStatus(pl *leasingv1alpha1.ProxyLease, err error) error {
 		if pl.Spec.WaitSeconds > 0 {
 			why = fmt.Sprintf("no proxy became free within waitSeconds (%d)", pl.Spec.WaitSeconds)
 		}
-		return noMatchStatus(pl, &e.Counts, why)
+		return noMatchStatus(pl, &e.Counts, e.QueuedAhead, why)
 	})
 }
 
@@ -276,6 +276,10 @@ const (
 	CauseProxiesAtCapacity = metav1.CauseType("ProxiesAtCapacity")
 	CauseProxiesInCooldown = metav1.CauseType("ProxiesInCooldown")
 	CauseProxiesUnhealthy  = metav1.CauseType("ProxiesUnhealthy")
+	CauseProxiesFree       = metav1.CauseType("ProxiesFree")
+	// CauseRequestsQueuedAhead counts the requests of the same user for the
+	// same selector and target that wait ahead of this one.
+	CauseRequestsQueuedAhead = metav1.CauseType("RequestsQueuedAhead")
 )
 
 // noMatchStatus is the answer when no proxy can be leased: 409 Conflict, as
@@ -283,8 +287,10 @@ const (
 // retry a 503 with Retry-After on its own) and not 429 (that is the answer to
 // a full wait queue). The message names the counts; Details.Causes carries
 // them for programs.
-func noMatchStatus(pl *leasingv1alpha1.ProxyLease, nm *lease.NoMatchError, why string) error {
+func noMatchStatus(pl *leasingv1alpha1.ProxyLease, nm *lease.NoMatchError, ahead int, why string) error {
 	switch {
+	case ahead > 0:
+		why = fmt.Sprintf("%d earlier ProxyLeases of this user for the same selector and target wait for a proxy ahead of this one", ahead)
 	case why != "":
 	case nm.Considered == 0:
 		why = "no Proxy in the namespace matches the selector"
@@ -297,9 +303,9 @@ func noMatchStatus(pl *leasingv1alpha1.ProxyLease, nm *lease.NoMatchError, why s
 	default:
 		why = "no matching Proxy is free"
 	}
-	msg := fmt.Sprintf("no proxy available for ProxyLease %s/%s (selector %s, target %q): %s: considered %d, at capacity %d, in cooldown %d, unhealthy %d",
+	msg := fmt.Sprintf("no proxy available for ProxyLease %s/%s (selector %s, target %q): %s: considered %d, at capacity %d, in cooldown %d, unhealthy %d, free %d, queued ahead %d",
 		pl.Namespace, pl.Name, selectorString(pl.Spec.Selector), pl.Spec.Target, why,
-		nm.Considered, nm.AtCapacity, nm.InCooldown, nm.Unhealthy)
+		nm.Considered, nm.AtCapacity, nm.InCooldown, nm.Unhealthy, nm.Free, ahead)
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status:  metav1.StatusFailure,
 		Code:    409,
@@ -314,6 +320,8 @@ func noMatchStatus(pl *leasingv1alpha1.ProxyLease, nm *lease.NoMatchError, why s
 				{Type: CauseProxiesAtCapacity, Message: fmt.Sprint(nm.AtCapacity)},
 				{Type: CauseProxiesInCooldown, Message: fmt.Sprint(nm.InCooldown)},
 				{Type: CauseProxiesUnhealthy, Message: fmt.Sprint(nm.Unhealthy)},
+				{Type: CauseProxiesFree, Message: fmt.Sprint(nm.Free)},
+				{Type: CauseRequestsQueuedAhead, Message: fmt.Sprint(ahead)},
 			},
 		},
 	}}

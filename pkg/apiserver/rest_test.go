@@ -346,6 +346,7 @@ func TestNoMatchStatusNamesTheCounts(t *testing.T) {
 	}
 	want := map[metav1.CauseType]string{
 		CauseProxiesConsidered: "3", CauseProxiesAtCapacity: "2", CauseProxiesInCooldown: "0", CauseProxiesUnhealthy: "1",
+		CauseProxiesFree: "0", CauseRequestsQueuedAhead: "0",
 	}
 	if diff := cmp.Diff(want, causes); diff != "" {
 		t.Errorf("causes (-want +got):\n%s", diff)

@@ -174,14 +174,20 @@ func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
 	id := strconv.Quote(e.ID)
 	switch e.Reason {
 	case leasing.ReasonNoMatch:
-		nm := e.Counts
+		nm, ahead := e.Counts, e.QueuedAhead
+		msg := "no proxy can take this lease now"
+		if ahead > 0 {
+			msg = fmt.Sprintf("%d earlier requests of this flow for the same target and selector wait for a proxy ahead of this one", ahead)
+		}
 		writeJSON(w, http.StatusConflict, wire.Error{
-			Error:      wire.CodeNoMatch,
-			Message:    "no proxy can take this lease now",
-			Considered: &nm.Considered,
-			AtCapacity: &nm.AtCapacity,
-			InCooldown: &nm.InCooldown,
-			Unhealthy:  &nm.Unhealthy,
+			Error:       wire.CodeNoMatch,
+			Message:     msg,
+			Considered:  &nm.Considered,
+			AtCapacity:  &nm.AtCapacity,
+			InCooldown:  &nm.InCooldown,
+			Unhealthy:   &nm.Unhealthy,
+			Free:        &nm.Free,
+			QueuedAhead: &ahead,
 		})
 	case leasing.ReasonQueueFull:
 		secs := int64(math.Ceil(e.RetryAfter.Seconds()))

@@ -267,14 +267,14 @@ func TestEndpoints(t *testing.T) {
 		{name: "control characters in target", method: "POST", path: "/v1/leases", body: `{"target":"a\u0000b"}`, status: 400, code: wire.CodeInvalidRequest},
 		{name: "too many selector pairs", method: "POST", path: "/v1/leases", body: manyPairs(33), status: 400, code: wire.CodeInvalidRequest},
 		{name: "no match: unknown attribute", method: "POST", path: "/v1/leases", body: `{"selector":{"region":"mars"}}`, status: 409,
-			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(0), AtCapacity: intp(0), InCooldown: intp(0), Unhealthy: intp(0)},
+			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(0), AtCapacity: intp(0), InCooldown: intp(0), Unhealthy: intp(0), Free: intp(0), QueuedAhead: intp(0)},
 			outcomes: []string{leasing.OutcomeNoMatch}},
 		{name: "no match: additive counts", method: "POST", path: "/v1/leases", body: `{"selector":{"region":"eu"},"target":"t"}`, status: 409,
 			setup: func(e *env) string {
 				e.acquire(`{"selector":{"region":"eu"}}`) // a/eu-1 busy; b/eu-2 unhealthy
 				return ""
 			},
-			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(2), AtCapacity: intp(1), InCooldown: intp(0), Unhealthy: intp(1)},
+			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(2), AtCapacity: intp(1), InCooldown: intp(0), Unhealthy: intp(1), Free: intp(0), QueuedAhead: intp(0)},
 			outcomes: []string{leasing.OutcomeGranted, leasing.OutcomeNoMatch}},
 		{name: "no match: cooldown counted", method: "POST", path: "/v1/leases", body: `{"namespace":"a","selector":{"region":"eu"},"target":"t"}`, status: 409,
 			setup: func(e *env) string {
@@ -283,7 +283,7 @@ func TestEndpoints(t *testing.T) {
 				e.do("DELETE", "/v1/leases/"+l.LeaseID, "", bearer)
 				return ""
 			},
-			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(1), AtCapacity: intp(0), InCooldown: intp(1), Unhealthy: intp(0)},
+			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(1), AtCapacity: intp(0), InCooldown: intp(1), Unhealthy: intp(0), Free: intp(0), QueuedAhead: intp(0)},
 			outcomes: []string{leasing.OutcomeGranted, leasing.OutcomeNoMatch}},
 		{name: "body over 64 KiB", method: "POST", path: "/v1/leases", body: `{"target":"` + strings.Repeat("x", 70000) + `"}`, status: 413, code: wire.CodeBodyTooLarge},
 		{name: "body over 64 KiB, unauthenticated: limit comes first", method: "POST", path: "/v1/leases", auth: "-",
@@ -319,7 +319,7 @@ func TestEndpoints(t *testing.T) {
 				e.waiter.nextErr = fmt.Errorf("deadline: %w", &lease.NoMatchError{Considered: 2, AtCapacity: 2})
 				return ""
 			},
-			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(2), AtCapacity: intp(2), InCooldown: intp(0), Unhealthy: intp(0)},
+			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(2), AtCapacity: intp(2), InCooldown: intp(0), Unhealthy: intp(0), Free: intp(0), QueuedAhead: intp(0)},
 			outcomes: []string{leasing.OutcomeNoMatch}},
 		{name: "queue shutting down is 503", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30}`, status: 503, code: wire.CodeUnavailable,
 			setup:    func(e *env) string { e.waiter.nextErr = fmt.Errorf("waiting: %w", leasing.ErrShuttingDown); return "" },

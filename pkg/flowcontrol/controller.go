@@ -74,7 +74,7 @@ func (c *Controller[R, G]) EnqueueAndWait(ctx context.Context, req Request[R]) (
 			// Evicted for another reason first (its own deadline, shutdown).
 			return o, zero, t.Err()
 		}
-		return reason, zero, &EvictedError{Outcome: reason, Cause: fmt.Errorf("%w: %w", cause, context.Cause(ctx))}
+		return reason, zero, &EvictedError{Outcome: reason, Cause: fmt.Errorf("%w: %w", cause, context.Cause(ctx)), QueuedAhead: t.ahead}
 	}
 }
 

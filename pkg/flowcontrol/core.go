@@ -56,6 +56,9 @@ type Core[R, G any] struct {
 	policy  policy
 	less    func(a, b *flowQueue[R, G]) bool
 	hooks   testHooks[R, G]
+	// classify is the dispatcher's Classifier, nil if it has none (one
+	// class per flow: FIFO within a flow).
+	classify func(R) string
 	// onWake is called under the mutex when the wakeup instant changes (zero:
 	// none). Controller uses it to re-arm its single timer.
 	onWake func(now, at time.Time)
@@ -69,6 +72,7 @@ type Core[R, G any] struct {
 	fresh     []*flowQueue[R, G]
 	scratch   []*flowQueue[R, G]
 	skipped   []*flowQueue[R, G]
+	parked    []*flowQueue[R, G]
 	tmp       flowHeap[R, G]
 	// exhausted: the dispatcher said nothing is free, and no capacity event
 	// happened since; new requests then queue without asking it.
@@ -141,6 +145,9 @@ func NewCore[R, G any](d Dispatcher[R, G], clk clock.PassiveClock, opts Options)
 		turn:    servedBase,
 		idle:    newTurnMemory(rememberLimit(opts)),
 	}
+	if cl, ok := d.(Classifier[R]); ok {
+		c.classify = cl.Class
+	}
 	c.setPolicy(policyFair)
 	c.tmp.idx = temporaryIdx[R, G]
 	return c
@@ -152,7 +159,7 @@ func (c *Core[R, G]) setPolicy(p policy) {
 	c.remember = p == policyFair || p == policyBandBlind
 	switch p {
 	case policyFIFO:
-		c.less = func(a, b *flowQueue[R, G]) bool { return a.head.seq < b.head.seq }
+		c.less = func(a, b *flowQueue[R, G]) bool { return a.oldest() < b.oldest() }
 	case policyStrict:
 		c.less = func(a, b *flowQueue[R, G]) bool { return a.name < b.name }
 	default: // fair, band-blind, forgetful
@@ -173,11 +180,13 @@ func (c *Core[R, G]) setPolicy(p policy) {
 //     when it is decided, and the caller must call Cancel if it stops waiting.
 //
 // A request is offered to the dispatcher at once unless it would overtake
-// requests that may use the same capacity: when its flow already waits in
-// its band (FIFO within a flow), or when the dispatcher said nothing is free
-// and no capacity appeared since. Every other waiting request was already
-// offered the current free capacity and could not use it, so trying the new
-// one first keeps both priority and fairness.
+// requests that compete for the same capacity: when its class already waits
+// in its flow and band (FIFO within a class), or when the dispatcher said
+// nothing is free and no capacity appeared since. Every other waiting
+// request was already offered the current free capacity and could not use
+// it, so trying the new one first keeps both priority and fairness. A
+// request not tried for its class is rejected (no deadline) with the number
+// of its class's requests ahead of it (RejectedError.QueuedAhead).
 func (c *Core[R, G]) Enqueue(req Request[R]) (Outcome, G, *Ticket[R, G], error) {
 	var zero G
 	c.mu.Lock()
@@ -194,6 +203,9 @@ func (c *Core[R, G]) Enqueue(req Request[R]) (Outcome, G, *Ticket[R, G], error) 
 	}
 	var now time.Time
 	var fq *flowQueue[R, G]
+	var cq *classQueue[R, G]
+	var key string
+	keyed := false
 	try := true
 	if c.stats.Waiting > 0 {
 		now = c.clock.Now()
@@ -205,7 +217,11 @@ func (c *Core[R, G]) Enqueue(req Request[R]) (Outcome, G, *Ticket[R, G], error) 
 		if b := c.bands[req.Priority]; b != nil {
 			fq = b.flows[req.Flow]
 		}
-		try = fq == nil && !c.exhausted
+		if fq != nil {
+			key, keyed = c.classOf(req.Payload), true
+			cq = fq.class(key)
+		}
+		try = cq == nil && !c.exhausted
 	}
 	if try {
 		g, v, err := c.d.TryDispatch(req.Flow, req.Payload)
@@ -240,6 +256,9 @@ func (c *Core[R, G]) Enqueue(req Request[R]) (Outcome, G, *Ticket[R, G], error) 
 	// a wait) is never queued, so the queue limits are not its answer.
 	if !req.Deadline.IsZero() && !now.Before(req.Deadline) {
 		err := c.rejectLocked(OutcomeRejectedOther, "", ErrDeadline)
+		if cq != nil {
+			err.QueuedAhead = cq.n
+		}
 		c.unlock()
 		return OutcomeRejectedOther, zero, nil, err
 	}
@@ -247,13 +266,24 @@ func (c *Core[R, G]) Enqueue(req Request[R]) (Outcome, G, *Ticket[R, G], error) 
 		c.unlock()
 		return OutcomeRejectedCapacity, zero, nil, err
 	}
-	t := c.queueLocked(req, now, fq)
+	if !keyed {
+		key = c.classOf(req.Payload)
+	}
+	t := c.queueLocked(req, now, fq, key)
 	c.afterChangeLocked(now)
 	c.unlock()
 	return OutcomePending, zero, t, nil
 }
 
-func (c *Core[R, G]) checkLimitsLocked(priority int, fq *flowQueue[R, G]) error {
+// classOf is the class of payload ("" without a Classifier).
+func (c *Core[R, G]) classOf(payload R) string {
+	if c.classify == nil {
+		return ""
+	}
+	return c.classify(payload)
+}
+
+func (c *Core[R, G]) checkLimitsLocked(priority int, fq *flowQueue[R, G]) *RejectedError {
 	if m := c.opts.MaxQueuedPerFlow; m > 0 && fq != nil && fq.n >= m {
 		return c.rejectLocked(OutcomeRejectedCapacity, LimitFlow, ErrQueueFull)
 	}
@@ -283,7 +313,7 @@ func (c *Core[R, G]) joinTurnLocked(flow string) uint64 {
 	return c.joined
 }
 
-func (c *Core[R, G]) queueLocked(req Request[R], now time.Time, fq *flowQueue[R, G]) *Ticket[R, G] {
+func (c *Core[R, G]) queueLocked(req Request[R], now time.Time, fq *flowQueue[R, G], key string) *Ticket[R, G] {
 	b := c.bands[req.Priority]
 	if b == nil {
 		b = &band[R, G]{priority: req.Priority, flows: map[string]*flowQueue[R, G]{}}
@@ -301,7 +331,7 @@ func (c *Core[R, G]) queueLocked(req Request[R], now time.Time, fq *flowQueue[R,
 	}
 	c.seq++
 	t := &Ticket[R, G]{done: make(chan struct{}), req: req, enqueuedAt: now, seq: c.seq, heapIdx: -1, linked: true}
-	fq.push(t)
+	fq.push(t, key)
 	if fq.n == 1 {
 		b.heap.push(fq)
 	}
@@ -332,8 +362,11 @@ func (c *Core[R, G]) Cancel(t *Ticket[R, G], reason Outcome) Outcome {
 		h(t)
 	}
 	if t.cas(reason) {
-		close(t.done)
 		c.mu.Lock()
+		if t.linked && reason == OutcomeEvictedDeadline {
+			t.ahead = aheadInClass(t)
+		}
+		close(t.done)
 		if t.linked {
 			// A dispatch round may already have dropped it lazily.
 			now := c.clock.Now()
@@ -416,8 +449,8 @@ func (c *Core[R, G]) Shutdown() int {
 		b := c.order[0]
 		for len(b.active) > 0 {
 			f := b.active[0]
-			for f.head != nil {
-				t := f.head
+			for f.n > 0 {
+				t := f.head()
 				if t.cas(OutcomeEvictedShutdown) {
 					close(t.done)
 				}
@@ -451,9 +484,11 @@ func (c *Core[R, G]) Waiting(match func(R) bool) int {
 	n := 0
 	for _, b := range c.bands {
 		for _, f := range b.flows {
-			for t := f.head; t != nil; t = t.next {
-				if match(t.req.Payload) {
-					n++
+			for _, q := range f.ready.items {
+				for t := q.head; t != nil; t = t.next {
+					if match(t.req.Payload) {
+						n++
+					}
 				}
 			}
 		}
@@ -462,7 +497,7 @@ func (c *Core[R, G]) Waiting(match func(R) bool) int {
 }
 
 // reject counts and returns a rejection decided outside Enqueue.
-func (c *Core[R, G]) reject(o Outcome, cause error) error {
+func (c *Core[R, G]) reject(o Outcome, cause error) *RejectedError {
 	c.mu.Lock()
 	c.stats.Enqueued++
 	err := c.rejectLocked(o, "", cause)
@@ -470,7 +505,7 @@ func (c *Core[R, G]) reject(o Outcome, cause error) error {
 	return err
 }
 
-func (c *Core[R, G]) rejectLocked(o Outcome, limit Limit, cause error) error {
+func (c *Core[R, G]) rejectLocked(o Outcome, limit Limit, cause error) *RejectedError {
 	c.stats.Rejected++
 	label := o.String()
 	c.metrics.FlowControlWait(0, label)
@@ -678,14 +713,15 @@ func (c *Core[R, G]) serveTemporaryLocked(now time.Time, flows []*flowQueue[R, G
 // flows' places in their bands' heaps are kept up to date on the side.
 func (c *Core[R, G]) serveLocked(now time.Time, h *flowHeap[R, G], persistent bool) {
 	skipped := c.skipped[:0]
+	parked := c.parked[:0]
 	for len(h.items) > 0 && !c.exhausted {
 		f := h.items[0]
-		t := f.head
+		t := f.head()
 		if t.state.Load() != int32(OutcomePending) {
 			// Cancelled without the mutex; drop it on its caller's behalf.
 			c.detachLocked(t)
 			c.accountLocked(t.Outcome(), now.Sub(t.enqueuedAt))
-			c.reposition(h, f, persistent)
+			c.reposition(h, f, persistent, &skipped)
 			continue
 		}
 		g, v, err := c.d.TryDispatch(f.name, t.req.Payload)
@@ -696,16 +732,24 @@ func (c *Core[R, G]) serveLocked(now time.Time, h *flowHeap[R, G], persistent bo
 			}
 			c.detachLocked(t)
 			c.accountLocked(t.Outcome(), now.Sub(t.enqueuedAt))
-			c.reposition(h, f, persistent)
+			c.reposition(h, f, persistent, &skipped)
 			continue
 		}
 		switch v {
 		case NoMatch:
-			// This head cannot use what is free; skip the flow this round
-			// rather than let it block the others.
-			h.remove(f)
-			if persistent {
-				skipped = append(skipped, f)
+			// This head cannot use what is free: park its class for the
+			// round, so the flow offers its next class; a flow with nothing
+			// left to offer is skipped this round rather than block the
+			// others.
+			if len(f.parked) == 0 {
+				parked = append(parked, f)
+			}
+			f.park(t.class)
+			if len(f.ready.items) == 0 {
+				h.remove(f)
+				if persistent {
+					skipped = append(skipped, f)
+				}
 			}
 			continue
 		case Exhausted:
@@ -718,8 +762,18 @@ func (c *Core[R, G]) serveLocked(now time.Time, h *flowHeap[R, G], persistent bo
 		c.turn++
 		f.turn = c.turn
 		c.grantLocked(t, g, now)
-		c.reposition(h, f, persistent)
+		c.reposition(h, f, persistent, &skipped)
 	}
+	for _, f := range parked {
+		// Put back before the flow is in a heap again: its head is read
+		// there. A flow emptied meanwhile has no parked class left.
+		f.unpark()
+		if !persistent && f.n > 0 {
+			f.band.heap.fix(f)
+		}
+	}
+	clear(parked)
+	c.parked = parked[:0]
 	for _, f := range skipped {
 		if f.n > 0 {
 			f.band.heap.push(f)
@@ -731,7 +785,18 @@ func (c *Core[R, G]) serveLocked(now time.Time, h *flowHeap[R, G], persistent bo
 
 // reposition restores the heaps after f's head or key changed (detaching
 // the head already removed an emptied flow from its band's heap).
-func (c *Core[R, G]) reposition(h *flowHeap[R, G], f *flowQueue[R, G], persistent bool) {
+// A flow whose remaining classes are all parked leaves h for the round (a
+// persistent heap's flow is then set aside in skipped).
+func (c *Core[R, G]) reposition(h *flowHeap[R, G], f *flowQueue[R, G], persistent bool, skipped *[]*flowQueue[R, G]) {
+	if f.n > 0 && len(f.ready.items) == 0 {
+		h.remove(f)
+		if persistent {
+			*skipped = append(*skipped, f)
+		} else {
+			f.band.heap.fix(f)
+		}
+		return
+	}
 	if persistent {
 		h.fix(f)
 		return
@@ -773,6 +838,7 @@ func (c *Core[R, G]) evictDueLocked(now time.Time) {
 		if now.Before(t.req.Deadline) {
 			return
 		}
+		t.ahead = aheadInClass(t)
 		if t.cas(OutcomeEvictedDeadline) {
 			close(t.done)
 		}
@@ -806,6 +872,7 @@ func (c *Core[R, G]) detachLocked(t *Ticket[R, G]) {
 	case wasHead:
 		// The head is part of the FIFO policy's key.
 		b.heap.fix(f)
+		// A new class head was never offered the current capacity.
 		if !f.fresh && !c.exhausted {
 			f.fresh = true
 			c.fresh = append(c.fresh, f)
@@ -857,4 +924,13 @@ func (c *Core[R, G]) rearmLocked(now time.Time) {
 	if c.onWake != nil {
 		c.onWake(now, w)
 	}
+}
+
+// aheadInClass counts the requests of t's class queued before it.
+func aheadInClass[R, G any](t *Ticket[R, G]) int {
+	n := 0
+	for p := t.prev; p != nil; p = p.prev {
+		n++
+	}
+	return n
 }

@@ -128,6 +128,8 @@ func TestDispatchOrder(t *testing.T) {
 		// releases: an outsider lease index, or last.
 		releases []int
 		want     []int // granted request ids, in order
+		// classless hides the dispatcher's Classifier (one FIFO per flow).
+		classless bool
 	}{
 		{
 			name:  "round-robin among equals",
@@ -161,13 +163,34 @@ func TestDispatchOrder(t *testing.T) {
 			want:     []int{2, 4, 3, 1},
 		},
 		{
-			name:  "unsatisfiable head does not block other flows",
+			name:  "unsatisfiable head does not block its own flow's other class",
 			kinds: []string{"eu", "us"},
-			// a's head wants us (busy); a joined first but is skipped; its
-			// second request waits behind its head (FIFO within a flow).
+			// a's head wants us (busy): its class is parked for the round
+			// and a offers its eu request, which goes before b's (a joined
+			// first). Then us frees: b's eu head finds nothing, a's us is
+			// granted.
 			enqueue:  []enq{{"a", 0, "us", 1}, {"a", 0, "eu", 2}, {"b", 0, "eu", 3}},
 			releases: []int{0, 1},
-			want:     []int{3, 1},
+			want:     []int{2, 1},
+		},
+		{
+			name:  "negative control: one FIFO per flow blocks the flow behind its head",
+			kinds: []string{"eu", "us"},
+			// Without classes a's eu request waits behind its us head; only
+			// the other flow gets the eu proxy.
+			enqueue:   []enq{{"a", 0, "us", 1}, {"a", 0, "eu", 2}, {"b", 0, "eu", 3}},
+			releases:  []int{0, 1},
+			want:      []int{3, 1},
+			classless: true,
+		},
+		{
+			name:  "FIFO within a class, oldest class head first",
+			kinds: []string{"us"},
+			// Both classes ("us" and any) fit the one proxy: the flow's
+			// oldest class head goes first, so arrival order holds.
+			enqueue:  []enq{{"a", 0, "us", 1}, {"a", 0, "", 2}, {"a", 0, "us", 3}, {"a", 0, "", 4}},
+			releases: []int{0, last, last, last},
+			want:     []int{1, 2, 3, 4},
 		},
 		{
 			name:     "lower band takes what the higher band cannot use",
@@ -196,7 +219,11 @@ func TestDispatchOrder(t *testing.T) {
 					}
 				}
 			}
-			c := NewCore(f, clocktesting.NewFakePassiveClock(t0), Options{})
+			var d Dispatcher[fakeReq, fakeGrant] = f
+			if tc.classless {
+				d = classless{f}
+			}
+			c := NewCore(d, clocktesting.NewFakePassiveClock(t0), Options{})
 			byID := map[int]*Ticket[fakeReq, fakeGrant]{}
 			for _, e := range tc.enqueue {
 				o, _, tk, err := c.Enqueue(Request[fakeReq]{Flow: e.flow, Priority: e.priority, Payload: fakeReq{id: e.id, selector: e.selector}})
@@ -358,9 +385,11 @@ func TestDeadlineAndNextChangeDriveWakeups(t *testing.T) {
 	checkAccounting(t, c.Stats())
 }
 
+// Without classes (one FIFO per flow) a removed head exposes a request that
+// was never offered the free capacity.
 func TestCancelRemovesHeadAndOffersNext(t *testing.T) {
 	f := newFake("eu", "us")
-	c := NewCore(f, clocktesting.NewFakePassiveClock(t0), Options{})
+	c := NewCore[fakeReq, fakeGrant](classless{f}, clocktesting.NewFakePassiveClock(t0), Options{})
 	f.TryDispatch("x", fakeReq{selector: "us"})
 	eu, _, _ := f.TryDispatch("x", fakeReq{selector: "eu"})
 	_, _, head, _ := c.Enqueue(Request[fakeReq]{Flow: "a", Payload: fakeReq{id: 1, selector: "us"}})
@@ -548,5 +577,56 @@ func TestWaiting(t *testing.T) {
 	c.Cancel(tickets[0], OutcomeEvictedCancelled)
 	if n := c.Waiting(gold); n != 2 {
 		t.Errorf("after a cancel, waiting gold = %d, want 2", n)
+	}
+}
+
+// A flow waiting for a target every proxy cools for (modelled as a
+// selector no free proxy has) does not hold back its request for another
+// target: granted at once. Its next request for the same target is refused
+// with the count of those waiting ahead of it, and so is one that waited
+// out its deadline. The negative control, one FIFO per flow, refuses the
+// request for the other target.
+func TestWaitingClassDoesNotBlockItsFlow(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		classless bool
+	}{{"classes", false}, {"negative control: one FIFO per flow", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakePassiveClock(t0)
+			f := newFake("b", "b")
+			var d Dispatcher[fakeReq, fakeGrant] = f
+			if tc.classless {
+				d = classless{f}
+			}
+			c := NewCore(d, clk, Options{})
+			_, _, waitA, _ := c.Enqueue(Request[fakeReq]{Flow: "F", Payload: fakeReq{id: 1, selector: "a"}, Deadline: t0.Add(time.Minute)})
+			if waitA == nil || waitA.Outcome() != OutcomePending {
+				t.Fatal("the request for a did not wait")
+			}
+			o, g, _, err := c.Enqueue(Request[fakeReq]{Flow: "F", Payload: fakeReq{id: 2, selector: "b"}, Deadline: t0})
+			if tc.classless {
+				if o != OutcomeRejectedOther || !IsDeadline(err) {
+					t.Fatalf("classless: outcome %v err %v, want the request for b refused behind a", o, err)
+				}
+				return
+			}
+			if o != OutcomeDispatched || g.req != 2 {
+				t.Fatalf("request for b: outcome %v grant %+v err %v, want dispatched at once", o, g, err)
+			}
+			o, _, _, err = c.Enqueue(Request[fakeReq]{Flow: "F", Payload: fakeReq{id: 3, selector: "a"}, Deadline: t0})
+			if o != OutcomeRejectedOther || !IsDeadline(err) || QueuedAhead(err) != 1 {
+				t.Errorf("second request for a: outcome %v err %v ahead %d, want refused with 1 ahead", o, err, QueuedAhead(err))
+			}
+			_, _, behind, _ := c.Enqueue(Request[fakeReq]{Flow: "F", Payload: fakeReq{id: 4, selector: "a"}, Deadline: t0.Add(time.Second)})
+			clk.SetTime(t0.Add(time.Second))
+			c.Advance()
+			if o := behind.Outcome(); o != OutcomeEvictedDeadline || QueuedAhead(behind.Err()) != 1 {
+				t.Errorf("waiting request for a: outcome %v err %v, want evicted at its deadline with 1 ahead", o, behind.Err())
+			}
+			if o := c.Cancel(waitA, OutcomeEvictedDeadline); o != OutcomeEvictedDeadline || QueuedAhead(waitA.Err()) != 0 {
+				t.Errorf("head of a: outcome %v err %v, want evicted with none ahead", o, waitA.Err())
+			}
+			checkAccounting(t, c.Stats())
+		})
 	}
 }

@@ -1,7 +1,8 @@
 // Package flowcontrol owns lease requests that wait for capacity: a request
 // that finds no eligible proxy is queued instead of answered 409, and is
 // granted the moment capacity appears, with strict priority between bands,
-// max-min fairness between flows of a band and FIFO within a flow.
+// max-min fairness between flows of a band and FIFO among the requests of a
+// flow that compete for the same capacity (a class, see below).
 //
 // # Shape
 //
@@ -18,9 +19,45 @@
 // path — is a turn that moves its flow behind every other; a flow keeps its
 // turn while it does not wait (it is remembered, see below), and a flow
 // never served goes before every served one, in the order flows joined.
-// Within a flow, first come first served. A flow whose head request matches
-// nothing free is skipped for that round, so it never blocks other flows
-// (its own later requests wait behind it: FIFO within a flow is kept).
+// Within a flow, first come first served among requests of one class; the
+// flow offers the oldest head among its classes. A class whose head matches
+// nothing free is parked for the round and the flow offers its next class; a
+// flow with every class parked is skipped for the round, so it never blocks
+// other flows.
+//
+// # Classes
+//
+// A flow is one crawler, and a crawler asks for proxies for many sites. A
+// proxy cooling down for site A is free for site B, so FIFO over a whole
+// flow would let one rate-limited site stall the crawler's every other site
+// for up to the cooldown window, with idle proxies in the fleet (head-of-line
+// blocking). A Dispatcher that implements Classifier keys each request by
+// what decides which capacity it can use (the lease store: namespace,
+// selector and target). Within a flow and band each class is its own FIFO
+// (an intrusive list); the flow keeps its classes in a small heap by head
+// sequence.
+//
+// Why sub-queues and not "skip an unservable head and try the next
+// request": two requests of one class compete for exactly the same capacity
+// (the Classifier's contract), so once a class head finds nothing free every
+// later request of that class would too. Parking the class tries each class
+// once per round, O(classes) offers instead of O(requests), and order within
+// a class — the order among requests competing for the same proxies — is
+// kept by construction.
+//
+// Fairness between flows is unchanged: the flow, not the class, holds the
+// turn and the held count, so a crawler of ten sites gets one flow's share,
+// spent on whichever of its classes can use what is free; the simulation's
+// figures are those of per-flow FIFO whenever classes do not matter, and
+// sim_test.go has a crawler of two sites, with per-flow FIFO as the negative
+// control. A flow has at most MaxQueuedPerFlow classes in a band; looking a
+// class up is a linear scan of them.
+//
+// A request refused (no deadline) because its class waits, or evicted at its
+// deadline behind others of its class, says so: RejectedError.QueuedAhead and
+// EvictedError.QueuedAhead count the requests of its class ahead of it
+// (QueuedAhead(err)), so the front doors can tell "your own earlier requests
+// for the same thing wait" from "the fleet is busy".
 //
 // Why remember turns: with one proxy every release finds the contending
 // flows holding nothing, and a flow whose only request was just granted is
@@ -35,7 +72,7 @@
 // Fast path. A request is offered to the dispatcher at once when that cannot
 // overtake anyone owed the capacity: nothing waits, or every waiting head was
 // already offered the current free capacity and could not use it (and its own
-// flow does not wait in its band). Besides the dispatcher's call it costs a
+// class does not wait in its flow and band). Besides the dispatcher's call it costs a
 // counter increment and one map write (the turn); nothing is allocated once
 // the turn memory has grown.
 //
@@ -104,7 +141,10 @@
 //  6. Lock order is controller → store: TryDispatch, Held and NextChange run
 //     under the controller's mutex and must not call the controller except
 //     through OnCapacity and HeldChanged (neither waits for the mutex).
-//  7. For scale (thousands of waiting flows), set
+//  7. Implement Classifier: key a request by namespace, selector and target,
+//     so that a request waiting for a target every proxy cools for does not
+//     hold back the flow's requests for other targets.
+//  8. For scale (thousands of waiting flows), set
 //     Options.HeldChangeNotifications and forward the store's lease events:
 //     store.Subscribe(func(ev lease.Event) { if ev.Reason == lease.Acquired
 //     || ev.Type == lease.Deleted { controller.HeldChanged(ev.Lease.Flow) } }).

@@ -48,8 +48,12 @@ type RejectedError struct {
 	Limit Limit
 	// Cause says why (ErrQueueFull, ErrShutdown, ErrDeadline, ErrInvalidRequest,
 	// a context error, or a dispatcher error).
-	Cause      error
-	retryAfter time.Duration
+	Cause error
+	// QueuedAhead is, for a request that could not wait (ErrDeadline) and
+	// was not offered to the dispatcher because requests of its class wait,
+	// how many of them wait ahead of it. Zero otherwise.
+	QueuedAhead int
+	retryAfter  time.Duration
 }
 
 func (e *RejectedError) Error() string {
@@ -74,6 +78,9 @@ type EvictedError struct {
 	// Cause says why (ErrDeadline, ErrCancelled, ErrShutdown, or a dispatcher
 	// error), possibly joined with the caller's context error.
 	Cause error
+	// QueuedAhead is, for a deadline eviction, how many requests of its
+	// class were still queued ahead of it. Zero otherwise.
+	QueuedAhead int
 }
 
 func (e *EvictedError) Error() string { return fmt.Sprintf("%s: %v", ErrEvicted, e.Cause) }
@@ -98,6 +105,21 @@ func IsDeadline(err error) bool { return errors.Is(err, ErrDeadline) }
 
 // IsCancelled reports whether err was caused by the caller going away.
 func IsCancelled(err error) bool { return errors.Is(err, ErrCancelled) }
+
+// QueuedAhead returns how many requests of the same flow and class waited
+// ahead of a request that ended without a grant for lack of time (see
+// RejectedError.QueuedAhead, EvictedError.QueuedAhead); 0 for other errors.
+func QueuedAhead(err error) int {
+	var r *RejectedError
+	if errors.As(err, &r) {
+		return r.QueuedAhead
+	}
+	var e *EvictedError
+	if errors.As(err, &e) {
+		return e.QueuedAhead
+	}
+	return 0
+}
 
 // RetryAfter returns the retry hint of a capacity rejection, and false for any
 // other error.

@@ -71,7 +71,19 @@ type fakeDispatcher struct {
 	onTry func(flow string, r fakeReq)
 }
 
-var _ Dispatcher[fakeReq, fakeGrant] = (*fakeDispatcher)(nil)
+var (
+	_ Dispatcher[fakeReq, fakeGrant] = (*fakeDispatcher)(nil)
+	_ Classifier[fakeReq]            = (*fakeDispatcher)(nil)
+)
+
+// Class: requests compete for the same proxies exactly when their
+// selectors are equal.
+func (f *fakeDispatcher) Class(r fakeReq) string { return r.selector }
+
+// classless hides the fake's Classifier: the core then keeps one FIFO per
+// flow, as before classes existed (a negative control of head-of-line
+// blocking within a flow).
+type classless struct{ Dispatcher[fakeReq, fakeGrant] }
 
 func newFake(kinds ...string) *fakeDispatcher {
 	f := &fakeDispatcher{

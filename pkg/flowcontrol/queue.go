@@ -1,6 +1,7 @@
 package flowcontrol
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -22,12 +23,17 @@ type Ticket[R, G any] struct {
 	grant G
 	// err is the dispatcher error of an OutcomeEvictedOther, written before the CAS.
 	err error
+	// ahead is how many requests of its class waited before it when it was
+	// evicted for its deadline; written before the CAS (Cancel: before it
+	// returns to the waiter).
+	ahead int
 
 	// Everything below is guarded by the core's mutex.
 	req        Request[R]
 	enqueuedAt time.Time
 	seq        uint64
 	flow       *flowQueue[R, G]
+	class      *classQueue[R, G]
 	prev, next *Ticket[R, G]
 	heapIdx    int // index in the deadline heap, -1 when absent
 	linked     bool
@@ -65,7 +71,7 @@ func (t *Ticket[R, G]) Err() error {
 	if o != OutcomeEvictedOther || cause == nil {
 		cause = evictionCause(o)
 	}
-	return &EvictedError{Outcome: o, Cause: cause}
+	return &EvictedError{Outcome: o, Cause: cause, QueuedAhead: t.ahead}
 }
 
 // Request returns the request the ticket was queued for.
@@ -75,12 +81,66 @@ func (t *Ticket[R, G]) cas(to Outcome) bool {
 	return t.state.CompareAndSwap(int32(OutcomePending), int32(to))
 }
 
-// flowQueue is the FIFO of one flow in one band (an intrusive list).
-type flowQueue[R, G any] struct {
-	name       string
-	band       *band[R, G]
+// classQueue is the FIFO of one class of one flow (an intrusive list):
+// the flow's requests that compete for the same capacity (see Classifier).
+type classQueue[R, G any] struct {
+	key        string
 	head, tail *Ticket[R, G]
 	n          int
+	// idx is the index in the flow's ready heap, -1 while parked.
+	idx int
+}
+
+func (q *classQueue[R, G]) push(t *Ticket[R, G]) {
+	t.class = q
+	t.prev = q.tail
+	t.next = nil
+	if q.tail != nil {
+		q.tail.next = t
+	} else {
+		q.head = t
+	}
+	q.tail = t
+	q.n++
+}
+
+// remove unlinks t and reports whether it was the head.
+func (q *classQueue[R, G]) remove(t *Ticket[R, G]) bool {
+	wasHead := q.head == t
+	if t.prev != nil {
+		t.prev.next = t.next
+	} else {
+		q.head = t.next
+	}
+	if t.next != nil {
+		t.next.prev = t.prev
+	} else {
+		q.tail = t.prev
+	}
+	t.prev, t.next = nil, nil
+	q.n--
+	return wasHead
+}
+
+// flowQueue holds the waiting requests of one flow in one band, in one
+// FIFO per class. The flow's head is the oldest head among its ready
+// classes; a class whose head found nothing free is parked for the rest of
+// the round, so the flow offers its next class instead (see the package
+// documentation, "Classes").
+type flowQueue[R, G any] struct {
+	name string
+	band *band[R, G]
+	// ready are the classes not parked, by head sequence; parked are the
+	// classes whose head found nothing free in the current round (empty
+	// between rounds).
+	ready  classHeap[R, G]
+	parked []*classQueue[R, G]
+	// own is the storage of the flow's first class and readyBuf the first
+	// backing of ready, so a flow of one class allocates nothing more.
+	own      classQueue[R, G]
+	ownInUse bool
+	readyBuf [1]*classQueue[R, G]
+	n        int
 	// held is Dispatcher.Held(name), refreshed at the start of a round and
 	// kept up to date by the round's own grants.
 	held int
@@ -88,8 +148,9 @@ type flowQueue[R, G any] struct {
 	// turn (or a never-served one) when it becomes active, the next value of
 	// the served counter each time it is served (see turns.go).
 	turn uint64
-	// fresh: the head has not been offered to the dispatcher since the last
-	// full round (it was exposed by a removal), so a targeted round must try it.
+	// fresh: a class head has not been offered to the dispatcher since the
+	// last full round (it was exposed by a removal), so a targeted round
+	// must try the flow.
 	fresh bool
 	// heapIdx is the index in the band's heap (-1: out of it, e.g. skipped
 	// for the current round); tmpIdx in a round's temporary heap.
@@ -97,35 +158,172 @@ type flowQueue[R, G any] struct {
 	activeIdx       int
 }
 
-func (f *flowQueue[R, G]) push(t *Ticket[R, G]) {
-	t.flow = f
-	t.prev = f.tail
-	t.next = nil
-	if f.tail != nil {
-		f.tail.next = t
-	} else {
-		f.head = t
+// head is the request the flow offers next: the oldest head among its
+// ready classes (nil when every class is parked).
+func (f *flowQueue[R, G]) head() *Ticket[R, G] {
+	if len(f.ready.items) == 0 {
+		return nil
 	}
-	f.tail = t
+	return f.ready.items[0].head
+}
+
+// oldest is the sequence of the flow's oldest request, parked or not (the
+// key of the FIFO negative-control policy, which parking must not change).
+func (f *flowQueue[R, G]) oldest() uint64 {
+	seq := ^uint64(0)
+	if t := f.head(); t != nil {
+		seq = t.seq
+	}
+	for _, q := range f.parked {
+		seq = min(seq, q.head.seq)
+	}
+	return seq
+}
+
+// class returns the ready class of key, nil if none waits. Linear: a flow
+// has at most MaxQueuedPerFlow classes, and nearly always one.
+func (f *flowQueue[R, G]) class(key string) *classQueue[R, G] {
+	for _, q := range f.ready.items {
+		if q.key == key {
+			return q
+		}
+	}
+	return nil
+}
+
+func (f *flowQueue[R, G]) push(t *Ticket[R, G], key string) {
+	t.flow = f
+	q := f.class(key)
+	if q == nil {
+		if !f.ownInUse {
+			f.ownInUse = true
+			q = &f.own
+			*q = classQueue[R, G]{key: key}
+		} else {
+			q = &classQueue[R, G]{key: key}
+		}
+		q.push(t)
+		if f.ready.items == nil {
+			f.ready.items = f.readyBuf[:0]
+		}
+		f.ready.push(q)
+	} else {
+		q.push(t)
+	}
 	f.n++
 }
 
-// remove unlinks t and reports whether it was the head.
+// remove unlinks t and reports whether it exposed a new head of its class
+// (one that was never offered the current capacity).
 func (f *flowQueue[R, G]) remove(t *Ticket[R, G]) bool {
-	wasHead := f.head == t
-	if t.prev != nil {
-		t.prev.next = t.next
-	} else {
-		f.head = t.next
-	}
-	if t.next != nil {
-		t.next.prev = t.prev
-	} else {
-		f.tail = t.prev
-	}
-	t.prev, t.next = nil, nil
+	q := t.class
+	wasHead := q.remove(t)
+	t.class = nil
 	f.n--
+	switch {
+	case q.n == 0:
+		if q.idx >= 0 {
+			f.ready.remove(q)
+		} else {
+			f.unparkOne(q)
+		}
+		if q == &f.own {
+			f.ownInUse = false
+		}
+		return false
+	case wasHead && q.idx >= 0:
+		f.ready.fix(q)
+	}
 	return wasHead
+}
+
+// park sets q aside for the rest of the round: its head found nothing free.
+func (f *flowQueue[R, G]) park(q *classQueue[R, G]) {
+	f.ready.remove(q)
+	f.parked = append(f.parked, q)
+}
+
+// unparkOne drops an emptied parked class.
+func (f *flowQueue[R, G]) unparkOne(q *classQueue[R, G]) {
+	if i := slices.Index(f.parked, q); i >= 0 {
+		f.parked = slices.Delete(f.parked, i, i+1)
+	}
+}
+
+// unpark returns the parked classes to the ready heap (at the end of a round).
+func (f *flowQueue[R, G]) unpark() {
+	for _, q := range f.parked {
+		f.ready.push(q)
+	}
+	clear(f.parked)
+	f.parked = f.parked[:0]
+}
+
+// classHeap is an indexed min-heap of a flow's classes by head sequence.
+type classHeap[R, G any] struct{ items []*classQueue[R, G] }
+
+func (h *classHeap[R, G]) less(i, j int) bool { return h.items[i].head.seq < h.items[j].head.seq }
+
+func (h *classHeap[R, G]) swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.items[i].idx = i
+	h.items[j].idx = j
+}
+
+func (h *classHeap[R, G]) push(q *classQueue[R, G]) {
+	q.idx = len(h.items)
+	h.items = append(h.items, q)
+	h.up(q.idx)
+}
+
+func (h *classHeap[R, G]) remove(q *classQueue[R, G]) {
+	i := q.idx
+	last := len(h.items) - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	h.items[last] = nil
+	h.items = h.items[:last]
+	q.idx = -1
+	if i != last {
+		h.fixAt(i)
+	}
+}
+
+func (h *classHeap[R, G]) fix(q *classQueue[R, G]) { h.fixAt(q.idx) }
+
+func (h *classHeap[R, G]) fixAt(i int) {
+	start := i
+	n := len(h.items)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			break
+		}
+		h.swap(i, m)
+		i = m
+	}
+	if i == start {
+		h.up(i)
+	}
+}
+
+func (h *classHeap[R, G]) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
 }
 
 // band holds the flows of one priority: by name for lookup, in a slice for

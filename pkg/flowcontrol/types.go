@@ -42,6 +42,20 @@ type Dispatcher[R, G any] interface {
 	NextChange() time.Time
 }
 
+// Classifier is implemented by a Dispatcher whose requests differ in the
+// capacity they can use (the lease store: a target some proxies cool for, a
+// selector). The controller keeps one FIFO per class within a flow: a class
+// whose head finds nothing free does not hold back the flow's other classes.
+// Without it every request of a flow is of one class (FIFO within a flow).
+type Classifier[R any] interface {
+	// Class returns the key of payload's class: two requests of a flow
+	// compete for the same capacity exactly when their keys are equal, so
+	// whenever one of them finds nothing free, so would the other. Called
+	// under the controller's mutex: pure and cheap, and the controller
+	// calls it only for requests whose flow already waits or that queue.
+	Class(payload R) string
+}
+
 // Verdict is the answer of Dispatcher.TryDispatch.
 type Verdict uint8
 

@@ -23,21 +23,31 @@ func (exhaustedError) Is(target error) bool { return target == ErrNoMatch }
 // IsExhausted reports whether err is (or wraps) ErrExhausted.
 func IsExhausted(err error) bool { return errors.Is(err, ErrExhausted) }
 
-// NoMatchError explains why Acquire found no proxy. The counts are additive:
-// Considered = AtCapacity + InCooldown + Unhealthy + eligible-but-outranked
-// (the last is zero in practice: an eligible proxy would have been granted).
-// Each matching proxy is counted once, in the first class that applies in the
-// order Unhealthy, AtCapacity, InCooldown.
+// NoMatchError explains why Acquire found no proxy. The counts add up:
+// Considered = AtCapacity + InCooldown + Unhealthy + Free. Each matching
+// proxy is counted once, in the first class that applies in the order
+// Unhealthy, InCooldown, AtCapacity, Free: AtCapacity are the proxies a wait
+// can bring (leased, not cooling for the target), InCooldown those no wait
+// shorter than their cooldown can.
 type NoMatchError struct {
 	Considered int
 	AtCapacity int
 	InCooldown int
 	Unhealthy  int
+	// Free are matching proxies that could take the lease now: always zero
+	// from Acquire (it would have granted one); from Diagnose, nonzero when
+	// the request was not offered them (earlier requests of its flow for
+	// the same proxies wait ahead of it) or capacity appeared since.
+	Free int
 }
 
 func (e *NoMatchError) Error() string {
-	return fmt.Sprintf("no proxy matches: considered %d, at capacity %d, in cooldown %d, unhealthy %d",
+	msg := fmt.Sprintf("no proxy matches: considered %d, at capacity %d, in cooldown %d, unhealthy %d",
 		e.Considered, e.AtCapacity, e.InCooldown, e.Unhealthy)
+	if e.Free > 0 {
+		msg += fmt.Sprintf(", free %d", e.Free)
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrNoMatch) true for a *NoMatchError.

@@ -207,13 +207,18 @@ func (s *Store) explainLocked(req *AcquireRequest, now time.Time) *NoMatchError 
 			continue
 		}
 		c.Considered++
+		// Cooling before capacity: a proxy cooling for the target is of no
+		// use to this request even once it frees, so only proxies a wait can
+		// bring count as at capacity.
 		switch {
 		case !e.info.Healthy:
 			c.Unhealthy++
-		case e.leases >= s.opts.MaxLeasesPerProxy, e.info.Draining:
-			c.AtCapacity++
 		case e.globalCooling || (req.Target != "" && e.coolingFor(req.Target, now)):
 			c.InCooldown++
+		case e.leases >= s.opts.MaxLeasesPerProxy, e.info.Draining:
+			c.AtCapacity++
+		default:
+			c.Free++
 		}
 	}
 	return &c

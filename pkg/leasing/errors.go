@@ -57,6 +57,10 @@ type Error struct {
 	Reason Reason
 	// Counts explain a ReasonNoMatch (additive, see lease.NoMatchError).
 	Counts lease.NoMatchError
+	// QueuedAhead, for a ReasonNoMatch, counts the requests of the same
+	// flow for the same namespace, selector and target that waited ahead
+	// of this one: it was not offered the proxies Counts.Free shows.
+	QueuedAhead int
 	// RetryAfter is when a ReasonQueueFull request may be retried.
 	RetryAfter time.Duration
 	// Fields are the invalid fields of a ReasonInvalid.
@@ -78,6 +82,9 @@ func (e *Error) Error() string {
 	case ReasonInvalid:
 		return "invalid lease request: " + e.Fields.ToAggregate().Error()
 	case ReasonNoMatch:
+		if e.QueuedAhead > 0 {
+			return fmt.Sprintf("%s; %d earlier requests of this flow for the same target and selector wait ahead", e.Counts.Error(), e.QueuedAhead)
+		}
 		return e.Counts.Error()
 	}
 	if e.err != nil {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -42,7 +45,39 @@ var _ LeaseStore = (*lease.Store)(nil)
 // leaseDispatcher is the flowcontrol.Dispatcher over the store.
 type leaseDispatcher struct{ store LeaseStore }
 
-var _ flowcontrol.Dispatcher[lease.AcquireRequest, *lease.Lease] = leaseDispatcher{}
+var (
+	_ flowcontrol.Dispatcher[lease.AcquireRequest, *lease.Lease] = leaseDispatcher{}
+	_ flowcontrol.Classifier[lease.AcquireRequest]               = leaseDispatcher{}
+)
+
+// Class keys a request by what decides which proxies can take it: its
+// namespace, selector and target. A request waiting for a target every
+// proxy cools for then does not hold back its flow's requests for other
+// targets, while requests for the same target keep their order.
+func (leaseDispatcher) Class(req lease.AcquireRequest) string { return classKey(req) }
+
+// classKey encodes namespace, target and the sorted selector pairs, each
+// length-prefixed so that no two requests share a key by accident.
+func classKey(req lease.AcquireRequest) string {
+	keys := make([]string, 0, len(req.Selector))
+	for k := range req.Selector {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	part := func(s string) {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	part(req.Namespace)
+	part(req.Target)
+	for _, k := range keys {
+		part(k)
+		part(req.Selector[k])
+	}
+	return b.String()
+}
 
 // TryDispatch acquires with Flow set to the queue's flow, so the lease
 // counts towards HeldBy(flow) from this moment.
@@ -103,8 +138,9 @@ var ErrShuttingDown = errors.New("the lease wait queue is shutting down")
 
 // Wait grants req now or when capacity appears before deadline. Errors, as
 // Queue requires:
-//   - the deadline passed: a *lease.NoMatchError (wrapped) with the counts
-//     of that moment;
+//   - the deadline passed: a ReasonNoMatch *Error with the counts of that
+//     moment and how many requests of its flow for the same proxies waited
+//     ahead of it;
 //   - a queue limit: the *flowcontrol.RejectedError, whose RetryAfter method
 //     the APIs answer with 429 and Retry-After;
 //   - ctx ended: ctx.Err(), wrapped (flowcontrol gives back a lease granted
@@ -137,7 +173,9 @@ func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority in
 	case flowcontrol.IsShutdown(err):
 		return nil, ErrShuttingDown
 	case flowcontrol.IsDeadline(err):
-		return nil, fmt.Errorf("no proxy became free before the wait ended: %w", w.store.Diagnose(req))
+		nm := w.store.Diagnose(req)
+		return nil, &Error{Reason: ReasonNoMatch, Counts: *nm, QueuedAhead: flowcontrol.QueuedAhead(err),
+			err: fmt.Errorf("no proxy became free before the wait ended: %w", nm)}
 	}
 	// Other: the store's own error (or an invalid request), without the
 	// flowcontrol error around it.

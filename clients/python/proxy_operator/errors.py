@@ -66,7 +66,9 @@ class NoMatch(APIError):
     """409 ``no_match``: no proxy can take the lease now.
 
     The counts say why; they add up: ``considered = at_capacity + in_cooldown +
-    unhealthy`` (+ proxies outranked, 0 in a 409).
+    unhealthy + free``. ``queued_ahead`` counts this flow's earlier requests for
+    the same target and selector that wait ahead of this one: when it is over
+    0 the request was refused because of them, not because the fleet is busy.
     """
 
     def _count(self, key: str) -> int:
@@ -87,6 +89,14 @@ class NoMatch(APIError):
     @property
     def unhealthy(self) -> int:
         return self._count("unhealthy")
+
+    @property
+    def free(self) -> int:
+        return self._count("free")
+
+    @property
+    def queued_ahead(self) -> int:
+        return self._count("queuedAhead")
 
 
 class LeaseEnded(APIError):

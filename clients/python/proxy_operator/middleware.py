@@ -13,10 +13,20 @@ leases and sets ``request.meta["proxy"]``. A busy fleet makes the request wait
 (``PROXY_OPERATOR_WAIT`` seconds per try, the API's fair queue), never fail at
 once. Leases are renewed before they expire, released when their domain has
 been idle for ``PROXY_OPERATOR_IDLE_RELEASE`` seconds (so a spider crawling more
-domains than there are proxies shares them), and all released when the spider
-closes. A ``429`` is reported ``rate_limited`` and a response the ban policy
+domains than there are proxies shares them), and all released before the spider
+closes, including one granted to a wait still under way when the close began.
+A ``429`` is reported ``rate_limited`` and a response the ban policy
 matches ``banned``; that lease is dropped and the request retried on another
 proxy (the proxy is cooling down for that site, so it is not handed back).
+
+Waits are bounded per site. Before waiting, a lease is asked for without a
+wait, and a wait is sent in pieces of at most ``PROXY_OPERATOR_SITE_RECHECK``
+seconds. When a refusal says that no proxy is free or leased-but-usable and at
+least one cools down for the site (``no_match`` with ``free`` and
+``atCapacity`` 0, ``inCooldown`` over 0), no wait can help until a cooldown
+ends: the site backs off for ``PROXY_OPERATOR_COOLING_BACKOFF`` seconds, during
+which its requests are dropped at once (``IgnoreRequest``, counted
+``site_cooling``) instead of holding Scrapy's concurrency from other sites.
 
 Settings (all optional but the URL):
 
@@ -33,12 +43,15 @@ Settings (all optional but the URL):
 ``PROXY_OPERATOR_BAN_CODES``           statuses reported ``banned`` (default ``[403]``)
 ``PROXY_OPERATOR_BAN_PREDICATE``       ``callable(response, request) -> bool`` or its dotted path
 ``PROXY_OPERATOR_MAX_RETRIES``         retries of one request on other proxies (default 5)
+``PROXY_OPERATOR_COOLING_BACKOFF``     seconds a site every proxy cools for is given up (default 30)
+``PROXY_OPERATOR_SITE_RECHECK``        longest single wait before the site is checked again (default 10)
 ``PROXY_OPERATOR_FLOW``, ``_PRIORITY`` fairness flow and priority band of the waits
 =====================================  ==========================================
 
 Scrapy stats: ``proxy_operator/leases_acquired``, ``leases_released``,
 ``leases_renewed``, ``reports/rate_limited``, ``reports/banned``, ``retries``,
-``no_match`` (waits that ran out), ``gave_up``, ``errors`` and
+``no_match`` (wait pieces that ran out), ``gave_up``, ``site_cooling`` (requests
+dropped while their site backs off), ``errors`` and
 ``lease_wait_seconds_max`` (the longest a lease took to come).
 """
 
@@ -80,6 +93,19 @@ class _Domain:
     inflight: int = 0
     idle_call: Any = None
     next: int = 0
+    # cooling_until: monotonic time before which the site's requests are
+    # dropped (every proxy was cooling down for it).
+    cooling_until: float = 0.0
+
+
+#: What an acquire returns when every proxy cools down for its site.
+_COOLING = object()
+
+
+def site_cooling(err: NoMatch) -> bool:
+    """Whether a ``no_match`` says that no wait can help the site until a cooldown ends:
+    nothing free, nothing leased that could be handed over, and proxies cooling for it."""
+    return err.free == 0 and err.at_capacity == 0 and err.in_cooldown > 0
 
 
 class ProxyOperatorMiddleware:
@@ -100,6 +126,8 @@ class ProxyOperatorMiddleware:
         pred = s.get("PROXY_OPERATOR_BAN_PREDICATE")
         self.ban_predicate: Optional[Callable[[Any, Any], bool]] = load_object(pred) if isinstance(pred, str) else pred
         self.max_retries = s.getint("PROXY_OPERATOR_MAX_RETRIES", 5)
+        self.cooling_backoff = s.getfloat("PROXY_OPERATOR_COOLING_BACKOFF", 30.0)
+        self.recheck = max(1, s.getint("PROXY_OPERATOR_SITE_RECHECK", 10))
         self.flow = s.get("PROXY_OPERATOR_FLOW", "") or ""
         self.priority = s.getint("PROXY_OPERATOR_PRIORITY", 0)
         self.domains: Dict[str, _Domain] = {}
@@ -133,24 +161,32 @@ class ProxyOperatorMiddleware:
         self._renewer.start(max(1.0, self.ttl / 6), now=False)
 
     def spider_closed(self, spider: Any) -> defer.Deferred:
-        """Releases every lease; the spider closes once they are released."""
+        """Releases every lease; the spider closes once they are released.
+
+        Acquires still under way are waited for: a lease they bring is
+        released too (``_acquire`` sees ``_closing``). Only then do the
+        thread pools stop, so no release is left queued on a stopped pool."""
         self._closing = True
         if self._renewer is not None and self._renewer.running:
             self._renewer.stop()
         for d in self.domains.values():
             if d.idle_call is not None and d.idle_call.active():
                 d.idle_call.cancel()
-        releases = [self._release(lease) for d in self.domains.values() for lease in d.leases]
         for d in self.domains.values():
-            d.leases = []
-        done = defer.DeferredList(releases + list(self._pending), consumeErrors=True)
+            leases, d.leases = d.leases, []
+            for lease in leases:
+                self._track(self._release(lease))
 
-        def stop(_: Any) -> None:
+        def drain(_: Any = None) -> Any:
+            # A pending acquire that ends in a grant adds its release to
+            # _pending before it leaves: look again until nothing is left.
+            if self._pending:
+                return defer.DeferredList(list(self._pending), consumeErrors=True).addBoth(drain)
             self._wait_pool.stop()
             self._pool.stop()
+            return None
 
-        done.addBoth(stop)
-        return done
+        return defer.maybeDeferred(drain)
 
     # --- downloader middleware ---
 
@@ -223,6 +259,10 @@ class ProxyOperatorMiddleware:
         while True:
             if self._closing:
                 raise IgnoreRequest("spider closing")
+            left = d.cooling_until - time.monotonic()
+            if left > 0:
+                self.stats.inc_value(STATS + "site_cooling")
+                raise IgnoreRequest(f"every proxy is cooling down for {domain}: its requests are dropped for another {left:.0f}s")
             if d.leases:
                 if len(d.leases) < self.per_domain and d.acquiring is None:
                     # Grow towards LEASES_PER_DOMAIN without holding this request up.
@@ -233,7 +273,7 @@ class ProxyOperatorMiddleware:
             if d.acquiring is None:
                 d.acquiring, d.acquiring_waits = self._acquire(domain, d, wait=self.wait), True
             waited = d.acquiring_waits
-            if await _shared(d.acquiring) is None and waited:
+            if await _shared(d.acquiring) is None and waited and d.cooling_until <= time.monotonic():
                 self.stats.inc_value(STATS + "gave_up")
                 raise IgnoreRequest(f"no proxy for {domain} after {self.attempts} waits of {self.wait}s")
             # Got one (now in d.leases), or a growth try without a wait found
@@ -249,24 +289,42 @@ class ProxyOperatorMiddleware:
             finally:
                 self.stats.max_value(STATS + "lease_wait_seconds_max", round(time.monotonic() - began, 3))
 
-        def attempt() -> Optional[Lease]:
-            for _ in range(attempts):
+        def attempt() -> Any:
+            # A try without a wait first: its refusal says whether waiting
+            # can help (the fleet is busy) or not (the site cools everywhere).
+            # Then waits of at most `recheck` seconds, `attempts` × `wait` in
+            # all, each refusal checked again: proxies may start cooling for
+            # the site while it waits.
+            budget = wait * attempts
+            w = 0
+            while True:
                 if self._closing:
                     return None
                 try:
-                    return self.client.lease(self.selector, target=domain, ttl_seconds=self.ttl, wait_seconds=wait,
+                    return self.client.lease(self.selector, target=domain, ttl_seconds=self.ttl, wait_seconds=w,
                                              priority=self.priority, flow=self.flow)
-                except NoMatch:
-                    self.stats.inc_value(STATS + "no_match")
-            return None
+                except NoMatch as e:
+                    if site_cooling(e):
+                        return _COOLING
+                    if w > 0:
+                        self.stats.inc_value(STATS + "no_match")
+                budget -= w
+                if budget <= 0:
+                    return None
+                w = min(wait, self.recheck, budget)
 
         result = deferToThreadPool(reactor, self._wait_pool, one)
 
         def done(lease: Any) -> Any:
             d.acquiring = None
+            if lease is _COOLING:
+                if self.cooling_backoff > 0:
+                    d.cooling_until = time.monotonic() + self.cooling_backoff
+                logger.warning("every proxy is cooling down for %s: backing off the site for %ss", domain, self.cooling_backoff)
+                return None
             if isinstance(lease, Lease):
                 if self._closing:
-                    self._release(lease)
+                    self._track(self._release(lease))
                     return None
                 d.leases.append(lease)
                 self.stats.inc_value(STATS + "leases_acquired")
@@ -281,6 +339,7 @@ class ProxyOperatorMiddleware:
             return None
 
         result.addCallbacks(done, failed)
+        self._track(result)
         return result
 
     def _drop(self, d: _Domain, lease_id: str) -> Optional[Lease]:

@@ -160,6 +160,17 @@ class ClientTest(unittest.TestCase):
             self.client.lease()
         e = ctx.exception
         self.assertEqual((3, 1, 1, 1), (e.considered, e.at_capacity, e.in_cooldown, e.unhealthy))
+        self.assertEqual((0, 0), (e.free, e.queued_ahead))
+
+    def test_no_match_says_what_waits_ahead(self):
+        self.api.answer("POST", "/v1/leases", 409, {"error": "no_match", "message": "2 earlier requests wait",
+                                                    "considered": 5, "atCapacity": 0, "inCooldown": 0, "unhealthy": 0,
+                                                    "free": 5, "queuedAhead": 2})
+        with self.assertRaises(po.NoMatch) as ctx:
+            self.client.lease(target="a.test")
+        e = ctx.exception
+        self.assertEqual((5, 2), (e.free, e.queued_ahead))
+        self.assertEqual(e.considered, e.at_capacity + e.in_cooldown + e.unhealthy + e.free)
 
     def test_ttl_too_long_carries_the_maximum(self):
         self.api.answer("POST", "/v1/leases", 400, {"error": "ttl_too_long", "message": "too long", "maxTtlSeconds": 3600})

@@ -81,9 +81,11 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 }
 
 // NoMatch carries the counts of a no_match answer:
-// Considered = AtCapacity + InCooldown + Unhealthy + eligible-but-outranked.
+// Considered = AtCapacity + InCooldown + Unhealthy + Free. QueuedAhead
+// counts this flow's earlier requests for the same target and selector
+// that wait ahead (they, not the fleet, kept the request from Free proxies).
 type NoMatch struct {
-	Considered, AtCapacity, InCooldown, Unhealthy int
+	Considered, AtCapacity, InCooldown, Unhealthy, Free, QueuedAhead int
 }
 
 // APIError is any non-success answer.
@@ -289,7 +291,8 @@ func apiError(resp *http.Response, data []byte) *APIError {
 	e.Code, e.Message, e.Leader = body.Error, body.Message, body.Leader
 	if body.Error == wire.CodeNoMatch {
 		e.NoMatch = &NoMatch{Considered: deref(body.Considered), AtCapacity: deref(body.AtCapacity),
-			InCooldown: deref(body.InCooldown), Unhealthy: deref(body.Unhealthy)}
+			InCooldown: deref(body.InCooldown), Unhealthy: deref(body.Unhealthy),
+			Free: deref(body.Free), QueuedAhead: deref(body.QueuedAhead)}
 	}
 	if body.MaxTTLSeconds != nil {
 		e.MaxTTLSeconds = *body.MaxTTLSeconds

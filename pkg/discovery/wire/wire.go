@@ -53,7 +53,9 @@ const (
 )
 
 // Error is every error body. The count fields are set only for no_match
-// (considered = atCapacity + inCooldown + unhealthy + eligible-but-outranked),
+// (considered = atCapacity + inCooldown + unhealthy + free; queuedAhead
+// counts the caller's own earlier requests for the same target and
+// selector that wait ahead and kept it from the free ones),
 // maxTtlSeconds only for ttl_too_long, leader only for not_leader.
 type Error struct {
 	Error         string `json:"error"`
@@ -62,6 +64,8 @@ type Error struct {
 	AtCapacity    *int   `json:"atCapacity,omitempty"`
 	InCooldown    *int   `json:"inCooldown,omitempty"`
 	Unhealthy     *int   `json:"unhealthy,omitempty"`
+	Free          *int   `json:"free,omitempty"`
+	QueuedAhead   *int   `json:"queuedAhead,omitempty"`
 	MaxTTLSeconds *int64 `json:"maxTtlSeconds,omitempty"`
 	Leader        string `json:"leader,omitempty"`
 }

@@ -63,6 +63,23 @@ func rateLimitAfter(limit int) answer {
 	}
 }
 
+// rateLimitEvery answers 429 to every n-th request the site gets, whatever
+// the proxy.
+func rateLimitEvery(n int) answer {
+	var mu sync.Mutex
+	count := 0
+	return func(string, int) (int, string) {
+		mu.Lock()
+		count++
+		limited := count%n == 0
+		mu.Unlock()
+		if limited {
+			return http.StatusTooManyRequests, "slow down"
+		}
+		return http.StatusOK, "ok"
+	}
+}
+
 // banFirstProxy answers ban to every request through the first proxy it sees.
 func banFirstProxy(ban answer) answer {
 	var mu sync.Mutex
@@ -313,6 +330,42 @@ func TestScrapy(t *testing.T) {
 		}
 		if n := activeLeases(t, env); n != 0 {
 			t.Errorf("%d leases live after the spider closed, want 0", n)
+		}
+	})
+
+	t.Run("a site every proxy cools for does not stall the crawl of another", func(t *testing.T) {
+		const pages = 40
+		limited := newSite(t, "127.0.10.6", 0, rateLimitEvery(4))
+		steady := newSite(t, "127.0.10.7", 0, ok200)
+		var urls []string
+		for i := range pages {
+			urls = append(urls, fmt.Sprintf("%s/a/%d", limited.url, i), fmt.Sprintf("%s/b/%d", steady.url, i))
+		}
+		began := time.Now()
+		res := crawl(t, env, urls, map[string]any{"PROXY_OPERATOR_WAIT": 60, "PROXY_OPERATOR_TTL": 60})
+		took := time.Since(began)
+		ok := map[string]int{}
+		for _, s := range res.Seen {
+			if s.Status == http.StatusOK {
+				ok[s.URL[:len(limited.url)]]++
+			}
+		}
+		t.Logf("crawl took %s: %d of %d pages of the steady site, %d of the rate-limiting one (%v dropped while it cooled on every proxy)",
+			took.Round(100*time.Millisecond), ok[steady.url], pages, ok[limited.url], res.stat("site_cooling"))
+		if ok[steady.url] != pages {
+			t.Errorf("%d pages of the steady site answered 200, want all %d", ok[steady.url], pages)
+		}
+		// Before per-class queues the same crawl took minutes: the flow's
+		// waiting request for the cooling site held back the other site's.
+		// A wait of PROXY_OPERATOR_WAIT (60 s) anywhere would show here.
+		if took > 50*time.Second {
+			t.Errorf("the crawl took %s, want well under the 60 s lease wait", took)
+		}
+		if n := activeLeases(t, env); n != 0 {
+			t.Errorf("%d leases live after the spider closed, want 0", n)
+		}
+		if acq, rel := res.stat("leases_acquired"), res.stat("leases_released"); acq != rel {
+			t.Errorf("leases acquired %v, released %v: want all released", acq, rel)
 		}
 	})
 
