@@ -1,6 +1,7 @@
 package flowcontrol
 
 import (
+	"container/heap"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -260,71 +261,40 @@ func (f *flowQueue[R, G]) unpark() {
 }
 
 // classHeap is an indexed min-heap of a flow's classes by head sequence.
+// A flow has one class nearly always, so container/heap's interface calls
+// cost nothing that matters here.
 type classHeap[R, G any] struct{ items []*classQueue[R, G] }
 
-func (h *classHeap[R, G]) less(i, j int) bool { return h.items[i].head.seq < h.items[j].head.seq }
+var _ heap.Interface = (*classHeap[int, int])(nil)
 
-func (h *classHeap[R, G]) swap(i, j int) {
+func (h *classHeap[R, G]) Len() int           { return len(h.items) }
+func (h *classHeap[R, G]) Less(i, j int) bool { return h.items[i].head.seq < h.items[j].head.seq }
+
+func (h *classHeap[R, G]) Swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
 	h.items[i].idx = i
 	h.items[j].idx = j
 }
 
-func (h *classHeap[R, G]) push(q *classQueue[R, G]) {
+// Push and Pop are container/heap's; use push, remove and fix.
+func (h *classHeap[R, G]) Push(x any) {
+	q := x.(*classQueue[R, G])
 	q.idx = len(h.items)
 	h.items = append(h.items, q)
-	h.up(q.idx)
 }
 
-func (h *classHeap[R, G]) remove(q *classQueue[R, G]) {
-	i := q.idx
+func (h *classHeap[R, G]) Pop() any {
 	last := len(h.items) - 1
-	if i != last {
-		h.swap(i, last)
-	}
+	q := h.items[last]
 	h.items[last] = nil
 	h.items = h.items[:last]
 	q.idx = -1
-	if i != last {
-		h.fixAt(i)
-	}
+	return q
 }
 
-func (h *classHeap[R, G]) fix(q *classQueue[R, G]) { h.fixAt(q.idx) }
-
-func (h *classHeap[R, G]) fixAt(i int) {
-	start := i
-	n := len(h.items)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && h.less(r, l) {
-			m = r
-		}
-		if !h.less(m, i) {
-			break
-		}
-		h.swap(i, m)
-		i = m
-	}
-	if i == start {
-		h.up(i)
-	}
-}
-
-func (h *classHeap[R, G]) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			return
-		}
-		h.swap(i, p)
-		i = p
-	}
-}
+func (h *classHeap[R, G]) push(q *classQueue[R, G])   { heap.Push(h, q) }
+func (h *classHeap[R, G]) remove(q *classQueue[R, G]) { heap.Remove(h, q.idx) }
+func (h *classHeap[R, G]) fix(q *classQueue[R, G])    { heap.Fix(h, q.idx) }
 
 // band holds the flows of one priority: by name for lookup, in a slice for
 // refreshing them all (iterating a slice is several times cheaper than a
