@@ -26,8 +26,9 @@ func IsExhausted(err error) bool { return errors.Is(err, ErrExhausted) }
 // NoMatchError explains why Acquire found no proxy. The counts add up:
 // Considered = AtCapacity + InCooldown + Unhealthy + Free. Each matching
 // proxy is counted once, in the first class that applies in the order
-// Unhealthy, InCooldown, AtCapacity, Free: AtCapacity are the proxies a wait
-// can bring (leased, not cooling for the target), InCooldown those no wait
+// Unhealthy, InCooldown, AtCapacity, Free: AtCapacity are the proxies a
+// release can bring (leased to capacity, not cooling for the target; and
+// draining ones, which nothing brings back), InCooldown those no wait
 // shorter than their cooldown can.
 type NoMatchError struct {
 	Considered int
