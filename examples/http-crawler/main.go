@@ -117,8 +117,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	switch {
 	case client.IsNoMatch(err) && errors.As(err, &apiErr):
 		n := apiErr.NoMatch
-		return fmt.Errorf("no proxy free: considered %d, at capacity %d, in cooldown %d, unhealthy %d",
-			n.Considered, n.AtCapacity, n.InCooldown, n.Unhealthy)
+		return fmt.Errorf("no proxy free: considered %d, at capacity %d, in cooldown %d, unhealthy %d, free %d, queued ahead %d",
+			n.Considered, n.AtCapacity, n.InCooldown, n.Unhealthy, n.Free, n.QueuedAhead)
 	case err != nil:
 		return fmt.Errorf("leasing a proxy: %w", err)
 	}

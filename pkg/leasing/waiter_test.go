@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/proxy-operator/proxy-operator/pkg/flowcontrol"
@@ -352,5 +353,43 @@ func TestHeldChangesReachTheQueue(t *testing.T) {
 				t.Fatal("no waiter was granted the released proxy")
 			}
 		})
+	}
+}
+
+// The store's class is namespace, selector and target: a flow waiting for a
+// target its only proxy cools for gets its request for another target at
+// once, and its next request for the cooling target is refused as a
+// ReasonNoMatch that counts the proxy free for it and the request ahead.
+func TestWaitingTargetDoesNotBlockItsFlowsOtherTargets(t *testing.T) {
+	e := newWaiterEnv(t, flowcontrol.Options{})
+	cool := e.hold(t)
+	if err := e.store.Report(cool.ID, lease.ResultRateLimited, "a.test"); err != nil {
+		t.Fatal(err)
+	}
+	e.store.Release(cool.ID)
+	now := e.clk.Now()
+	req := func(target string) lease.AcquireRequest {
+		return lease.AcquireRequest{Namespace: "ns", Holder: "http:f", Flow: "http:f", Target: target}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := e.waitAsync(ctx, req("a.test"), now.Add(time.Minute))
+	e.waitQueued(t, 1)
+
+	l, err := e.w.Wait(context.Background(), req("b.test"), 0, now)
+	if err != nil {
+		t.Fatalf("the flow's request for b.test behind its waiting a.test: %v", err)
+	}
+	e.store.Release(l.ID)
+
+	_, err = e.w.Wait(context.Background(), req("a.test"), 0, now)
+	want := &Error{Reason: ReasonNoMatch, Counts: lease.NoMatchError{Considered: 1, InCooldown: 1}, QueuedAhead: 1}
+	got := AsError(classify(context.Background(), "", err))
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Error{})); diff != "" {
+		t.Errorf("second request for a.test (-want +got):\n%s", diff)
+	}
+	cancel()
+	if r := receive(t, ch); !IsCancelled(classify(ctx, "", r.err)) {
+		t.Errorf("the cancelled waiter: %v", r.err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -273,5 +274,28 @@ func TestClientVerifiesTheServer(t *testing.T) {
 	}
 	if _, err := client.LoadCAFile(empty); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("LoadCAFile of a non-PEM file: %v", err)
+	}
+}
+
+// A refusal behind the caller's own waiting requests carries free and
+// queuedAhead, so a crawler can tell it from a busy fleet.
+func TestNoMatchCarriesFreeAndQueuedAhead(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		fmt.Fprint(w, `{"error":"no_match","message":"1 earlier requests wait","considered":3,"atCapacity":1,"inCooldown":0,"unhealthy":0,"free":2,"queuedAhead":1}`)
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Acquire(t.Context(), wire.AcquireRequest{Target: "a.test"})
+	var apiErr *client.APIError
+	if !client.IsNoMatch(err) || !errors.As(err, &apiErr) {
+		t.Fatalf("acquire: %v, want no_match", err)
+	}
+	if diff := cmp.Diff(&client.NoMatch{Considered: 3, AtCapacity: 1, Free: 2, QueuedAhead: 1}, apiErr.NoMatch); diff != "" {
+		t.Errorf("no-match counts (-want +got):\n%s", diff)
 	}
 }
