@@ -72,8 +72,13 @@ func TestProcessesUsingFindsChildrenNamingTheDir(t *testing.T) {
 		}
 		return false
 	}
-	if !found(other, dir) {
-		t.Errorf("ProcessesUsing(%s) misses pid %d whose arguments name it", dir, pid)
+	// exec returns to the parent (vfork) before the kernel has set the
+	// child's argument area, so /proc/<pid>/cmdline can read empty for an
+	// instant on a loaded machine: wait for it, briefly.
+	for deadline := time.Now().Add(5 * time.Second); !found(other, dir); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("ProcessesUsing(%s) misses pid %d whose arguments name it", dir, pid)
+		}
 	}
 	if found(other) {
 		t.Errorf("ProcessesUsing(%s) reports pid %d, which names another directory", other, pid)
