@@ -177,7 +177,7 @@ func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
 		nm, ahead := e.Counts, e.QueuedAhead
 		msg := "no proxy can take this lease now"
 		if ahead > 0 {
-			msg = fmt.Sprintf("%d earlier requests of this flow for the same target and selector wait for a proxy ahead of this one", ahead)
+			msg = e.QueuedAheadMessage()
 		}
 		writeJSON(w, http.StatusConflict, wire.Error{
 			Error:       wire.CodeNoMatch,

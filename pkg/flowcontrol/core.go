@@ -766,11 +766,9 @@ func (c *Core[R, G]) serveLocked(now time.Time, h *flowHeap[R, G], persistent bo
 	}
 	for _, f := range parked {
 		// Put back before the flow is in a heap again: its head is read
-		// there. A flow emptied meanwhile has no parked class left.
+		// there. No heap key moves: the fair policy's is held and turn, the
+		// FIFO policy's the oldest request, parked or not.
 		f.unpark()
-		if !persistent && f.n > 0 {
-			f.band.heap.fix(f)
-		}
 	}
 	clear(parked)
 	c.parked = parked[:0]

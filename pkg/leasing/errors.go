@@ -83,7 +83,7 @@ func (e *Error) Error() string {
 		return "invalid lease request: " + e.Fields.ToAggregate().Error()
 	case ReasonNoMatch:
 		if e.QueuedAhead > 0 {
-			return fmt.Sprintf("%s; %d earlier requests of this flow for the same target and selector wait ahead", e.Counts.Error(), e.QueuedAhead)
+			return e.Counts.Error() + "; " + e.QueuedAheadMessage()
 		}
 		return e.Counts.Error()
 	}
@@ -94,6 +94,12 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.err }
+
+// QueuedAheadMessage says why a ReasonNoMatch with QueuedAhead > 0 was
+// refused although proxies are free.
+func (e *Error) QueuedAheadMessage() string {
+	return fmt.Sprintf("%d earlier requests of this flow for the same target and selector wait for a proxy ahead of this one", e.QueuedAhead)
+}
 
 // ReasonOf is the Reason of an error the service returned ("" for nil,
 // ReasonInternal for an error that is not an *Error).
