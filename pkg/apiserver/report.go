@@ -12,7 +12,6 @@ import (
 	"k8s.io/apiserver/pkg/util/dryrun"
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
@@ -59,20 +58,15 @@ func (r *reportREST) Create(ctx context.Context, name string, obj runtime.Object
 			return nil, err
 		}
 	}
-	id, _, ok := r.svc.LookupName(namespace, name)
-	if !ok {
-		// Perhaps lost in an operator crash: taken back if name proves it.
-		l, err := r.svc.Reclaim(lease.AnyHolder, namespace, name)
-		if err != nil {
-			return nil, statusFor(reportKind, name, nil, err, nil)
-		}
-		id = l.ID
-	}
 	if options != nil && dryrun.IsDryRun(options.DryRun) {
+		if _, _, ok := r.svc.LookupName(namespace, name); !ok {
+			return nil, apierrors.NewNotFound(proxyLeaseResource, name)
+		}
 		return reportStatus(name, rep, true), nil
 	}
-	// RBAC decides who may report on a ProxyLease.
-	if err := r.svc.Report(lease.AnyHolder, id, string(rep.Result), rep.Target); err != nil {
+	// RBAC decides who may report on a ProxyLease. A lease lost in an
+	// operator crash (name proves it) gets the cooldown, and stays lost.
+	if err := r.svc.ReportByName(namespace, name, string(rep.Result), rep.Target); err != nil {
 		return nil, statusFor(reportKind, name, nil, err, nil)
 	}
 	return reportStatus(name, rep, false), nil

@@ -399,7 +399,7 @@ func (r *leaseREST) Update(ctx context.Context, name string, objInfo rest.Update
 	cur, old, ok, err := r.lookup(namespace, name)
 	if err != nil {
 		r.updateMu.Unlock()
-		return nil, false, err
+		return nil, false, statusFor(proxyLeaseKind, name, nil, err, nil)
 	}
 	if !ok {
 		r.updateMu.Unlock()
@@ -492,7 +492,8 @@ func (r *leaseREST) createFromUpdate(ctx context.Context, name string, objInfo r
 // lookup is the live lease namespace/name, rendered, for a request that
 // changes it: when there is none, a lease an operator crash lost is taken
 // back first if name is its signed ID (leasing.Service.Reclaim). ok false:
-// no such lease; err: one that cannot come back (410/409 with the reason).
+// no such lease; err: one that cannot come back (the leasing error: ended,
+// no room).
 func (r *leaseREST) lookup(namespace, name string) (lease.Lease, *leasingv1alpha1.ProxyLease, bool, error) {
 	if l, obj, ok := r.cache.get(namespace, name); ok {
 		return l, obj, true, nil
@@ -502,7 +503,7 @@ func (r *leaseREST) lookup(namespace, name string) (lease.Lease, *leasingv1alpha
 	case leasing.IsNotFound(err):
 		return lease.Lease{}, nil, false, nil
 	case err != nil:
-		return lease.Lease{}, nil, false, statusFor(proxyLeaseKind, name, nil, err, nil)
+		return lease.Lease{}, nil, false, err
 	}
 	return *l, r.cache.render(l), true, nil
 }
@@ -513,10 +514,12 @@ func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation re
 		return nil, false, err
 	}
 	cur, obj, ok, err := r.lookup(genericapirequest.NamespaceValue(ctx), name)
-	if err != nil {
-		return nil, false, err
+	if err != nil && !leasing.IsEnded(err) && !leasing.IsNoRoom(err) {
+		return nil, false, statusFor(proxyLeaseKind, name, nil, err, nil)
 	}
-	if !ok {
+	if !ok || err != nil {
+		// A lease released, expired, or lost in a crash with its proxy
+		// taken since: gone, as for any object deleted twice.
 		return nil, false, apierrors.NewNotFound(proxyLeaseResource, name)
 	}
 	if options != nil && options.Preconditions != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -35,7 +34,37 @@ type Store interface {
 	// EndLeasesOfAbsentProxies ends the restored leases of proxies the
 	// informer did not bring back.
 	EndLeasesOfAbsentProxies() int
+	// StateLost says, instead of Restore, that the state could not be read:
+	// leases whose signed IDs prove them may be taken back.
+	StateLost()
 }
+
+// Recorder observes the writer; pkg/metrics satisfies it. Its methods must
+// not block.
+type Recorder interface {
+	// LeaseCheckpointWrite counts one write by result (ResultWritten,
+	// ResultFailed, ResultFenced).
+	LeaseCheckpointWrite(result string)
+	// LeaseCheckpointCurrent says the stored checkpoint holds the store's
+	// state as of at (written then, or found unchanged); the zero time says
+	// this replica no longer writes it.
+	LeaseCheckpointCurrent(at time.Time)
+}
+
+// Results of LeaseCheckpointWrite.
+const (
+	ResultWritten = "written"
+	ResultFailed  = "failed"
+	ResultFenced  = "fenced"
+)
+
+// Results lists every LeaseCheckpointWrite result.
+func Results() []string { return []string{ResultWritten, ResultFailed, ResultFenced} }
+
+type nopRecorder struct{}
+
+func (nopRecorder) LeaseCheckpointWrite(string)      {}
+func (nopRecorder) LeaseCheckpointCurrent(time.Time) {}
 
 // Secret keys.
 const (
@@ -89,6 +118,8 @@ type Deps struct {
 	// host name, the pid and a random suffix): a write that finds another
 	// writer's checkpoint was fenced.
 	Identity string
+	// Recorder observes the writes (optional).
+	Recorder Recorder
 }
 
 // Checkpointer loads the lease store from its Secrets when this replica
@@ -109,8 +140,14 @@ type Checkpointer struct {
 	lastPayload []byte
 	lastChanges uint64
 	generation  uint64
-	writes      int
-	enc         encoder
+	// triedGen is the highest generation this writer tried or saw shards
+	// of: the next write takes a later one.
+	triedGen uint64
+	// leftovers: shards of abandoned generations may exist (an attempt
+	// failed, or a delete did); the next write lists and deletes them.
+	leftovers bool
+	writes    int
+	enc       encoder
 	// state is reused from one write to the next.
 	state lease.State
 	// fenced: another replica wrote since this one; it writes no more.
@@ -131,6 +168,9 @@ func New(opts Options, deps Deps) (*Checkpointer, error) {
 	clk := deps.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
+	}
+	if deps.Recorder == nil {
+		deps.Recorder = nopRecorder{}
 	}
 	if deps.Identity == "" {
 		host, _ := os.Hostname()
@@ -153,176 +193,6 @@ func (c *Checkpointer) RVBase(def uint64) uint64 {
 	return c.rvBase
 }
 
-// Load reads the checkpoint and restores it into the store; run it before
-// the store is fed or any server answers. No checkpoint is not an error
-// (loaded false). An unreadable one is logged and skipped (loaded false, the
-// error returned wraps ErrCorrupt only for the caller's log): starting empty
-// loses what a restart without checkpoints always lost, refusing to start
-// would lose the fleet.
-func (c *Checkpointer) Load(ctx context.Context) (loaded bool, err error) {
-	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
-	index, err := secrets.Get(ctx, c.opts.SecretName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading lease checkpoint %s/%s: %w", c.opts.Namespace, c.opts.SecretName, err)
-	}
-	c.mu.Lock()
-	c.index = index
-	c.generation, _ = strconv.ParseUint(string(index.Data[keyGeneration]), 10, 64)
-	c.mu.Unlock()
-	payload, err := c.readPayload(ctx, index)
-	if err != nil {
-		return false, err
-	}
-	st, rvBase, err := decode(payload, c.deps.Codec)
-	if err != nil {
-		return false, err
-	}
-	if err := c.deps.Store.Restore(st); err != nil {
-		return false, fmt.Errorf("restoring the lease checkpoint: %w", err)
-	}
-	c.mu.Lock()
-	c.rvBase = rvBase
-	c.lastPayload = payload
-	c.lastChanges = c.deps.Store.Changes()
-	c.mu.Unlock()
-	log.FromContext(ctx).Info("lease checkpoint loaded", "secret", c.opts.Namespace+"/"+c.opts.SecretName,
-		"leases", len(st.Leases), "cooldowns", len(st.Cooldowns), "ended", len(st.Ended), "revision", st.Revision)
-	return true, nil
-}
-
-// TakeOver is Load on the replica taking the leases over (nothing served
-// yet), after fencing the replica that served before (see fence): a corrupt
-// checkpoint is logged and skipped (the next write
-// overwrites it); once waitForSync says the Proxy informer has synced, the
-// restored leases of proxies deleted meanwhile end; restored (nil: no
-// aggregated API) gets the resourceVersion base to continue from, the
-// checkpoint's or, without one, now.
-func (c *Checkpointer) TakeOver(ctx context.Context, waitForSync func(context.Context) bool, restored func(rvBase uint64)) error {
-	logger := log.FromContext(ctx)
-	if err := c.fence(ctx); err != nil {
-		return err
-	}
-	loaded, err := c.Load(ctx)
-	if IsCorrupt(err) {
-		logger.Error(err, "lease checkpoint unreadable; serving without it (it is overwritten by the next checkpoint)")
-	} else if err != nil {
-		return err
-	}
-	if loaded {
-		if !waitForSync(ctx) {
-			return ctx.Err()
-		}
-		if n := c.deps.Store.EndLeasesOfAbsentProxies(); n > 0 {
-			logger.Info("restored leases of deleted proxies ended", "leases", n)
-		}
-	}
-	if restored != nil {
-		restored(c.RVBase(uint64(c.clock.Now().UnixMicro())))
-	}
-	return nil
-}
-
-// fence makes the checkpoint this replica's before it is loaded: the index
-// Secret is rewritten as it is, naming this process as its writer, under
-// its resourceVersion. From then on a write by the replica that served
-// before fails (ErrFenced), so nothing it still does can be lost silently
-// or mixed in. When that replica did not mark its last checkpoint final (it
-// crashed, or lost its leadership in a kube-apiserver outage and is still
-// trying to write), fence first waits up to takeoverGrace for that last
-// write: after an outage it lands as soon as the API answers, and nothing
-// the old leader granted is lost.
-func (c *Checkpointer) fence(ctx context.Context) error {
-	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
-	waited := false
-	for attempt := 0; ; attempt++ {
-		index, err := secrets.Get(ctx, c.opts.SecretName, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil // nothing to fence: the first write creates it
-		}
-		if err != nil {
-			return fmt.Errorf("reading lease checkpoint %s/%s: %w", c.opts.Namespace, c.opts.SecretName, err)
-		}
-		if !waited && index.Annotations[annFinal] != "true" && index.Annotations[annWriter] != c.deps.Identity {
-			waited = true
-			if index, err = c.awaitLastWrite(ctx, index); err != nil {
-				return err
-			}
-		}
-		next := index.DeepCopy()
-		if next.Annotations == nil {
-			next.Annotations = map[string]string{}
-		}
-		next.Annotations[annWriter] = c.deps.Identity
-		delete(next.Annotations, annFinal)
-		_, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) && attempt < 5 {
-			continue // its last write landed meanwhile: fence that one
-		}
-		if err != nil {
-			return fmt.Errorf("taking over lease checkpoint %s/%s: %w", c.opts.Namespace, c.opts.SecretName, err)
-		}
-		log.FromContext(ctx).Info("lease checkpoint taken over", "previousWriter", index.Annotations[annWriter],
-			"final", index.Annotations[annFinal] == "true")
-		return nil
-	}
-}
-
-// takeoverGrace is how long fence waits for a last write that was not
-// marked final: one interval, at least a second. A leader cut off from
-// kube-apiserver retries its last write every 250ms, so it lands within
-// that once the API answers; after a crash it is what the takeover costs.
-func (c *Checkpointer) takeoverGrace() time.Duration { return max(time.Second, c.opts.Interval) }
-
-// awaitLastWrite polls the index Secret until it changes or takeoverGrace
-// passes, and returns it as it is then.
-func (c *Checkpointer) awaitLastWrite(ctx context.Context, index *corev1.Secret) (*corev1.Secret, error) {
-	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
-	deadline := c.clock.Now().Add(c.takeoverGrace())
-	for c.clock.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-c.clock.After(100 * time.Millisecond):
-		}
-		cur, err := secrets.Get(ctx, c.opts.SecretName, metav1.GetOptions{})
-		if err == nil && cur.ResourceVersion != index.ResourceVersion {
-			return cur, nil
-		}
-	}
-	return index, nil
-}
-
-// readPayload joins the index Secret's shard with its extra shards and
-// checks the whole against its digest.
-func (c *Checkpointer) readPayload(ctx context.Context, index *corev1.Secret) ([]byte, error) {
-	shards, err := strconv.Atoi(string(index.Data[keyShards]))
-	if err != nil || shards < 1 || shards > 1000 {
-		return nil, fmt.Errorf("%w: shard count %q", ErrCorrupt, index.Data[keyShards])
-	}
-	payload := bytes.Clone(index.Data[keyPayload])
-	gen := string(index.Data[keyGeneration])
-	for i := 1; i < shards; i++ {
-		name := shardName(c.opts.SecretName, gen, i)
-		s, err := c.deps.Secrets.Secrets(c.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("%w: shard %s: %v", ErrCorrupt, name, err)
-		}
-		payload = append(payload, s.Data[keyPayload]...)
-	}
-	sum := sha256.Sum256(payload)
-	if hex.EncodeToString(sum[:]) != string(index.Data[keySHA256]) {
-		return nil, fmt.Errorf("%w: digest mismatch (a shard is missing or changed)", ErrCorrupt)
-	}
-	return payload, nil
-}
-
-func shardName(name, generation string, i int) string {
-	return fmt.Sprintf("%s-%s-%d", name, generation, i)
-}
-
 // Start writes a checkpoint at most every Interval while the store changes,
 // and a last one when ctx ends, after the lease servers stopped
 // (Deps.StopFirst). A failed write is logged and retried at the next tick;
@@ -332,6 +202,9 @@ func (c *Checkpointer) Start(ctx context.Context) error {
 	ctx = log.IntoContext(ctx, logger)
 	ticker := c.clock.NewTicker(c.opts.Interval)
 	defer ticker.Stop()
+	// From here on the gauge is this writer's; it says no more once it
+	// stops writing.
+	defer c.current(time.Time{})
 	for {
 		select {
 		case <-ctx.Done():
@@ -393,19 +266,41 @@ func (c *Checkpointer) final(ctx context.Context) error {
 // last write (or load).
 func (c *Checkpointer) WriteIfChanged(ctx context.Context) error { return c.write(ctx, false) }
 
+// current tells the Recorder the checkpoint holds the store's state as of at.
+func (c *Checkpointer) current(at time.Time) { c.deps.Recorder.LeaseCheckpointCurrent(at) }
+
 // write writes the store's state; final marks it the last (written even
 // when nothing changed).
 func (c *Checkpointer) write(ctx context.Context, final bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	now := c.clock.Now()
+	wrote, err := c.writeIfNeededLocked(ctx, final)
+	switch {
+	case IsFenced(err):
+		c.deps.Recorder.LeaseCheckpointWrite(ResultFenced)
+	case err != nil:
+		c.deps.Recorder.LeaseCheckpointWrite(ResultFailed)
+	case wrote:
+		c.deps.Recorder.LeaseCheckpointWrite(ResultWritten)
+		c.current(now)
+	default:
+		c.current(now)
+	}
+	return err
+}
+
+// writeIfNeededLocked is write under c.mu; wrote says whether a new
+// checkpoint was written.
+func (c *Checkpointer) writeIfNeededLocked(ctx context.Context, final bool) (wrote bool, err error) {
 	if c.fenced {
-		return ErrFenced
+		return false, ErrFenced
 	}
 	if c.index != nil && c.deps.Store.Changes() == c.lastChanges {
 		if final {
-			return c.markFinalLocked(ctx)
+			return false, c.markFinalLocked(ctx)
 		}
-		return nil
+		return false, nil
 	}
 	changes := c.deps.Store.StateInto(&c.state)
 	st := &c.state
@@ -414,22 +309,22 @@ func (c *Checkpointer) write(ctx context.Context, final bool) error {
 	}
 	payload, err := c.enc.encode(st, c.rvBase, c.deps.Codec)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if c.index != nil && bytes.Equal(payload, c.lastPayload) {
 		c.lastChanges = changes
 		if final {
-			return c.markFinalLocked(ctx)
+			return false, c.markFinalLocked(ctx)
 		}
-		return nil
+		return false, nil
 	}
 	if err := c.writeLocked(ctx, payload, final); err != nil {
-		return err
+		return false, err
 	}
 	// payload is the encoder's buffer: keep a copy to compare the next one.
 	c.lastPayload, c.lastChanges = append(c.lastPayload[:0], payload...), changes
 	c.writes++
-	return nil
+	return true, nil
 }
 
 // markFinalLocked marks the checkpoint as written final without writing it
@@ -475,72 +370,6 @@ func (c *Checkpointer) Writes() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.writes
-}
-
-// writeLocked writes payload: extra shards first (under a new generation),
-// then the index Secret that names them, then the previous generation's
-// extra shards are deleted. A reader sees the old checkpoint or the new one,
-// never a mix. One write when the payload fits in one Secret.
-func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte, final bool) error {
-	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
-	oldGen, oldShards := c.generation, 1
-	if c.index != nil {
-		oldShards, _ = strconv.Atoi(string(c.index.Data[keyShards]))
-	}
-	gen := oldGen + 1
-	genStr := strconv.FormatUint(gen, 10)
-	var chunks [][]byte
-	for rest := payload; len(rest) > 0 || len(chunks) == 0; {
-		n := min(len(rest), shardBytes)
-		chunks = append(chunks, rest[:n])
-		rest = rest[n:]
-	}
-	labels := map[string]string{"app.kubernetes.io/managed-by": "proxy-operator", "app.kubernetes.io/component": "lease-checkpoint"}
-	for i := 1; i < len(chunks); i++ {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: shardName(c.opts.SecretName, genStr, i), Namespace: c.opts.Namespace, Labels: labels},
-			Data: map[string][]byte{keyPayload: chunks[i]}}
-		if _, err := secrets.Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("writing lease checkpoint shard %s: %w", s.Name, err)
-		}
-	}
-	sum := sha256.Sum256(payload)
-	data := map[string][]byte{
-		keyPayload:    chunks[0],
-		keySHA256:     []byte(hex.EncodeToString(sum[:])),
-		keyShards:     []byte(strconv.Itoa(len(chunks))),
-		keyGeneration: []byte(genStr),
-	}
-	annotations := map[string]string{annWriter: c.deps.Identity}
-	if final {
-		annotations[annFinal] = "true"
-	}
-	var written *corev1.Secret
-	var err error
-	if c.index == nil {
-		written, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: c.opts.SecretName, Namespace: c.opts.Namespace,
-			Labels: labels, Annotations: annotations}, Data: data}, metav1.CreateOptions{})
-	} else {
-		next := c.index.DeepCopy()
-		next.Data = data
-		next.Annotations = annotations
-		written, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
-	}
-	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) {
-		if ferr := c.rereadLocked(ctx); ferr != nil {
-			return ferr
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("writing lease checkpoint %s/%s: %w", c.opts.Namespace, c.opts.SecretName, err)
-	}
-	c.index, c.generation = written, gen
-	oldStr := strconv.FormatUint(oldGen, 10)
-	for i := 1; i < oldShards; i++ {
-		if err := secrets.Delete(ctx, shardName(c.opts.SecretName, oldStr, i), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			log.FromContext(ctx).Error(err, "deleting an old lease checkpoint shard", "shard", shardName(c.opts.SecretName, oldStr, i))
-		}
-	}
-	return nil
 }
 
 // FinalAfter adds channels the last checkpoint waits for (each lease

@@ -44,9 +44,7 @@ func (s *Store) readmitLocked(l *Lease, now time.Time, p *pending) (*leaseEntry,
 	if t, ok := s.tombs[l.ID]; ok && t.until.After(now) {
 		return nil, &EndedError{Reason: t.reason}
 	}
-	// Grant times are kept to the millisecond: a lease of the state's own
-	// millisecond that the state held is live or remembered, found above.
-	if s.readmitFrom.IsZero() || l.AcquiredAt.Before(s.readmitFrom.Truncate(time.Millisecond)) || l.AcquiredAt.After(s.readmitUntil) {
+	if !s.inReadmitWindowLocked(l.AcquiredAt) {
 		return nil, fmt.Errorf("readmitting lease %s: %w", l.ID, ErrUnknownLease)
 	}
 	if !l.ExpiresAt.After(now) {
@@ -76,4 +74,76 @@ func (s *Store) readmitLocked(l *Lease, now time.Time, p *pending) (*leaseEntry,
 	}
 	s.insertLocked(le, Readmitted, p)
 	return le, nil
+}
+
+// ReportLost records a report on a lease lost in a crash without taking it
+// back: l is the lease as its signed ID proves it. A report cannot tell a
+// lease its holder still uses from one it released after the last
+// checkpoint, so it brings back neither (a renew does, for a lease that was
+// not released); it only starts the cooldown a report on an ended lease
+// starts: result rate_limited or banned cools l's proxy for target (""
+// = the lease's) until CooldownWindow from now. It qualifies as Readmit
+// does (granted inside the window of leases the restored state could not
+// hold), and only until CooldownWindow after the lease's own expiry (the
+// latest it can have ended). A lease the store knows is reported on as by
+// ReportAs. Errors: ErrInvalidResult, ErrFrozen, ErrUnknownLease.
+func (s *Store) ReportLost(l Lease, result, target string) error {
+	if !ValidResult(result) {
+		return fmt.Errorf("reporting %q on lease %s: %w", result, l.ID, ErrInvalidResult)
+	}
+	var p pending
+	s.mu.Lock()
+	now := s.now()
+	s.advanceLocked(now, &p)
+	known := s.leases[l.ID] != nil
+	if t, ok := s.tombs[l.ID]; ok && t.until.After(now) {
+		known = true
+	}
+	var err error
+	switch {
+	case known:
+	case s.frozen:
+		err = ErrFrozen
+	case !s.inReadmitWindowLocked(l.AcquiredAt) || !l.ExpiresAt.Add(s.opts.CooldownWindow).After(now):
+		err = fmt.Errorf("reporting on lease %s: %w", l.ID, ErrUnknownLease)
+	default:
+		if target == "" {
+			target = l.Target
+		}
+		if result != ResultOK {
+			e := s.entryLocked(l.Proxy.Key())
+			s.coolLocked(e, target, now.Add(s.opts.CooldownWindow))
+			s.forgetIfUnusedLocked(e)
+		}
+	}
+	s.unlockAndNotify(&p)
+	if known {
+		return s.ReportAs(AnyHolder, l.ID, result, target)
+	}
+	return err
+}
+
+// inReadmitWindowLocked reports whether a lease granted at acquired may be
+// one the restored state could not hold. Grant times are kept to the
+// millisecond: a lease of the state's own millisecond that the state held
+// is live or remembered, found before this is asked.
+func (s *Store) inReadmitWindowLocked(acquired time.Time) bool {
+	return !s.readmitFrom.IsZero() && !acquired.Before(s.readmitFrom.Truncate(time.Millisecond)) && !acquired.After(s.readmitUntil)
+}
+
+// lostStateSince is the readmit window's start when the durable state was
+// lost rather than restored (an unreadable checkpoint): every lease granted
+// before now may be one it held.
+var lostStateSince = time.Unix(0, 0).UTC()
+
+// StateLost opens the readmit window when the durable state could not be
+// restored (the checkpoint is corrupt): every lease granted up to now may
+// have been in it, so Readmit and ReportLost take any lease its signed ID
+// proves, as long as it has not expired (Readmit) or its report window has
+// not passed (ReportLost). Call it, instead of Restore, before any API
+// serves.
+func (s *Store) StateLost() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.readmitFrom, s.readmitUntil = lostStateSince, s.now()
 }

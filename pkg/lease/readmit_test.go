@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -133,5 +134,112 @@ func TestReadmitOfAKeptLease(t *testing.T) {
 	got, err := s.Readmit(Lease{ID: kept.ID, Namespace: "ns", Proxy: ProxyInfo{Namespace: "ns", Name: "p1"}, AcquiredAt: t0, ExpiresAt: t0.Add(time.Minute)})
 	if err != nil || got.ID != kept.ID || got.Holder != kept.Holder {
 		t.Errorf("Readmit of a kept lease = %+v, %v", got, err)
+	}
+}
+
+// cools reports whether ns/proxy is cooling for target on s: a lease for
+// target there finds no match, and the only reason is a cooldown.
+func cools(t *testing.T, s *Store, proxy, target string) bool {
+	t.Helper()
+	l, err := s.Acquire(AcquireRequest{Selector: map[string]string{"name": proxy}, Target: target})
+	var nm *NoMatchError
+	if errors.As(err, &nm) {
+		return nm.InCooldown > 0
+	}
+	if err != nil {
+		t.Fatalf("probe acquire on %s: %v", proxy, err)
+	}
+	s.Release(l.ID) // free again for the next probe
+	return false
+}
+
+// A report on a lease a crash lost starts its cooldown and brings nothing
+// back (its holder may have released it before the crash); a report outside
+// the readmit window, or after the lease's report window, changes nothing.
+func TestReportLost(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		lease          Lease
+		result, target string
+		wantErr        func(error) bool
+		coolTarget     string // "" = no cooldown expected
+	}{
+		{name: "banned", lease: lost("x", "p2", time.Second, time.Minute), result: ResultBanned, coolTarget: "site"},
+		{name: "rate limited, another target", lease: lost("x", "p2", time.Second, time.Minute), result: ResultRateLimited, target: "other", coolTarget: "other"},
+		{name: "ok cools nothing", lease: lost("x", "p2", time.Second, time.Minute), result: ResultOK},
+		{name: "expired within the report window", lease: lost("x", "p2", time.Second, time.Second), result: ResultBanned, coolTarget: "site"},
+		{name: "granted before the state", lease: lost("x", "p2", -time.Millisecond, time.Minute), result: ResultBanned, wantErr: IsUnknownLease},
+		{name: "granted after the restore", lease: lost("x", "p2", 6*time.Second, time.Minute), result: ResultBanned, wantErr: IsUnknownLease},
+		{name: "invalid result", lease: lost("x", "p2", time.Second, time.Minute), result: "meh", wantErr: func(err error) bool { return errors.Is(err, ErrInvalidResult) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := crashed(t)
+			s.UpsertProxy(px("ns", "p2", 2, "name", "p2"))
+			var events []Event
+			defer s.Subscribe(func(ev Event) { events = append(events, ev) })()
+			before := s.Revision()
+			err := s.ReportLost(tc.lease, tc.result, tc.target)
+			if bad := checkInvariants(s); len(bad) > 0 {
+				t.Fatalf("invariants: %q", bad)
+			}
+			if tc.wantErr != nil {
+				if err == nil || !tc.wantErr(err) {
+					t.Fatalf("ReportLost = %v; want the error this case is about", err)
+				}
+			} else if err != nil {
+				t.Fatalf("ReportLost: %v", err)
+			}
+			if _, ok := s.Get("x"); ok || s.Revision() != before || len(events) != 0 {
+				t.Errorf("the report took the lease back: live %v, revision %d → %d, %d events", ok, before, s.Revision(), len(events))
+			}
+			for _, target := range []string{"site", "other"} {
+				if got, want := cools(t, s, "p2", target), target == tc.coolTarget; got != want {
+					t.Errorf("p2 cooling for %q: %v, want %v", target, got, want)
+				}
+			}
+		})
+	}
+}
+
+// Past its report window (its expiry plus the cooldown window) a lost lease
+// takes no report; a lease the store knows is reported on as by ReportAs.
+func TestReportLostWindowAndKnownLeases(t *testing.T) {
+	s, kept := crashed(t)
+	s.StateLost()                                      // any grant time qualifies now
+	old := lost("y", "p2", -time.Hour, 50*time.Minute) // expired 10 minutes ago
+	if err := s.ReportLost(old, ResultBanned, ""); !IsUnknownLease(err) {
+		t.Errorf("a report 10 minutes after the lost lease expired: %v, want unknown", err)
+	}
+	if err := s.ReportLost(Lease{ID: kept.ID, AcquiredAt: t0.Add(-time.Hour)}, ResultRateLimited, ""); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := s.Get(kept.ID); !ok || l.LastResult != ResultRateLimited {
+		t.Errorf("the kept lease after a report through ReportLost: %+v, %v", l, ok)
+	}
+	s.Freeze()
+	if err := s.ReportLost(lost("x", "p2", time.Second, time.Minute), ResultBanned, ""); !errors.Is(err, ErrFrozen) {
+		t.Errorf("a frozen store: %v", err)
+	}
+}
+
+// A state that could not be read (StateLost) opens the readmit window to
+// every lease granted before now: the checkpoint held them all.
+func TestStateLostReadmitsAnyProvenLease(t *testing.T) {
+	s, fc := newTestStore(t, Options{MaxLeasesPerProxy: 1})
+	s.UpsertProxy(px("ns", "p2", 2))
+	old := lost("x", "p2", -time.Hour, 2*time.Hour)
+	if _, err := s.Readmit(old); !IsUnknownLease(err) {
+		t.Fatalf("control: before StateLost: %v", err)
+	}
+	s.StateLost()
+	fc.Step(time.Second)
+	if _, err := s.Readmit(lost("z", "p2", 500*time.Millisecond, time.Hour)); !IsUnknownLease(err) {
+		t.Errorf("a lease granted after the state was lost (by this store): %v, want unknown", err)
+	}
+	if _, err := s.Readmit(lost("e", "p2", -time.Hour, 30*time.Minute)); EndReason(err) != Expired {
+		t.Errorf("an expired lease: %v, want ended (expired)", err)
+	}
+	if got, err := s.Readmit(old); err != nil || got.ID != "x" {
+		t.Errorf("Readmit after StateLost = %+v, %v", got, err)
 	}
 }

@@ -215,13 +215,16 @@ func (s *Service) Release(holder, id string) (bool, error) {
 	}
 	ok, err := s.store.ReleaseAs(holder, id)
 	if !ok && err == nil {
-		// Unknown: released once taken back; still idempotent when it is
-		// no lease a crash lost.
+		// Unknown: a lease a crash lost is taken back and released, so that
+		// it is remembered as ended (a later renew says so). Whatever else
+		// the reclaim answers (not a lost lease, ended, expired, its proxy
+		// gone or full) the lease is not live: still idempotent. Only
+		// another holder's lease is refused.
 		retry, rerr := s.reclaimUnknown(holder, id, lease.ErrUnknownLease)
 		switch {
 		case retry:
 			ok, err = s.store.ReleaseAs(holder, id)
-		case rerr != nil && !IsNotFound(rerr):
+		case IsForbidden(rerr) || IsShuttingDown(rerr) || IsNotLeader(rerr):
 			return false, rerr
 		}
 	}
@@ -259,6 +262,32 @@ func (s *Service) Update(holder, id string, ttl time.Duration, meta *lease.Metad
 // holder, live or ended within the cooldown window. Errors: ReasonInvalid
 // (result), ReasonNotFound, ReasonForbidden.
 func (s *Service) Report(holder, id, result, target string) error {
+	if err := s.checkReport(id, result); err != nil {
+		return err
+	}
+	err := s.store.ReportAs(holder, id, result, target)
+	if lease.IsUnknownLease(err) {
+		return s.reportLost(holder, "", id, result, target)
+	}
+	return classify(nil, id, err)
+}
+
+// ReportByName is Report on the lease namespace/name (live, ended within
+// the cooldown window, or lost in a crash: name is then its signed ID or a
+// prefix and it), on behalf of whoever the front door authorized.
+func (s *Service) ReportByName(namespace, name, result, target string) error {
+	if id, _, ok := s.store.LookupName(namespace, name); ok {
+		return s.Report(lease.AnyHolder, id, result, target)
+	}
+	if err := s.checkReport(name, result); err != nil {
+		return err
+	}
+	return s.reportLost(lease.AnyHolder, namespace, name, result, target)
+}
+
+// checkReport refuses a report this replica does not serve or whose result
+// is not one of lease.ValidResult's.
+func (s *Service) checkReport(id, result string) error {
 	if err := s.gate.check(context.Background()); err != nil {
 		return err
 	}
@@ -267,13 +296,27 @@ func (s *Service) Report(holder, id, result, target string) error {
 		e.ID = id
 		return e
 	}
-	err := s.store.ReportAs(holder, id, result, target)
-	if retry, rerr := s.reclaimUnknown(holder, id, err); rerr != nil {
-		return rerr
-	} else if retry {
-		err = s.store.ReportAs(holder, id, result, target)
+	return nil
+}
+
+// reportLost is the report on an ID the store does not know: when it is a
+// lease a crash lost (its signed ID proves it), the report starts its
+// cooldown and brings the lease back no more than a report on an ended lease
+// would (lease.Store.ReportLost): its holder may have released it before the
+// crash. namespace ("" = any) must be the lease's.
+func (s *Service) reportLost(holder, namespace, id, result, target string) error {
+	notFound := classify(nil, id, fmt.Errorf("lease %s: %w", id, lease.ErrUnknownLease))
+	if s.ids == nil {
+		return notFound
 	}
-	return classify(nil, id, err)
+	claim, err := s.ids.Verify(id)
+	if err != nil || (namespace != "" && claim.Namespace != namespace) {
+		return notFound
+	}
+	if holder != lease.AnyHolder && holder != claim.Holder {
+		return classify(nil, id, &lease.NotHolderError{ID: id})
+	}
+	return classify(nil, id, s.store.ReportLost(claim, result, target))
 }
 
 // reclaimUnknown is the one rule of Renew, Report and Release for an ID the
@@ -294,8 +337,8 @@ func (s *Service) reclaimUnknown(holder, id string, err error) (retry bool, rerr
 // crash (granted after the last checkpoint): its signed ID proves it, and
 // it returns to its proxy if that has room. id may also be the lease's name
 // (its prefix and ID: a generated ProxyLease name). namespace ("" = any) and holder
-// (lease.AnyHolder = any) must be the lease's. Renew, Report and Release do
-// it for an unknown ID; a front door that looks leases up by name itself
+// (lease.AnyHolder = any) must be the lease's. Renew and Release do it for
+// an unknown ID (a report does not: see reportLost); a front door that looks leases up by name itself
 // calls it when the name is not found. Errors: ReasonNotFound (not a signed
 // ID, or not a lease a crash can have lost), ReasonForbidden, ReasonEnded
 // (expired, or its proxy is gone), ReasonNoRoom (its proxy was leased to

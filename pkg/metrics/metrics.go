@@ -35,6 +35,11 @@ const (
 	GCDeletedName           = "proxy_operator_gc_deleted_total"
 	GCSweepsName            = "proxy_operator_gc_sweeps_total"
 	GCLastCompleteSweepName = "proxy_operator_gc_last_complete_sweep_timestamp_seconds"
+	// CheckpointWritesName and CheckpointLastCurrentName are fed by the
+	// lease checkpoint writer on the leader (LeaseCheckpointWrite,
+	// LeaseCheckpointCurrent).
+	CheckpointWritesName      = "proxy_operator_lease_checkpoint_writes_total"
+	CheckpointLastCurrentName = "proxy_operator_lease_checkpoint_last_success_timestamp_seconds"
 )
 
 // DefaultScrapeTimeout bounds the cache List of one scrape.
@@ -59,6 +64,10 @@ type Options struct {
 	// enabled providers: this package must not import pkg/gc).
 	GCResults   []string
 	GCProviders []string
+	// CheckpointResults are the results of
+	// proxy_operator_lease_checkpoint_writes_total exported at 0 from the
+	// start (the caller passes checkpoint.Results()).
+	CheckpointResults []string
 }
 
 // Metrics holds the operator's metrics. Its methods are safe for concurrent
@@ -71,6 +80,8 @@ type Metrics struct {
 	gcDeleted        *prometheus.CounterVec
 	gcSweeps         *prometheus.CounterVec
 	gcLastComplete   prometheus.Gauge
+	cpWrites         *prometheus.CounterVec
+	cpLastCurrent    prometheus.Gauge
 }
 
 // New creates the metrics and registers them on reg: the scrape-time
@@ -117,6 +128,17 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 			Name: GCLastCompleteSweepName,
 			Help: "Unix time of the last complete garbage-collection sweep (0: none yet).",
 		}),
+		cpWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: CheckpointWritesName,
+			Help: "Lease checkpoint writes of this replica by result (written, failed: retried at the next interval, fenced: another replica took the leases over).",
+		}, []string{"result"}),
+		cpLastCurrent: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: CheckpointLastCurrentName,
+			Help: "Unix time at which the lease checkpoint last held the lease store's state (a write, or a check that nothing changed since); 0 on a replica that does not write it (a standby).",
+		}),
+	}
+	for _, r := range opts.CheckpointResults {
+		m.cpWrites.WithLabelValues(r)
 	}
 	for _, a := range opts.LeaseAPIs {
 		for _, o := range opts.LeaseOutcomes {
@@ -130,7 +152,7 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 		m.gcDeleted.WithLabelValues(p)
 	}
 	cs := []prometheus.Collector{m.providerRequests, m.probeDuration, m.probeFailures, m.leaseRequests,
-		m.gcDeleted, m.gcSweeps, m.gcLastComplete}
+		m.gcDeleted, m.gcSweeps, m.gcLastComplete, m.cpWrites, m.cpLastCurrent}
 	if reader != nil {
 		cs = append(cs, newProxyCollector(reader, opts.ScrapeTimeout), newPoolCollector(reader, opts.ScrapeTimeout))
 	}
@@ -166,6 +188,21 @@ func (m *Metrics) GCSweep(result string, at time.Time) {
 	if result == completeSweep {
 		m.gcLastComplete.Set(float64(at.UnixNano()) / 1e9)
 	}
+}
+
+// LeaseCheckpointWrite counts one lease checkpoint write; it satisfies
+// checkpoint.Recorder.
+func (m *Metrics) LeaseCheckpointWrite(result string) { m.cpWrites.WithLabelValues(result).Inc() }
+
+// LeaseCheckpointCurrent sets when the lease checkpoint last held the
+// store's state (zero: this replica no longer writes it); it satisfies
+// checkpoint.Recorder.
+func (m *Metrics) LeaseCheckpointCurrent(at time.Time) {
+	if at.IsZero() {
+		m.cpLastCurrent.Set(0)
+		return
+	}
+	m.cpLastCurrent.Set(float64(at.UnixNano()) / 1e9)
 }
 
 // completeSweep is gc.ResultComplete, restated: this package must not import

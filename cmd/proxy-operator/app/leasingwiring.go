@@ -24,6 +24,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
+	"github.com/proxy-operator/proxy-operator/pkg/metrics"
 )
 
 // setupLeasing builds the lease store and the wait queue (pkg/leasing) and
@@ -37,7 +38,7 @@ import (
 // (leasing.Takeover, which then writes the checkpoint); a standby answers
 // 503 naming the leader and is not ready. reg receives the store's and the
 // queue's collectors.
-func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics leasing.Recorder) (*leasing.Leasing, *leasing.Takeover, error) {
+func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics *metrics.Metrics) (*leasing.Leasing, *leasing.Takeover, error) {
 	logger := log.FromContext(ctx)
 	// Uncached: the operator must not cache every Secret of the cluster.
 	kube, err := kubernetes.NewForConfig(cfg)
@@ -78,7 +79,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	l.Gate = leasing.NewGate(leader)
 	var cp *checkpoint.Checkpointer
 	if o.Checkpoint.Enabled() {
-		if cp, err = checkpoint.New(o.checkpointOptions(), checkpoint.Deps{Secrets: kube.CoreV1(), Store: l.Store, Codec: apiserver.MetadataCodec{}}); err != nil {
+		if cp, err = checkpoint.New(o.checkpointOptions(), checkpoint.Deps{Secrets: kube.CoreV1(), Store: l.Store, Codec: apiserver.MetadataCodec{}, Recorder: leaseMetrics}); err != nil {
 			return nil, nil, err
 		}
 	}

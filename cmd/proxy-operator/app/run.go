@@ -21,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/gc"
 	"github.com/proxy-operator/proxy-operator/pkg/health"
@@ -88,6 +89,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 
 	m, err := metrics.New(ctrlmetrics.Registry, mgr.GetCache(), metrics.Options{
 		LeaseAPIs: leasing.APIs(), LeaseOutcomes: leasing.Outcomes(), GCResults: gc.Results(), GCProviders: o.Providers,
+		CheckpointResults: checkpoint.Results(),
 	})
 	if err != nil {
 		return err

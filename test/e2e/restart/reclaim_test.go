@@ -30,8 +30,9 @@ func tamper(id string) string {
 
 // TestCrashLostLeasesComeBack: leases granted after the last checkpoint
 // and lost to a SIGKILL come back, over both APIs, when their holder renews,
-// reports on or releases them; what cannot come back says why, and forged,
-// tampered and expired IDs are refused.
+// or releases them; a report only records its
+// cooldown; a second release stays a success; what cannot come back says
+// why, and forged, tampered and expired IDs are refused.
 func TestCrashLostLeasesComeBack(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -110,20 +111,30 @@ func TestCrashLostLeasesComeBack(t *testing.T) {
 		}
 	}
 
-	// HTTP: renew, report and release take a lost lease back.
+	// HTTP: renew and release take a lost lease back.
 	if l, err := c.Renew(ctx, lost[0].LeaseID, 5*time.Minute); err != nil || l.Proxy.Name != lost[0].Proxy.Name {
 		t.Errorf("renew of a lost lease = %+v, %v; want it back on %s", l, err, lost[0].Proxy.Name)
-	}
-	if err := c.Report(ctx, lost[1].LeaseID, "banned", ""); err != nil {
-		t.Errorf("report on a lost lease: %v", err)
-	} else if _, err := c.Get(ctx, lost[1].LeaseID); err != nil {
-		t.Errorf("the reported lost lease: %v", err)
 	}
 	if err := c.Release(ctx, lost[2].LeaseID); err != nil {
 		t.Errorf("release of a lost lease: %v", err)
 	}
 	if _, err := c.Get(ctx, lost[2].LeaseID); !dclient.IsLeaseEnded(err) {
 		t.Errorf("the released lost lease: %v, want lease_ended", err)
+	}
+	// A second DELETE (a client retrying after a timeout) is still 204.
+	if err := c.Release(ctx, lost[2].LeaseID); err != nil {
+		t.Errorf("second release of a lost lease: %v, want 204", err)
+	}
+	// A report records the cooldown and takes nothing back (its holder may
+	// have released it before the crash); the holder's renew does.
+	if err := c.Report(ctx, lost[1].LeaseID, "banned", ""); err != nil {
+		t.Errorf("report on a lost lease: %v", err)
+	}
+	if _, err := c.Get(ctx, lost[1].LeaseID); !dclient.IsUnknownLease(err) {
+		t.Errorf("the reported lost lease: %v, want unknown_lease (not taken back)", err)
+	}
+	if l, err := c.Renew(ctx, lost[1].LeaseID, 5*time.Minute); err != nil || l.Proxy.Name != lost[1].Proxy.Name {
+		t.Errorf("renew of the reported lost lease = %+v, %v; want it back on %s", l, err, lost[1].Proxy.Name)
 	}
 	// Its proxy taken meanwhile: 409 no_room, and the new lease keeps it.
 	e.waitHealthy(t, c)
@@ -174,18 +185,27 @@ func TestCrashLostLeasesComeBack(t *testing.T) {
 	if _, err := pls.Report(ctx, lostPL[1].Name, &leasingv1alpha1.ProxyLeaseReport{Result: leasingv1alpha1.ResultRateLimited}, metav1.CreateOptions{}); err != nil {
 		t.Errorf("report on a lost ProxyLease: %v", err)
 	}
-	if got, err := pls.Get(ctx, lostPL[1].Name, metav1.GetOptions{}); err != nil || got.Status.LastResult != leasingv1alpha1.ResultRateLimited {
-		t.Errorf("the reported lost ProxyLease: %+v, %v", got, err)
+	// The report took nothing back; a renewing patch does.
+	if _, err := pls.Get(ctx, lostPL[1].Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the reported lost ProxyLease: %v, want NotFound (not taken back)", err)
 	}
-	// The HTTP lease reported on shows its result as a ProxyLease.
-	if got, err := pls.Get(ctx, lost[1].LeaseID, metav1.GetOptions{}); err != nil || got.Status.LastResult != leasingv1alpha1.ResultBanned {
-		t.Errorf("the reported lost HTTP lease as a ProxyLease: %+v, %v", got, err)
+	if got, err := pls.Patch(ctx, lostPL[1].Name, types.MergePatchType, []byte(`{"spec":{"ttlSeconds":900}}`), metav1.PatchOptions{}); err != nil ||
+		got.Status.Proxy == nil || got.Status.Proxy.Name != lostPL[1].Status.Proxy.Name {
+		t.Errorf("renewing the reported lost ProxyLease: %+v, %v", got, err)
+	}
+	// The HTTP lease taken back by its renew shows as a ProxyLease.
+	if got, err := pls.Get(ctx, lost[1].LeaseID, metav1.GetOptions{}); err != nil || got.Status.Proxy == nil || got.Status.Proxy.Name != lost[1].Proxy.Name {
+		t.Errorf("the renewed lost HTTP lease as a ProxyLease: %+v, %v", got, err)
 	}
 	if err := pls.Delete(ctx, lostPL[2].Name, metav1.DeleteOptions{}); err != nil {
 		t.Errorf("delete of a lost ProxyLease: %v", err)
 	}
 	if _, err := pls.Get(ctx, lostPL[2].Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the deleted lost ProxyLease: %v", err)
+	}
+	// Deleted twice: NotFound, as for any object (not 410).
+	if err := pls.Delete(ctx, lostPL[2].Name, metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("second delete of a lost ProxyLease: %v, want NotFound", err)
 	}
 	if err := pls.Delete(ctx, "crawler-"+tamper(lostPL[0].Status.LeaseID), metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("delete of a tampered ProxyLease name: %v, want NotFound", err)

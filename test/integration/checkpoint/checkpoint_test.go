@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
@@ -26,6 +27,7 @@ const componentLabel = "app.kubernetes.io/component=lease-checkpoint"
 
 type env struct {
 	kube kubernetes.Interface
+	cfg  *rest.Config
 	ns   string
 }
 
@@ -40,7 +42,7 @@ func setup(t *testing.T) *env {
 	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return &env{kube: kube, ns: ns}
+	return &env{kube: kube, cfg: cp.RESTConfig(), ns: ns}
 }
 
 func newStore(t *testing.T, clk *clocktesting.FakeClock) *lease.Store {
