@@ -21,6 +21,7 @@ INTEGRATION_TIMEOUT ?= 45m
 INTEGRATION_FLAGS ?=
 CRASH_RUNS ?= 20
 FAILOVER_KILLS ?= 50
+CHECKPOINT_FAULT_POINTS ?= 60
 
 .PHONY: help
 help: ## list targets
@@ -94,6 +95,10 @@ crash: tools ## kill the operator at CRASH_RUNS (20) random points under faults;
 .PHONY: failover
 failover: tools ## two replicas, FAILOVER_KILLS (50) random SIGTERM/SIGKILL kill points of the leader under lease load; print double grants
 	HISTORY_KILLS=$(FAILOVER_KILLS) $(GO) test ./test/e2e/restart -run '^TestHistoryUnderKills$$' -count=1 -timeout 60m -v
+
+.PHONY: checkpoint-faults
+checkpoint-faults: tools ## the lease checkpoint (3 shards) under CHECKPOINT_FAULT_POINTS (60) kills, transient faults and fenced writers, each followed by a takeover; print double grants, lost leases, stuck writers
+	CHECKPOINT_FAULT_POINTS=$(CHECKPOINT_FAULT_POINTS) $(GO) test ./test/integration/checkpoint -run '^TestCheckpointUnderFaults$$' -count=1 -timeout 60m -v
 
 .PHONY: clean
 clean: ## remove build outputs and .dev/ (keeps the slow bin/ tool builds)

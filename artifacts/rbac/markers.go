@@ -12,10 +12,10 @@ package rbac
 //
 // The operator's own TLS, tokens and lease checkpoint (pkg/certs,
 // pkg/discovery, pkg/checkpoint): the certificate, discovery token and
-// checkpoint Secrets (old checkpoint shards are deleted) and the CA ConfigMap
-// in its namespace, read directly (never cached: no list or watch), and the
-// caBundle of its one APIService.
+// checkpoint Secrets and the CA ConfigMap in its namespace, read directly
+// (never cached: no watch; the checkpoint lists its own shards by label to
+// delete old and abandoned ones), and the caBundle of its one APIService.
 //
-// +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=secrets,verbs=get;create;update;delete
+// +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=secrets,verbs=get;list;create;update;delete
 // +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=configmaps,verbs=get;create;update
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,resourceNames=v1alpha1.leasing.crawl.example.com,verbs=get;patch

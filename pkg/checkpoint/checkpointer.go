@@ -1,9 +1,9 @@
 package checkpoint
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -136,8 +136,11 @@ type Checkpointer struct {
 	rvBase uint64
 	// index is the index Secret as last read or written (its
 	// resourceVersion guards the next write).
-	index       *corev1.Secret
-	lastPayload []byte
+	index *corev1.Secret
+	// lastSum is the digest of the last payload written or loaded: a
+	// payload equal to it is not written again (the payload itself is not
+	// kept: at 100,000 leases it is megabytes).
+	lastSum     [sha256.Size]byte
 	lastChanges uint64
 	generation  uint64
 	// triedGen is the highest generation this writer tried or saw shards
@@ -311,18 +314,18 @@ func (c *Checkpointer) writeIfNeededLocked(ctx context.Context, final bool) (wro
 	if err != nil {
 		return false, err
 	}
-	if c.index != nil && bytes.Equal(payload, c.lastPayload) {
+	sum := sha256.Sum256(payload)
+	if c.index != nil && sum == c.lastSum {
 		c.lastChanges = changes
 		if final {
 			return false, c.markFinalLocked(ctx)
 		}
 		return false, nil
 	}
-	if err := c.writeLocked(ctx, payload, final); err != nil {
+	if err := c.writeLocked(ctx, payload, sum, final); err != nil {
 		return false, err
 	}
-	// payload is the encoder's buffer: keep a copy to compare the next one.
-	c.lastPayload, c.lastChanges = append(c.lastPayload[:0], payload...), changes
+	c.lastSum, c.lastChanges = sum, changes
 	c.writes++
 	return true, nil
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
@@ -98,40 +99,67 @@ func fromUnixNano(n int64) time.Time {
 	return time.Unix(0, n).UTC()
 }
 
-// encoder writes checkpoints, reusing its buffers from one to the next.
+// encoder writes checkpoints, reusing its buffers from one to the next. It
+// streams the document into the compressor one lease at a time, so that
+// what it keeps between writes is the compressed payload, the distinct
+// proxies and a proxy index per lease, not a second copy of every lease.
 type encoder struct {
 	buf bytes.Buffer
 	zw  *gzip.Writer
-	// doc and proxyIndex are reused (their slices and map kept).
-	doc        document
+	// je encodes one value at a time into zw.
+	je *json.Encoder
+	// proxies, proxyIndex and leaseProxy are reused: the distinct proxies
+	// and each lease's index into them.
+	proxies    []lease.ProxyInfo
 	proxyIndex map[lease.ProxyKey][]int
+	leaseProxy []int
+	num        []byte
+	err        error
 }
 
 // encode writes st as a gzip-compressed document; the result is valid until
 // the next call.
 func (enc *encoder) encode(st *lease.State, rvBase uint64, codec ExtraCodec) ([]byte, error) {
-	doc := &enc.doc
-	*doc = document{Version: formatVersion, RVBase: rvBase, Revision: st.Revision, TakenAt: unixNano(st.TakenAt),
-		Proxies: doc.Proxies[:0], Leases: slices.Grow(doc.Leases[:0], len(st.Leases)), Cooldowns: doc.Cooldowns[:0], Ended: doc.Ended[:0]}
 	if enc.proxyIndex == nil {
 		enc.proxyIndex = map[lease.ProxyKey][]int{}
 	}
-	proxyIndex := enc.proxyIndex
-	clear(proxyIndex)
-	indexOf := func(p lease.ProxyInfo) int {
-		for _, i := range proxyIndex[p.Key()] {
-			if sameProxy(doc.Proxies[i], p) {
-				return i
-			}
-		}
-		doc.Proxies = append(doc.Proxies, p)
-		i := len(doc.Proxies) - 1
-		proxyIndex[p.Key()] = append(proxyIndex[p.Key()], i)
-		return i
+	clear(enc.proxyIndex)
+	enc.proxies, enc.leaseProxy = enc.proxies[:0], slices.Grow(enc.leaseProxy[:0], len(st.Leases))
+	for i := range st.Leases {
+		enc.leaseProxy = append(enc.leaseProxy, enc.proxyOf(st.Leases[i].Proxy))
 	}
-	for _, l := range st.Leases {
-		sl := storedLease{ID: l.ID, Namespace: l.Namespace, Name: l.Name, Holder: l.Holder, Flow: l.Flow, Target: l.Target,
-			Proxy: indexOf(l.Proxy), AcquiredAt: unixNano(l.AcquiredAt), ProxyChangedAt: unixNano(l.ProxyChangedAt),
+	enc.buf.Reset()
+	if enc.zw == nil {
+		zw, err := gzip.NewWriterLevel(&enc.buf, gzip.BestSpeed)
+		if err != nil {
+			return nil, err
+		}
+		enc.zw, enc.je = zw, json.NewEncoder(zw)
+	} else {
+		enc.zw.Reset(&enc.buf)
+	}
+	// The document's fields in order (see document), its arrays element by
+	// element.
+	enc.raw(`{"version":`)
+	enc.uint(formatVersion)
+	enc.raw(`,"rvBase":`)
+	enc.uint(rvBase)
+	enc.raw(`,"revision":`)
+	enc.uint(st.Revision)
+	if t := unixNano(st.TakenAt); t != 0 {
+		enc.raw(`,"takenAt":`)
+		enc.uint(uint64(t)) // after 1970
+	}
+	if len(enc.proxies) > 0 {
+		enc.raw(`,"proxies":`)
+		enc.value(enc.proxies)
+	}
+	enc.raw(`,"leases":[`)
+	var sl storedLease
+	for i := range st.Leases {
+		l := &st.Leases[i]
+		sl = storedLease{ID: l.ID, Namespace: l.Namespace, Name: l.Name, Holder: l.Holder, Flow: l.Flow, Target: l.Target,
+			Proxy: enc.leaseProxy[i], AcquiredAt: unixNano(l.AcquiredAt), ProxyChangedAt: unixNano(l.ProxyChangedAt),
 			ExpiresAt: unixNano(l.ExpiresAt), TTL: l.TTL, LastResult: l.LastResult, Revision: l.Revision,
 			Labels: l.Meta.Labels, Annotations: l.Meta.Annotations}
 		if l.Name == l.ID {
@@ -147,32 +175,78 @@ func (enc *encoder) encode(st *lease.State, rvBase uint64, codec ExtraCodec) ([]
 			}
 			sl.Extra = b
 		}
-		doc.Leases = append(doc.Leases, sl)
+		enc.comma(i)
+		enc.value(&sl)
 	}
-	for _, c := range st.Cooldowns {
-		doc.Cooldowns = append(doc.Cooldowns, storedCooldown{Namespace: c.Proxy.Namespace, Proxy: c.Proxy.Name, Target: c.Target, Until: unixNano(c.Until)})
-	}
-	for _, e := range st.Ended {
-		doc.Ended = append(doc.Ended, storedEnded{ID: e.ID, Namespace: e.Name.Namespace, Name: e.Name.Name, ProxyNamespace: e.Proxy.Namespace,
-			Proxy: e.Proxy.Name, Target: e.Target, Holder: e.Holder, Reason: e.Reason, Until: unixNano(e.Until)})
-	}
-	enc.buf.Reset()
-	if enc.zw == nil {
-		zw, err := gzip.NewWriterLevel(&enc.buf, gzip.BestSpeed)
-		if err != nil {
-			return nil, err
+	enc.raw(`]`)
+	if len(st.Cooldowns) > 0 {
+		enc.raw(`,"cooldowns":[`)
+		for i, c := range st.Cooldowns {
+			enc.comma(i)
+			enc.value(storedCooldown{Namespace: c.Proxy.Namespace, Proxy: c.Proxy.Name, Target: c.Target, Until: unixNano(c.Until)})
 		}
-		enc.zw = zw
-	} else {
-		enc.zw.Reset(&enc.buf)
+		enc.raw(`]`)
 	}
-	if err := json.NewEncoder(enc.zw).Encode(doc); err != nil {
+	if len(st.Ended) > 0 {
+		enc.raw(`,"ended":[`)
+		for i, e := range st.Ended {
+			enc.comma(i)
+			enc.value(storedEnded{ID: e.ID, Namespace: e.Name.Namespace, Name: e.Name.Name, ProxyNamespace: e.Proxy.Namespace,
+				Proxy: e.Proxy.Name, Target: e.Target, Holder: e.Holder, Reason: e.Reason, Until: unixNano(e.Until)})
+		}
+		enc.raw(`]`)
+	}
+	enc.raw("}\n")
+	if enc.err != nil {
+		err := enc.err
+		enc.err = nil
 		return nil, fmt.Errorf("encoding the lease checkpoint: %w", err)
 	}
 	if err := enc.zw.Close(); err != nil {
 		return nil, err
 	}
 	return enc.buf.Bytes(), nil
+}
+
+// proxyOf is p's index in enc.proxies, added when new: each distinct proxy
+// (as leases show it) is written once.
+func (enc *encoder) proxyOf(p lease.ProxyInfo) int {
+	for _, i := range enc.proxyIndex[p.Key()] {
+		if sameProxy(enc.proxies[i], p) {
+			return i
+		}
+	}
+	enc.proxies = append(enc.proxies, p)
+	i := len(enc.proxies) - 1
+	enc.proxyIndex[p.Key()] = append(enc.proxyIndex[p.Key()], i)
+	return i
+}
+
+// raw, uint, comma and value write into the compressor; the first error is
+// kept in enc.err and reported once the document is done.
+func (enc *encoder) raw(s string) {
+	if enc.err == nil {
+		_, enc.err = io.WriteString(enc.zw, s)
+	}
+}
+
+func (enc *encoder) uint(n uint64) {
+	enc.num = strconv.AppendUint(enc.num[:0], n, 10)
+	if enc.err == nil {
+		_, enc.err = enc.zw.Write(enc.num)
+	}
+}
+
+func (enc *encoder) comma(i int) {
+	if i > 0 {
+		enc.raw(",")
+	}
+}
+
+func (enc *encoder) value(v any) {
+	if enc.err == nil {
+		enc.err = enc.je.Encode(v)
+	}
 }
 
 func sameProxy(a, b lease.ProxyInfo) bool {

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -143,5 +144,44 @@ func TestOptions(t *testing.T) {
 	ok := Options{SecretName: "leases", Namespace: "ops", Interval: time.Second}
 	if err := ok.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// The streamed document is one JSON object of exactly the document's
+// fields, as json.Marshal of a document would write (an operator of the
+// version before, which reads it so, can roll back onto it).
+func TestStreamedDocumentIsTheDocument(t *testing.T) {
+	st := sampleState()
+	st.TakenAt = t0
+	data, err := (&encoder{}).encode(&st, 777, stringCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(zr)
+	dec.DisallowUnknownFields()
+	var doc document
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("strict decode: %v", err)
+	}
+	if dec.More() {
+		t.Error("data after the document")
+	}
+	want := document{Version: formatVersion, RVBase: 777, Revision: 42, TakenAt: t0.UnixNano(),
+		Proxies: []lease.ProxyInfo{st.Leases[0].Proxy, st.Leases[1].Proxy},
+		Leases: []storedLease{
+			{ID: "a", Namespace: "crawl", Name: "named", Holder: "h", Flow: "h", Target: "site", Proxy: 0, AcquiredAt: t0.UnixNano(),
+				ExpiresAt: t0.Add(time.Hour).UnixNano(), TTL: time.Hour, LastResult: "ok", Revision: 41,
+				Labels: map[string]string{"app": "x"}, Annotations: map[string]string{"n": "v"}, Extra: []byte("template")},
+			{ID: "b", Namespace: "crawl", Proxy: 1, ExpiresAt: t0.Add(time.Minute).UnixNano()},
+		},
+		Cooldowns: []storedCooldown{{Namespace: "crawl", Proxy: "p1", Target: "site", Until: t0.Add(time.Minute).UnixNano()}},
+		Ended:     []storedEnded{{ID: "c", Namespace: "crawl", Name: "p1", ProxyNamespace: "crawl", Proxy: "p1", Target: "t", Holder: "h", Reason: lease.Released, Until: t0.Add(time.Minute).UnixNano()}},
+	}
+	if d := cmp.Diff(want, doc); d != "" {
+		t.Errorf("document (-want +got):\n%s", d)
 	}
 }

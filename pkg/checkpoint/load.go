@@ -52,7 +52,7 @@ func (c *Checkpointer) Load(ctx context.Context) (loaded bool, err error) {
 	}
 	c.mu.Lock()
 	c.rvBase = rvBase
-	c.lastPayload = payload
+	c.lastSum = sha256.Sum256(payload)
 	c.lastChanges = c.deps.Store.Changes()
 	c.mu.Unlock()
 	log.FromContext(ctx).Info("lease checkpoint loaded", "secret", c.opts.Namespace+"/"+c.opts.SecretName,

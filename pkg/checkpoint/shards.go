@@ -35,7 +35,7 @@ const componentSelector = "app.kubernetes.io/component=lease-checkpoint"
 // answer was lost) moves it to the next generation. Only a writer that
 // created every shard of a generation itself names it in the index, so an
 // index never names another writer's shards.
-func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte, final bool) error {
+func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte, sum [sha256.Size]byte, final bool) error {
 	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
 	oldGen, oldShards := c.generation, 1
 	if c.index != nil {
@@ -60,7 +60,6 @@ func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte, final bo
 		gen++
 	}
 	genStr := strconv.FormatUint(gen, 10)
-	sum := sha256.Sum256(payload)
 	data := map[string][]byte{
 		keyPayload:    chunks[0],
 		keySHA256:     []byte(hex.EncodeToString(sum[:])),

@@ -54,7 +54,7 @@ func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
 		return nil, ErrFrozen
 	}
 	if req.Name != "" && req.Namespace != "" {
-		if _, taken := s.names[ProxyKey{Namespace: req.Namespace, Name: req.Name}]; taken {
+		if _, taken := s.nameLocked(ProxyKey{Namespace: req.Namespace, Name: req.Name}); taken {
 			s.unlockAndNotify(&p)
 			return nil, &AlreadyExistsError{Namespace: req.Namespace, Name: req.Name}
 		}
@@ -75,7 +75,7 @@ func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
 		return nil, err
 	}
 	if req.Name != "" && req.Namespace == "" {
-		if _, taken := s.names[ProxyKey{Namespace: e.info.Namespace, Name: req.Name}]; taken {
+		if _, taken := s.nameLocked(ProxyKey{Namespace: e.info.Namespace, Name: req.Name}); taken {
 			s.unlockAndNotify(&p)
 			return nil, &AlreadyExistsError{Namespace: e.info.Namespace, Name: req.Name}
 		}
@@ -135,7 +135,7 @@ func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duratio
 		}
 		_, live := s.leases[id]
 		_, ended := s.tombs[id]
-		_, named := s.names[ProxyKey{Namespace: ns, Name: req.NamePrefix + id}]
+		_, named := s.nameLocked(ProxyKey{Namespace: ns, Name: req.NamePrefix + id})
 		if !live && !ended && !(named && req.Name == "") {
 			break
 		}
@@ -153,11 +153,43 @@ func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duratio
 	return le, nil
 }
 
+// nameLocked finds the live lease of a namespace and name. A lease named
+// by its ID (every HTTP lease) has no entry in names: the lease table finds
+// it, and the store keeps one map entry less per lease.
+func (s *Store) nameLocked(nk ProxyKey) (id string, ok bool) {
+	if id, ok = s.names[nk]; ok {
+		return id, true
+	}
+	if le := s.leases[nk.Name]; le != nil && le.Name == le.ID && le.Namespace == nk.Namespace {
+		return le.ID, true
+	}
+	return "", false
+}
+
+// setNameLocked records le's name (see nameLocked).
+func (s *Store) setNameLocked(le *leaseEntry) {
+	if le.Name != le.ID {
+		s.names[ProxyKey{Namespace: le.Namespace, Name: le.Name}] = le.ID
+	}
+}
+
+// endedNameLocked finds the newest ended lease of a namespace and name,
+// as nameLocked the live one: tombNames holds only names that are not IDs.
+func (s *Store) endedNameLocked(nk ProxyKey) (id string, ok bool) {
+	if id, ok = s.tombNames[nk]; ok {
+		return id, true
+	}
+	if t, ok := s.tombs[nk.Name]; ok && t.name == nk {
+		return nk.Name, true
+	}
+	return "", false
+}
+
 // insertLocked makes le (its ID, name, proxy, flow and expiry set, at the
 // current revision) a live lease and tells the subscribers why.
 func (s *Store) insertLocked(le *leaseEntry, why Reason, p *pending) {
 	s.leases[le.ID] = le
-	s.names[ProxyKey{Namespace: le.Namespace, Name: le.Name}] = le.ID
+	s.setNameLocked(le)
 	s.flows[le.Flow]++
 	heap.Push(&s.expiries, le)
 	s.scheduledLocked(le.ExpiresAt)

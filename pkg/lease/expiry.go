@@ -87,7 +87,12 @@ func (s *Store) endLocked(le *leaseEntry, endedAt time.Time, reason Reason, p *p
 	}
 	until := endedAt.Add(s.opts.CooldownWindow)
 	s.tombs[le.ID] = tombstone{name: nk, proxy: le.proxy.key, target: le.Target, holder: le.Holder, reason: reason, until: until}
-	s.tombNames[nk] = le.ID
+	if le.Name != le.ID {
+		s.tombNames[nk] = le.ID
+	} else if s.tombNames[nk] != "" {
+		// A name reused after a named lease ended: the ID-named one is newer.
+		delete(s.tombNames, nk)
+	}
 	s.tombQ = append(s.tombQ, tombRef{id: le.ID, until: until})
 	e := le.proxy
 	s.setLeasesLocked(e, e.leases-1)

@@ -17,6 +17,7 @@ func checkInvariants(s *Store) []string {
 	// Lease table ↔ per-proxy counts, capacity, names, flows, expiry heap.
 	perProxy := map[*proxyEntry]int{}
 	perFlow := map[string]int{}
+	named := 0
 	for id, le := range s.leases {
 		if le.ID != id {
 			fail("lease %s stored under %s", le.ID, id)
@@ -26,8 +27,13 @@ func checkInvariants(s *Store) []string {
 		if s.proxies[le.proxy.key] != le.proxy {
 			fail("lease %s points at proxy %s the store forgot", id, le.proxy.key)
 		}
-		if s.names[ProxyKey{Namespace: le.Namespace, Name: le.Name}] != id {
+		if got, _ := s.nameLocked(ProxyKey{Namespace: le.Namespace, Name: le.Name}); got != id {
 			fail("lease %s: name %s/%s not mapped to it", id, le.Namespace, le.Name)
+		}
+		if le.Name != le.ID {
+			named++
+		} else if _, ok := s.names[ProxyKey{Namespace: le.Namespace, Name: le.Name}]; ok {
+			fail("lease %s named by its ID has an entry in names", id)
 		}
 		if le.heapIndex < 0 || le.heapIndex >= len(s.expiries) || s.expiries[le.heapIndex] != le {
 			fail("lease %s is not in the expiry heap at its index %d", id, le.heapIndex)
@@ -44,8 +50,8 @@ func checkInvariants(s *Store) []string {
 			fail("expiry heap order broken at %d", i)
 		}
 	}
-	if len(s.names) != len(s.leases) {
-		fail("names has %d entries, lease table %d", len(s.names), len(s.leases))
+	if len(s.names) != named {
+		fail("names has %d entries, %d leases are named other than by their ID", len(s.names), named)
 	}
 	for f, n := range s.flows {
 		if perFlow[f] != n {
@@ -209,7 +215,13 @@ func TestInvariantCheckerDetectsCorruption(t *testing.T) {
 		{"count drift", func(s *Store, l *Lease) { s.proxies[l.Proxy.Key()].leases++ }, "count 2, lease table 1"},
 		{"lease lost from heap", func(s *Store, l *Lease) { s.expiries = s.expiries[:0] }, "not in the expiry heap"},
 		{"flow drift", func(s *Store, l *Lease) { s.flows["f"] = 5 }, `flow "f": HeldBy 5, lease table 1`},
-		{"name lost", func(s *Store, l *Lease) { clear(s.names) }, "not mapped to it"},
+		{"name lost", func(s *Store, l *Lease) {
+			if _, err := s.Acquire(AcquireRequest{Namespace: "ns", Name: "named"}); err != nil {
+				panic(err)
+			}
+			clear(s.names)
+		}, "not mapped to it"},
+		{"ID name recorded", func(s *Store, l *Lease) { s.names[ProxyKey{Namespace: l.Namespace, Name: l.ID}] = l.ID }, "named by its ID has an entry"},
 		{"full proxy left in the index", func(s *Store, l *Lease) {
 			e := s.proxies[l.Proxy.Key()]
 			for _, t := range e.trees {

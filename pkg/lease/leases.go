@@ -230,7 +230,7 @@ func (s *Store) GetByName(namespace, name string) (Lease, bool) {
 	s.mu.Lock()
 	s.advanceLocked(s.now(), &p)
 	var out Lease
-	id, ok := s.names[ProxyKey{Namespace: namespace, Name: name}]
+	id, ok := s.nameLocked(ProxyKey{Namespace: namespace, Name: name})
 	if ok {
 		out = s.leases[id].Lease
 	}
@@ -247,9 +247,9 @@ func (s *Store) LookupName(namespace, name string) (id string, live, ok bool) {
 	now := s.now()
 	s.advanceLocked(now, &p)
 	key := ProxyKey{Namespace: namespace, Name: name}
-	if id, ok = s.names[key]; ok {
+	if id, ok = s.nameLocked(key); ok {
 		live = true
-	} else if id, ok = s.tombNames[key]; ok {
+	} else if id, ok = s.endedNameLocked(key); ok {
 		t, kept := s.tombs[id]
 		ok = kept && t.until.After(now)
 	}

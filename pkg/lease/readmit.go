@@ -62,7 +62,7 @@ func (s *Store) readmitLocked(l *Lease, now time.Time, p *pending) (*leaseEntry,
 		name = l.ID
 	}
 	nk := ProxyKey{Namespace: l.Namespace, Name: name}
-	if _, taken := s.names[nk]; taken {
+	if _, taken := s.nameLocked(nk); taken {
 		return nil, &AlreadyExistsError{Namespace: l.Namespace, Name: name}
 	}
 	s.revision++

@@ -455,6 +455,45 @@ func TestNamedLeases(t *testing.T) {
 	}
 }
 
+// A lease named by its ID has no entry in the names map (a map entry less
+// per HTTP lease); it is found by name all the same, live and ended, in its
+// namespace only, and its ID stays a name no other lease there may take.
+func TestLeasesNamedByTheirID(t *testing.T) {
+	s, _ := newTestStore(t, Options{MaxLeasesPerProxy: 5})
+	s.UpsertProxy(px("ns", "p", 1))
+	s.UpsertProxy(px("other", "p", 1))
+	l := mustAcquire(t, s, AcquireRequest{Namespace: "ns"})
+	if got, ok := s.GetByName("ns", l.ID); !ok || got.ID != l.ID {
+		t.Errorf("GetByName(ns, its ID) = %+v, %v", got, ok)
+	}
+	if _, ok := s.GetByName("other", l.ID); ok {
+		t.Error("found by its ID in another namespace")
+	}
+	if _, err := s.Acquire(AcquireRequest{Namespace: "ns", Name: l.ID}); !IsAlreadyExists(err) {
+		t.Errorf("a lease named by another's ID in its namespace: %v", err)
+	}
+	mustAcquire(t, s, AcquireRequest{Namespace: "other", Name: l.ID})
+	if id, live, ok := s.LookupName("ns", l.ID); !ok || !live || id != l.ID {
+		t.Errorf("LookupName live = %q, %v, %v", id, live, ok)
+	}
+	s.Release(l.ID)
+	if id, live, ok := s.LookupName("ns", l.ID); !ok || live || id != l.ID {
+		t.Errorf("LookupName after release = %q, %v, %v; want the ended lease", id, live, ok)
+	}
+	if id, live, _ := s.LookupName("other", l.ID); !live || id == l.ID {
+		t.Errorf("LookupName in the other namespace = %q, %v; want the live lease named so there", id, live)
+	}
+	// A named lease takes the name now; its end is then the newest.
+	named := mustAcquire(t, s, AcquireRequest{Namespace: "ns", Name: l.ID})
+	s.Release(named.ID)
+	if id, _, ok := s.LookupName("ns", l.ID); !ok || id != named.ID {
+		t.Errorf("LookupName after the named lease ended = %q, %v; want %s", id, ok, named.ID)
+	}
+	if bad := checkInvariants(s); len(bad) > 0 {
+		t.Errorf("invariants: %q", bad)
+	}
+}
+
 func TestFleetChanges(t *testing.T) {
 	s, _ := newTestStore(t, Options{})
 	s.UpsertProxy(px("ns", "p", 10, "zone", "x"))

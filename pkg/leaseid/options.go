@@ -22,7 +22,7 @@ func (o *Options) Enabled() bool { return o.SecretName != "" }
 
 // AddFlags registers the --lease-signing-* flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.SecretName, "lease-signing-secret", o.SecretName, "Secret (in the operator's namespace) holding the key lease IDs are signed with, created on first start; a lease the checkpoint missed in a crash is re-admitted when its holder renews, reports on or releases it. Empty: random IDs, such leases are lost.")
+	fs.StringVar(&o.SecretName, "lease-signing-secret", o.SecretName, "Secret (in the operator's namespace) holding the key lease IDs are signed with, created on first start; a lease the checkpoint missed in a crash is re-admitted when its holder renews or releases it (a report only records its cooldown). Empty: random IDs, such leases are lost.")
 }
 
 // Validate reports every invalid option.

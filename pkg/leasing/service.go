@@ -110,7 +110,7 @@ type ServiceDeps struct {
 	// Gate refuses lease requests while this replica does not serve (nil:
 	// always serves).
 	Gate *Gate
-	// IDs, when set, reads signed lease IDs, so that a renew, report or
+	// IDs, when set, reads signed lease IDs, so that a renew or
 	// release of a lease lost in a crash takes it back (lease.Store.Readmit).
 	IDs IDVerifier
 }

@@ -11,8 +11,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/clock"
 
 	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
@@ -31,21 +36,29 @@ const (
 
 // scaleStore is a store as the operator builds it (signed IDs), fed
 // scaleProxies proxies (each with the attributes a pool gives: zone, tier,
-// country); filled adds scaleLeases leases from 20 holders over 1,000 sites
-// and scaleCooldowns cooldowns (ten targets per proxy).
-func scaleStore(b *testing.B, filled bool) *lease.Store {
+// country), with n leases from 20 holders over 1,000 sites and n cooldowns
+// (n/scaleProxies targets per proxy).
+func scaleStore(b *testing.B, n int) *lease.Store { return scaleStoreIDs(b, n, true) }
+
+// scaleStoreIDs is scaleStore with signed IDs (--lease-signing-secret) or
+// the store's random ones.
+func scaleStoreIDs(b *testing.B, n int, signed bool) *lease.Store {
 	b.Helper()
-	signer := leaseid.NewSigner()
-	if err := signer.SetKey([]byte(strings.Repeat("k", leaseid.KeySize))); err != nil {
-		b.Fatal(err)
+	opts := lease.Options{MaxLeasesPerProxy: 12, MaxTTL: 2 * time.Hour, CooldownWindow: time.Hour}
+	if signed {
+		signer := leaseid.NewSigner()
+		if err := signer.SetKey([]byte(strings.Repeat("k", leaseid.KeySize))); err != nil {
+			b.Fatal(err)
+		}
+		opts.IDs = signer
 	}
-	s, err := lease.New(lease.Options{MaxLeasesPerProxy: 12, MaxTTL: 2 * time.Hour, CooldownWindow: time.Hour, IDs: signer}, clock.RealClock{})
+	s, err := lease.New(opts, clock.RealClock{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	feedScaleProxies(s)
-	if filled {
-		fillScale(b, s)
+	if n > 0 {
+		fillCooldowns(b, s, fillLeases(b, s, make([]string, 0, n), n), n)
 	}
 	return s
 }
@@ -61,9 +74,9 @@ func feedScaleProxies(s *lease.Store) {
 
 // fillLeases adds the leases and returns their IDs in ids (allocated by
 // the caller, so that a heap measure can leave it out).
-func fillLeases(b *testing.B, s *lease.Store, ids []string) []string {
+func fillLeases(b *testing.B, s *lease.Store, ids []string, n int) []string {
 	b.Helper()
-	for i := range scaleLeases {
+	for i := range n {
 		h := fmt.Sprintf("system:serviceaccount:crawl:crawler-%d", i%20)
 		l, err := s.Acquire(lease.AcquireRequest{Namespace: fmt.Sprintf("team-%d", i%4), Target: fmt.Sprintf("site-%d.example.com", i%1000),
 			TTL: time.Hour, Holder: h, Flow: h})
@@ -75,20 +88,15 @@ func fillLeases(b *testing.B, s *lease.Store, ids []string) []string {
 	return ids
 }
 
-func fillCooldowns(b *testing.B, s *lease.Store, ids []string) {
+func fillCooldowns(b *testing.B, s *lease.Store, ids []string, n int) {
 	b.Helper()
-	for i := range scaleCooldowns {
-		// Ten distinct targets on each proxy: lease i%scaleLeases sits on
-		// proxy i%scaleProxies (the store spreads leases evenly).
+	for i := range n {
+		// Distinct targets spread over the proxies: the store spreads
+		// leases evenly.
 		if err := s.Report(ids[i%len(ids)], lease.ResultRateLimited, fmt.Sprintf("cool-%d.example.com", i)); err != nil {
 			b.Fatal(err)
 		}
 	}
-}
-
-func fillScale(b *testing.B, s *lease.Store) {
-	b.Helper()
-	fillCooldowns(b, s, fillLeases(b, s, make([]string, 0, scaleLeases)))
 }
 
 // heapNow is the live heap after a full collection.
@@ -116,36 +124,76 @@ func rssBytes() float64 {
 
 // BenchmarkScaleMemory is the store's heap at the scale the operator is
 // sized for: per proxy (beyond the Proxy informer's own copy, which this
-// store does not hold), per live lease and per cooldown. Targets: ≤ 4 KiB
-// per proxy, ≤ 512 B per lease. Run it alone (-benchtime 1x): each
-// iteration builds a store.
+// store does not hold), per live lease and per cooldown, with signed lease
+// IDs (reclaimable after a crash) and with random ones. Targets: ≤ 4 KiB
+// per proxy, ≤ 512 B per lease. Each iteration builds a store: run it with
+// -benchtime 1x.
 //
 //	go test ./test/integration/checkpoint -run '^$' -bench ScaleMemory -benchtime 1x -count 3
 func BenchmarkScaleMemory(b *testing.B) {
-	var perProxy, perLease, perCooldown, rss float64
-	for b.Loop() {
-		ids := make([]string, 0, scaleLeases) // the test's own: before h0
-		h0 := heapNow()
-		s := scaleStore(b, false)
-		h1 := heapNow()
-		ids = fillLeases(b, s, ids) // the IDs' bytes are the store's
-		h2 := heapNow()
-		fillCooldowns(b, s, ids)
-		h3 := heapNow()
-		perProxy = float64(int64(h1)-int64(h0)) / scaleProxies
-		perLease = float64(int64(h2)-int64(h1)) / scaleLeases
-		perCooldown = float64(int64(h3)-int64(h2)) / scaleCooldowns
-		runtime.KeepAlive(ids)
-		rss = rssBytes()
-		runtime.KeepAlive(s)
+	for _, signed := range []bool{true, false} {
+		b.Run(fmt.Sprintf("signedIDs=%v", signed), func(b *testing.B) {
+			var perProxy, perLease, perCooldown, perLeaseWriter, rss float64
+			for b.Loop() {
+				ids := make([]string, 0, scaleLeases) // the test's own: before h0
+				h0 := heapNow()
+				s := scaleStoreIDs(b, 0, signed)
+				h1 := heapNow()
+				ids = fillLeases(b, s, ids, scaleLeases) // the IDs' bytes are the store's
+				h2 := heapNow()
+				fillCooldowns(b, s, ids, scaleCooldowns)
+				h3 := heapNow()
+				// The checkpoint writer keeps its buffers (the state copy,
+				// the document, the last payload) from one write to the
+				// next: after one write, what it holds.
+				cp := discardingCheckpointer(b, s)
+				h4 := heapNow()
+				perProxy = float64(int64(h1)-int64(h0)) / scaleProxies
+				perLease = float64(int64(h2)-int64(h1)) / scaleLeases
+				perCooldown = float64(int64(h3)-int64(h2)) / scaleCooldowns
+				perLeaseWriter = float64(int64(h4)-int64(h3)) / scaleLeases
+				rss = rssBytes()
+				runtime.KeepAlive(ids)
+				runtime.KeepAlive(s)
+				runtime.KeepAlive(cp)
+			}
+			b.ReportMetric(perProxy, "heap-B/proxy")
+			b.ReportMetric(perLease, "heap-B/lease")
+			b.ReportMetric(perCooldown, "heap-B/cooldown")
+			b.ReportMetric(perLeaseWriter, "writer-heap-B/lease")
+			b.ReportMetric(rss/(1<<20), "process-RSS-MiB")
+		})
 	}
-	b.ReportMetric(perProxy, "heap-B/proxy")
-	b.ReportMetric(perLease, "heap-B/lease")
-	b.ReportMetric(perCooldown, "heap-B/cooldown")
-	b.ReportMetric(rss/(1<<20), "process-RSS-MiB")
 }
 
-// scaleEnv is a control plane and one store at scale, checkpointed once.
+// discardingCheckpointer is a Checkpointer of s that has written once to
+// a Secrets API that keeps nothing (so that only the writer's own memory
+// is measured).
+func discardingCheckpointer(b *testing.B, s *lease.Store) *checkpoint.Checkpointer {
+	b.Helper()
+	kube := fake.NewClientset()
+	kube.PrependReactor("*", "secrets", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		if c, ok := a.(k8stesting.CreateAction); ok {
+			return true, c.GetObject(), nil
+		}
+		if u, ok := a.(k8stesting.UpdateAction); ok {
+			return true, u.GetObject(), nil
+		}
+		return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "")
+	})
+	o := checkpoint.DefaultOptions()
+	o.SecretName, o.Namespace = "leases", "scale"
+	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: s, Codec: apiserver.MetadataCodec{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.WriteIfChanged(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// scaleEnv is a control plane and one store, checkpointed once.
 type scaleEnv struct {
 	kube  kubernetes.Interface
 	store *lease.Store
@@ -153,19 +201,12 @@ type scaleEnv struct {
 	opts  checkpoint.Options
 }
 
-func newScaleEnv(b *testing.B) *scaleEnv {
+func newScaleEnv(b *testing.B, kube kubernetes.Interface, name string, n int) *scaleEnv {
 	b.Helper()
-	cp := controlplane.StartForTest(b, controlplane.Options{SkipCRDs: true})
-	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "scale"}}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	e := &scaleEnv{kube: kube, store: scaleStore(b, true)}
+	e := &scaleEnv{kube: kube, store: scaleStore(b, n)}
 	e.opts = checkpoint.DefaultOptions()
-	e.opts.SecretName, e.opts.Namespace = "leases", "scale"
+	e.opts.SecretName, e.opts.Namespace = name, "scale"
+	var err error
 	if e.cp, err = checkpoint.New(e.opts, checkpoint.Deps{Secrets: kube.CoreV1(), Store: e.store, Codec: apiserver.MetadataCodec{}}); err != nil {
 		b.Fatal(err)
 	}
@@ -175,16 +216,37 @@ func newScaleEnv(b *testing.B) *scaleEnv {
 	return e
 }
 
-// BenchmarkScaleCheckpoint at 100,000 live leases over 10,000 proxies with
+func scaleControlPlane(b *testing.B) kubernetes.Interface {
+	b.Helper()
+	cp := controlplane.StartForTest(b, controlplane.Options{SkipCRDs: true})
+	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "scale"}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	return kube
+}
+
+// BenchmarkScaleCheckpoint with 20,000 and 70,000 leases and as many
+// cooldowns (3 and 10 Secrets) and at the full scale, 100,000 live leases over 10,000 proxies with
 // 100,000 cooldowns: write is one checkpoint written (state copy, encode,
-// the Secrets), with its size and shard count; takeover is a replica
+// the Secrets), with its size and Secret count; takeover is a replica
 // taking it over (fence, read, decode, restore into a store the informer
-// has fed; the takeover grace is not waited: the checkpoint was written
-// final).
+// has fed; no grace is waited: the checkpoint was written final).
 //
 //	go test ./test/integration/checkpoint -run '^$' -bench ScaleCheckpoint -benchtime 5x
 func BenchmarkScaleCheckpoint(b *testing.B) {
-	e := newScaleEnv(b)
+	kube := scaleControlPlane(b)
+	for _, n := range []int{20000, 70000, scaleLeases} { // 3, 10 and 14 Secrets
+		b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) {
+			benchmarkScaleCheckpoint(b, newScaleEnv(b, kube, fmt.Sprintf("leases-%d", n), n), n)
+		})
+	}
+}
+
+func benchmarkScaleCheckpoint(b *testing.B, e *scaleEnv, n int) {
 	ctx := context.Background()
 	b.Run("write", func(b *testing.B) {
 		for b.Loop() {
@@ -201,11 +263,14 @@ func BenchmarkScaleCheckpoint(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		size := 0
+		size, secrets := 0, 0
 		for _, s := range list.Items {
-			size += len(s.Data["checkpoint.json.gz"])
+			if s.Name == e.opts.SecretName || strings.HasPrefix(s.Name, e.opts.SecretName+"-") {
+				size += len(s.Data["checkpoint.json.gz"])
+				secrets++
+			}
 		}
-		b.ReportMetric(float64(len(list.Items)), "secrets")
+		b.ReportMetric(float64(secrets), "secrets")
 		b.ReportMetric(float64(size)/(1<<20), "MiB")
 	})
 	// The last write is final: a takeover does not wait for it.
@@ -218,7 +283,7 @@ func BenchmarkScaleCheckpoint(b *testing.B) {
 	b.Run("takeover", func(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			b.StopTimer()
-			s := scaleStore(b, false)
+			s := scaleStore(b, 0)
 			c, err := checkpoint.New(e.opts, checkpoint.Deps{Secrets: e.kube.CoreV1(), Store: s, Codec: apiserver.MetadataCodec{}, Identity: fmt.Sprintf("t%d", i)})
 			if err != nil {
 				b.Fatal(err)
@@ -228,8 +293,8 @@ func BenchmarkScaleCheckpoint(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StopTimer()
-			if n := len(s.List("")); n != scaleLeases {
-				b.Fatalf("took over %d leases, want %d", n, scaleLeases)
+			if got := len(s.List("")); got != n {
+				b.Fatalf("took over %d leases, want %d", got, n)
 			}
 			// Hand it back final, for the next iteration.
 			s.Freeze()
@@ -247,15 +312,8 @@ func BenchmarkScaleCheckpoint(b *testing.B) {
 //
 //	go test ./test/integration/checkpoint -run '^$' -bench ScaleChurn -benchtime 300000x -count 3
 func BenchmarkScaleChurn(b *testing.B) {
-	cp := controlplane.StartForTest(b, controlplane.Options{SkipCRDs: true})
-	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "scale"}}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	store := scaleStore(b, true)
+	kube := scaleControlPlane(b)
+	store := scaleStore(b, scaleLeases)
 	for _, on := range []bool{false, true} {
 		b.Run(fmt.Sprintf("checkpoint=%v", on), func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
