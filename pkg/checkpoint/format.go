@@ -117,8 +117,8 @@ type encoder struct {
 	err        error
 }
 
-// encode writes st as a gzip-compressed document; the result is valid until
-// the next call.
+// encode writes st as a gzip-compressed document, its leases in st's order
+// (a reader needs none); the result is valid until the next call.
 func (enc *encoder) encode(st *lease.State, rvBase uint64, codec ExtraCodec) ([]byte, error) {
 	if enc.proxyIndex == nil {
 		enc.proxyIndex = map[lease.ProxyKey][]int{}

@@ -153,6 +153,7 @@ func TestOptions(t *testing.T) {
 func TestStreamedDocumentIsTheDocument(t *testing.T) {
 	st := sampleState()
 	st.TakenAt = t0
+	want0, want1 := st.Leases[0].Proxy, st.Leases[1].Proxy
 	data, err := (&encoder{}).encode(&st, 777, stringCodec{})
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +172,7 @@ func TestStreamedDocumentIsTheDocument(t *testing.T) {
 		t.Error("data after the document")
 	}
 	want := document{Version: formatVersion, RVBase: 777, Revision: 42, TakenAt: t0.UnixNano(),
-		Proxies: []lease.ProxyInfo{st.Leases[0].Proxy, st.Leases[1].Proxy},
+		Proxies: []lease.ProxyInfo{want0, want1},
 		Leases: []storedLease{
 			{ID: "a", Namespace: "crawl", Name: "named", Holder: "h", Flow: "h", Target: "site", Proxy: 0, AcquiredAt: t0.UnixNano(),
 				ExpiresAt: t0.Add(time.Hour).UnixNano(), TTL: time.Hour, LastResult: "ok", Revision: 41,

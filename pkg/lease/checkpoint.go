@@ -63,17 +63,20 @@ func (s *Store) Changes() uint64 {
 const MaxEndedInState = 10000
 
 // State returns the store's durable state at now, sorted (leases and ended
-// leases by ID, cooldowns by proxy namespace, name and target) so that equal stores give
-// equal states. It also returns Changes at the same instant. Of the ended
-// leases it keeps the newest MaxEndedInState.
+// leases by ID, cooldowns by proxy namespace, name and target) so that equal
+// stores give equal states. It also returns Changes at the same instant. Of
+// the ended leases it keeps the newest MaxEndedInState.
 func (s *Store) State() (State, uint64) {
 	var st State
 	changes := s.StateInto(&st)
+	slices.SortFunc(st.Leases, func(a, b Lease) int { return strings.Compare(a.ID, b.ID) })
 	return st, changes
 }
 
 // StateInto is State into st, reusing its slices (a checkpointer that
-// takes one a second allocates nothing for it after the first).
+// takes one a second allocates nothing for it after the first), with the
+// leases in no particular order: sorting 100,000 of them moved 40 MB each
+// time, and the checkpoint needs no order.
 func (s *Store) StateInto(st *State) uint64 {
 	var p pending
 	s.mu.Lock()
@@ -105,7 +108,6 @@ func (s *Store) StateInto(st *State) uint64 {
 	}
 	changes := s.revision + s.coolings
 	s.unlockAndNotify(&p)
-	slices.SortFunc(st.Leases, func(a, b Lease) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(st.Ended, func(a, b EndedLease) int { return strings.Compare(a.ID, b.ID) })
 	// Compared field by field: a key built per comparison allocated
 	// millions of strings per checkpoint at 100,000 cooldowns.
