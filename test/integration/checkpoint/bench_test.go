@@ -6,15 +6,12 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
-	"github.com/proxy-operator/proxy-operator/test/controlplane"
 )
 
 // BenchmarkChurnWithCheckpoint is acquire+release pairs on a store holding
@@ -24,14 +21,7 @@ import (
 //
 //	go test ./test/integration/checkpoint -run '^$' -bench ChurnWithCheckpoint -benchtime 200000x -count 3
 func BenchmarkChurnWithCheckpoint(b *testing.B) {
-	cp := controlplane.StartForTest(b, controlplane.Options{SkipCRDs: true})
-	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
+	kube := benchControlPlane(b, "bench")
 	for _, on := range []bool{false, true} {
 		b.Run(fmt.Sprintf("checkpoint=%v", on), func(b *testing.B) {
 			store, err := lease.New(lease.Options{MaxLeasesPerProxy: 100, MaxTTL: 2 * time.Hour}, clock.RealClock{})
@@ -46,36 +36,44 @@ func BenchmarkChurnWithCheckpoint(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			writes := func() int { return 0 }
-			if on {
-				o := checkpoint.DefaultOptions()
-				o.SecretName, o.Namespace = fmt.Sprintf("churn-%d", time.Now().UnixNano()), "bench"
-				c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				go func() { done <- c.Start(ctx) }()
-				writes = c.Writes
-			} else {
-				close(done)
-			}
-			b.ResetTimer()
-			began := time.Now()
-			for i := 0; i < b.N; i++ {
-				l, err := store.Acquire(lease.AcquireRequest{Target: "churn"})
-				if err != nil {
-					b.Fatal(err)
-				}
-				store.Release(l.ID)
-			}
-			elapsed := time.Since(began)
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pairs/s")
-			b.ReportMetric(float64(writes()), "checkpoints")
-			cancel()
-			<-done
+			churnPairs(b, kube, "bench", store, on)
 		})
 	}
+}
+
+// churnPairs times b.N acquire+release pairs on store, with the checkpoint
+// writer running into namespace ns (on) or not, and reports pairs/s and
+// the checkpoints written meanwhile.
+func churnPairs(b *testing.B, kube kubernetes.Interface, ns string, store *lease.Store, on bool) {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	writes := func() int { return 0 }
+	if on {
+		o := checkpoint.DefaultOptions()
+		o.SecretName, o.Namespace = fmt.Sprintf("churn-%d", time.Now().UnixNano()), ns
+		c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() { done <- c.Start(ctx) }()
+		writes = c.Writes
+	} else {
+		close(done)
+	}
+	b.ResetTimer()
+	began := time.Now()
+	for i := 0; i < b.N; i++ {
+		l, err := store.Acquire(lease.AcquireRequest{Target: "churn"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		store.Release(l.ID)
+	}
+	elapsed := time.Since(began)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pairs/s")
+	b.ReportMetric(float64(writes()), "checkpoints")
+	cancel()
+	<-done
 }

@@ -11,12 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// A shard Secret already at the next generation's name (a writer killed
-// after creating it, or a fenced one's) does not stop the writer: it takes
-// a later generation and deletes the leftover (today's writer failed on
-// AlreadyExists at every write, forever).
-func TestWriteSkipsLeftoverShards(t *testing.T) {
-	e := setup(t)
+// writtenReplica is a replica that wrote a checkpoint of faultLeases leases
+// and as many cooldowns (3 Secrets), and the index Secret it wrote.
+func (e *env) writtenReplica(t *testing.T) (*faultReplica, *corev1.Secret) {
+	t.Helper()
 	ctx := context.Background()
 	r := e.faultReplica(t, "w", 1)
 	churn(t, r.store, rand.New(rand.NewPCG(1, 1)), faultLeases, "c")
@@ -27,6 +25,17 @@ func TestWriteSkipsLeftoverShards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r, idx
+}
+
+// A shard Secret already at the next generation's name (a writer killed
+// after creating it, or a fenced one's) does not stop the writer: it takes
+// a later generation and deletes the leftover (today's writer failed on
+// AlreadyExists at every write, forever).
+func TestWriteSkipsLeftoverShards(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	r, idx := e.writtenReplica(t)
 	gen, _ := strconv.Atoi(string(idx.Data["generation"]))
 	if e.shardCount(t) < 2 {
 		t.Fatalf("the checkpoint spans %d Secret: no shard to collide with", e.shardCount(t))
@@ -65,15 +74,7 @@ func TestWriteSkipsLeftoverShards(t *testing.T) {
 func TestTakeoverTellsABlipFromCorruption(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	r := e.faultReplica(t, "w", 1)
-	churn(t, r.store, rand.New(rand.NewPCG(1, 1)), faultLeases, "c")
-	if err := r.cp.WriteIfChanged(ctx); err != nil {
-		t.Fatal(err)
-	}
-	idx, err := e.kube.CoreV1().Secrets(e.ns).Get(ctx, "leases", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, idx := e.writtenReplica(t)
 	shard := fmt.Sprintf("leases-%s-1", idx.Data["generation"])
 
 	blip := e.faultReplica(t, "blip", 2)

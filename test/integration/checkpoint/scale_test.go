@@ -216,14 +216,15 @@ func newScaleEnv(b *testing.B, kube kubernetes.Interface, name string, n int) *s
 	return e
 }
 
-func scaleControlPlane(b *testing.B) kubernetes.Interface {
+// benchControlPlane starts a control plane with namespace ns.
+func benchControlPlane(b *testing.B, ns string) kubernetes.Interface {
 	b.Helper()
 	cp := controlplane.StartForTest(b, controlplane.Options{SkipCRDs: true})
 	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "scale"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	return kube
@@ -238,7 +239,7 @@ func scaleControlPlane(b *testing.B) kubernetes.Interface {
 //
 //	go test ./test/integration/checkpoint -run '^$' -bench ScaleCheckpoint -benchtime 5x
 func BenchmarkScaleCheckpoint(b *testing.B) {
-	kube := scaleControlPlane(b)
+	kube := benchControlPlane(b, "scale")
 	for _, n := range []int{20000, 70000, scaleLeases} { // 3, 10 and 14 Secrets
 		b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) {
 			benchmarkScaleCheckpoint(b, newScaleEnv(b, kube, fmt.Sprintf("leases-%d", n), n), n)
@@ -312,42 +313,13 @@ func benchmarkScaleCheckpoint(b *testing.B, e *scaleEnv, n int) {
 //
 //	go test ./test/integration/checkpoint -run '^$' -bench ScaleChurn -benchtime 300000x -count 3
 func BenchmarkScaleChurn(b *testing.B) {
-	kube := scaleControlPlane(b)
+	kube := benchControlPlane(b, "scale")
 	for _, on := range []bool{false, true} {
 		b.Run(fmt.Sprintf("checkpoint=%v", on), func(b *testing.B) {
 			// A store of its own per run: the churn leaves a million ended
 			// leases in the report window, which a later run would carry.
 			store := scaleStore(b, scaleLeases)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			writes := func() int { return 0 }
-			if on {
-				o := checkpoint.DefaultOptions()
-				o.SecretName, o.Namespace = fmt.Sprintf("churn-%d", time.Now().UnixNano()), "scale"
-				c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				go func() { done <- c.Start(ctx) }()
-				writes = c.Writes
-			} else {
-				close(done)
-			}
-			b.ResetTimer()
-			began := time.Now()
-			for i := 0; i < b.N; i++ {
-				l, err := store.Acquire(lease.AcquireRequest{Target: "churn"})
-				if err != nil {
-					b.Fatal(err)
-				}
-				store.Release(l.ID)
-			}
-			elapsed := time.Since(began)
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pairs/s")
-			b.ReportMetric(float64(writes()), "checkpoints")
-			cancel()
-			<-done
+			churnPairs(b, kube, "scale", store, on)
 		})
 	}
 }
