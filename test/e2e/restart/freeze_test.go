@@ -12,6 +12,7 @@ import (
 
 	dclient "github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
 // freezeFor is how long kube-apiserver is stopped: well past the renew
@@ -129,7 +130,7 @@ func TestKubeAPIServerFreeze(t *testing.T) {
 	stop()
 	grants := wait()
 
-	res := checkHistory(grants, []kill{{at: frozenAt, signal: "SIGSTOP kube-apiserver"}})
+	res := framework.CheckHistory(grants, []framework.Kill{{At: frozenAt, Signal: "SIGSTOP kube-apiserver"}}, crashWindow)
 	t.Logf("freeze of %s: %s; leases served again %s after kube-apiserver came back", freezeFor, res, back.Round(100*time.Millisecond))
 	keys := make([]string, 0, len(answers))
 	for k := range answers {
@@ -139,11 +140,11 @@ func TestKubeAPIServerFreeze(t *testing.T) {
 	for _, k := range keys {
 		t.Logf("during the freeze, %s: %d times", k, answers[k])
 	}
-	if res.planned+res.crash > 0 {
+	if res.Planned+res.Crash > 0 {
 		t.Errorf("a proxy was given out twice: %s", res)
 	}
-	if res.grants < 100 {
-		t.Errorf("only %d grants: the load was too light to show anything", res.grants)
+	if res.Grants < 100 {
+		t.Errorf("only %d grants: the load was too light to show anything", res.Grants)
 	}
 	var lost []string
 	for _, id := range held {

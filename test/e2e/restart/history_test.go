@@ -28,34 +28,6 @@ const (
 	crashWindow = 2 * time.Second
 )
 
-// grant is one lease as a client lived it: held from got (its grant
-// received) to ended (its release sent; still held while a release was
-// refused by a standby).
-type grant struct {
-	id, proxy  string
-	got, ended time.Time
-}
-
-// kill is one kill point.
-type kill struct {
-	at     time.Time
-	signal string
-}
-
-// historyResult is what the checker found.
-type historyResult struct {
-	grants, kills int
-	// planned are grants of a proxy beyond its capacity not explained by a
-	// crash: must be zero. crash are those within crashWindow before a
-	// SIGKILL: leases granted after the last checkpoint.
-	planned, crash int
-}
-
-func (r historyResult) String() string {
-	return fmt.Sprintf("%d grants, %d kill points: %d over capacity outside a crash window, %d within one (granted after the last checkpoint)",
-		r.grants, r.kills, r.planned, r.crash)
-}
-
 // replicas are the two operators of a history run; the client side looks
 // for the one that serves, as a Service would route.
 type replicas struct {
@@ -111,14 +83,14 @@ func (e *env) startPair(t *testing.T) (r *replicas, extra []string) {
 
 // runHistory drives clients against two replicas while kills kill points
 // terminate or kill the leader, then checks the recorded history.
-func runHistory(t *testing.T, e *env, seed uint64, kills int) historyResult {
+func runHistory(t *testing.T, e *env, seed uint64, kills int) framework.HistoryResult {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	r, extra := e.startPair(t)
 
 	ctx, stop := context.WithCancel(context.Background())
 	wait := drive(ctx, r, seed)
 
-	var points []kill
+	var points []framework.Kill
 	for k := range kills {
 		time.Sleep(time.Duration(2000+rng.IntN(3000)) * time.Millisecond)
 		leader := -1
@@ -130,9 +102,9 @@ func runHistory(t *testing.T, e *env, seed uint64, kills int) historyResult {
 		if leader < 0 {
 			t.Fatalf("kill point %d: no replica is ready", k)
 		}
-		p := kill{at: time.Now(), signal: "SIGTERM"}
+		p := framework.Kill{At: time.Now(), Signal: "SIGTERM"}
 		if rng.IntN(2) == 0 {
-			p.signal = "SIGKILL"
+			p.Signal = "SIGKILL"
 			r.procs[leader].Kill()
 		} else if err := r.procs[leader].Stop(60 * time.Second); err != nil {
 			t.Fatal(err)
@@ -142,7 +114,7 @@ func runHistory(t *testing.T, e *env, seed uint64, kills int) historyResult {
 		deadline := time.Now().Add(leaseDuration + retryPeriod + 10*time.Second)
 		for !r.ready(other) {
 			if time.Now().After(deadline) {
-				t.Fatalf("kill point %d (%s): the standby did not take over", k, p.signal)
+				t.Fatalf("kill point %d (%s): the standby did not take over", k, p.Signal)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -154,15 +126,15 @@ func runHistory(t *testing.T, e *env, seed uint64, kills int) historyResult {
 	for i := range 2 {
 		_ = r.procs[i].Stop(30 * time.Second)
 	}
-	return checkHistory(grants, points)
+	return framework.CheckHistory(grants, points, crashWindow)
 }
 
 // drive runs historyClients clients against r until ctx ends: each leases
 // one of historyProxies proxies (waiting up to 2s), holds it 10–70 ms and
 // releases it. wait returns, once ctx ended, the grants they lived.
-func drive(ctx context.Context, r *replicas, seed uint64) (wait func() []grant) {
+func drive(ctx context.Context, r *replicas, seed uint64) (wait func() []framework.Grant) {
 	var mu sync.Mutex
-	var grants []grant
+	var grants []framework.Grant
 	var wg sync.WaitGroup
 	for c := range historyClients {
 		wg.Add(1)
@@ -180,11 +152,11 @@ func drive(ctx context.Context, r *replicas, seed uint64) (wait func() []grant) 
 				if err != nil {
 					continue // no_match, queue full, or stopping
 				}
-				g := grant{id: l.LeaseID, proxy: l.Proxy.Name, got: time.Now()}
+				g := framework.Grant{ID: l.LeaseID, Proxy: l.Proxy.Name, Got: time.Now()}
 				time.Sleep(time.Duration(10+crng.IntN(60)) * time.Millisecond)
 				_ = r.do(context.Background(), func(cl *dclient.Client) error {
-					g.ended = time.Now()
-					return cl.Release(context.Background(), g.id)
+					g.Ended = time.Now()
+					return cl.Release(context.Background(), g.ID)
 				})
 				mu.Lock()
 				grants = append(grants, g)
@@ -192,59 +164,9 @@ func drive(ctx context.Context, r *replicas, seed uint64) (wait func() []grant) 
 			}
 		}()
 	}
-	return func() []grant {
+	return func() []framework.Grant {
 		wg.Wait()
 		return grants
-	}
-}
-
-// checkHistory counts, per proxy (capacity 1), pairs of grants held at the
-// same time. A pair is explained by a crash when the earlier grant was made
-// within crashWindow before a SIGKILL and the later after it.
-func checkHistory(grants []grant, points []kill) historyResult {
-	res := historyResult{grants: len(grants), kills: len(points)}
-	byProxy := map[string][]grant{}
-	for _, g := range grants {
-		byProxy[g.proxy] = append(byProxy[g.proxy], g)
-	}
-	for _, gs := range byProxy {
-		slices.SortFunc(gs, func(a, b grant) int { return a.got.Compare(b.got) })
-		for i := range gs {
-			for j := i + 1; j < len(gs) && gs[j].got.Before(gs[i].ended); j++ {
-				explained := false
-				for _, p := range points {
-					if p.signal == "SIGKILL" && !gs[i].got.Before(p.at.Add(-crashWindow)) && gs[i].got.Before(p.at) && gs[j].got.After(p.at) {
-						explained = true
-					}
-				}
-				if explained {
-					res.crash++
-				} else {
-					res.planned++
-				}
-			}
-		}
-	}
-	return res
-}
-
-// The checker must see a proxy given out twice (negative control).
-func TestCheckHistoryCatchesADoubleGrant(t *testing.T) {
-	t0 := time.Now()
-	a := grant{id: "a", proxy: "p", got: t0, ended: t0.Add(time.Second)}
-	b := grant{id: "b", proxy: "p", got: t0.Add(500 * time.Millisecond), ended: t0.Add(2 * time.Second)}
-	after := grant{id: "c", proxy: "p", got: t0.Add(3 * time.Second), ended: t0.Add(4 * time.Second)}
-	if r := checkHistory([]grant{a, b, after}, nil); r.planned != 1 || r.crash != 0 {
-		t.Errorf("double grant, no kill: %s", r)
-	}
-	if r := checkHistory([]grant{a, b}, []kill{{at: t0.Add(100 * time.Millisecond), signal: "SIGKILL"}}); r.planned != 0 || r.crash != 1 {
-		t.Errorf("double grant across a crash: %s", r)
-	}
-	if r := checkHistory([]grant{a, b}, []kill{{at: t0.Add(100 * time.Millisecond), signal: "SIGTERM"}}); r.planned != 1 {
-		t.Errorf("double grant across a planned handover must count: %s", r)
-	}
-	if r := checkHistory([]grant{a, after}, nil); r.planned+r.crash != 0 {
-		t.Errorf("grants one after the other: %s", r)
 	}
 }
 
@@ -273,10 +195,10 @@ func TestHistoryUnderKills(t *testing.T) {
 	e := setup(t)
 	r := runHistory(t, e, seed, kills)
 	t.Log(r)
-	if r.grants < 25*kills {
-		t.Errorf("only %d grants for %d kill points: the history shows too little", r.grants, kills)
+	if r.Grants < 25*kills {
+		t.Errorf("only %d grants for %d kill points: the history shows too little", r.Grants, kills)
 	}
-	if r.planned > 0 {
+	if r.Planned > 0 {
 		t.Errorf("%s", r)
 	}
 }

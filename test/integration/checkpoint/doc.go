@@ -9,9 +9,10 @@
 // while the writer is killed after a random number of Secret calls, or
 // under transient faults (a 500 or 504 before kube-apiserver, an answer lost
 // after it: transport_test.go), or fenced while it still writes; each point
-// is followed by a takeover that reads under faults too, and a checker
-// counts proxies granted twice, checkpointed leases lost, mixed states,
-// stuck writers and leftover shards. recovery_test.go has one test per fault
+// is followed by a takeover that reads under faults too; the clients'
+// history goes through the failover tests' checker (framework.CheckHistory:
+// proxies granted twice), and the test counts checkpointed leases lost,
+// mixed states, stuck writers and leftover shards. recovery_test.go has one test per fault
 // the protocol once had; scale_test.go measures memory, write, takeover and
 // churn at 100,000 leases on 10,000 proxies with 100,000 cooldowns.
 //

@@ -18,6 +18,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
 // faultReplica is one operator process: its store (fed the fleet, as the
@@ -96,14 +97,68 @@ func (s snapshot) equal(o snapshot) bool {
 	return true
 }
 
+// clients is the history of the crawlers that hold the leases: each lease
+// is a client's from its grant to its release (a lease a crash lost is
+// still held by its client, which does not know), in the form the
+// failover tests' checker reads (framework.CheckHistory).
+type clients struct {
+	held map[string]*framework.Grant // by lease ID
+	done []framework.Grant
+}
+
+func (c *clients) got(l *lease.Lease) {
+	c.held[l.ID] = &framework.Grant{ID: l.ID, Proxy: l.Proxy.Name, Got: time.Now()}
+}
+
+func (c *clients) released(id string) {
+	if g, ok := c.held[id]; ok {
+		g.Ended = time.Now()
+		c.done = append(c.done, *g)
+		delete(c.held, id)
+	}
+}
+
+// probe has another client ask the leader for each proxy a client believes
+// it holds: a grant there is a proxy given out twice (the checker decides
+// whether a crash explains it). The client whose lease is gone learns it
+// (its next renew says so) a moment later.
+func (c *clients) probe(s *lease.Store) {
+	for id, g := range c.held {
+		l, err := s.Acquire(lease.AcquireRequest{Selector: map[string]string{"id": g.Proxy}, TTL: time.Minute, Holder: "prober"})
+		if err != nil {
+			continue
+		}
+		now := time.Now()
+		s.Release(l.ID)
+		lostGrant := *g
+		lostGrant.Ended = now.Add(time.Millisecond)
+		c.done = append(c.done, framework.Grant{ID: l.ID, Proxy: l.Proxy.Name, Got: now, Ended: now}, lostGrant)
+		delete(c.held, id)
+	}
+}
+
+// history is every grant, those still held ending now.
+func (c *clients) history() []framework.Grant {
+	out := slices.Clone(c.done)
+	for _, g := range c.held {
+		h := *g
+		h.Ended = time.Now()
+		out = append(out, h)
+	}
+	return out
+}
+
 // churn releases n live leases, grants n new ones and reports n new
-// cooldowns.
-func churn(t *testing.T, s *lease.Store, rng *rand.Rand, n int, tag string) {
+// cooldowns, as clients (cs; nil: none records it) would.
+func churn(t *testing.T, s *lease.Store, rng *rand.Rand, n int, tag string, cs *clients) {
 	t.Helper()
 	live := s.List("")
 	for range min(n, len(live)) {
 		i := rng.IntN(len(live))
 		s.Release(live[i].ID)
+		if cs != nil {
+			cs.released(live[i].ID)
+		}
 		live[i] = live[len(live)-1]
 		live = live[:len(live)-1]
 	}
@@ -112,24 +167,34 @@ func churn(t *testing.T, s *lease.Store, rng *rand.Rand, n int, tag string) {
 		if err != nil {
 			t.Fatalf("churn acquire: %v", err)
 		}
+		if cs != nil {
+			cs.got(l)
+		}
 		if err := s.Report(l.ID, lease.ResultRateLimited, fmt.Sprintf("%s-%d", tag, i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
+// faultCrashWindow bounds how long before a kill a lost grant may have
+// been made: the points' writes follow their churn within it.
+const faultCrashWindow = 2 * time.Second
+
 // faultRun is what a run of the fault-injection test found.
 type faultRun struct {
 	points, kills, faultWrites, fenced int
 	injected                           int
-	// doubleGrants are proxies a checkpointed lease held that the new
-	// leader granted again; lost are checkpointed leases missing after a
-	// takeover; mixed are takeovers whose state is neither the last
-	// acknowledged checkpoint nor the one being written; stuck are writers
-	// that could not write once the faults stopped.
-	doubleGrants, lost, mixed, stuck int
-	takeovers                        []time.Duration
-	shards                           int
+	// history is what the failover tests' checker found in the clients'
+	// history: Planned are proxies given out twice unexplained by a crash
+	// (a checkpointed lease lost), Crash those of leases granted just
+	// before a kill (not checkpointed yet). lost are checkpointed leases
+	// missing after a takeover; mixed are takeovers whose state is neither
+	// the last acknowledged checkpoint nor the one being written; stuck are
+	// writers that could not write once the faults stopped.
+	history            framework.HistoryResult
+	lost, mixed, stuck int
+	takeovers          []time.Duration
+	shards             int
 }
 
 func (r faultRun) String() string {
@@ -139,8 +204,8 @@ func (r faultRun) String() string {
 		med, p90, top = r.takeovers[n/2], r.takeovers[n*9/10], r.takeovers[n-1]
 	}
 	return fmt.Sprintf("%d fault points (%d kills inside a write, %d writes under transient faults, %d fenced old leaders; %d faults injected), %d shards: "+
-		"%d proxies granted twice, %d checkpointed leases lost, %d mixed states, %d stuck writers; takeover (under faults) median %s, p90 %s, max %s",
-		r.points, r.kills, r.faultWrites, r.fenced, r.injected, r.shards, r.doubleGrants, r.lost, r.mixed, r.stuck,
+		"%d proxies granted twice (history checker; %d more of leases granted just before a kill), %d checkpointed leases lost, %d mixed states, %d stuck writers; takeover (under faults) median %s, p90 %s, max %s",
+		r.points, r.kills, r.faultWrites, r.fenced, r.injected, r.shards, r.history.Planned, r.history.Crash, r.lost, r.mixed, r.stuck,
 		med.Round(time.Millisecond), p90.Round(time.Millisecond), top.Round(time.Millisecond))
 }
 
@@ -190,11 +255,14 @@ func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	ctx := context.Background()
 	cur := e.faultReplica(t, "r0", seed)
+	cs := &clients{held: map[string]*framework.Grant{}}
+	var kills []framework.Kill
 	for i := range faultLeases {
 		l, err := cur.store.Acquire(lease.AcquireRequest{Target: fmt.Sprintf("site-%d", i%50), TTL: time.Hour, Holder: fmt.Sprintf("h%d", i%20), Flow: fmt.Sprintf("h%d", i%20)})
 		if err != nil {
 			t.Fatal(err)
 		}
+		cs.got(l)
 		if i < faultCooldown {
 			if err := cur.store.Report(l.ID, lease.ResultRateLimited, fmt.Sprintf("seed-%d", i)); err != nil {
 				t.Fatal(err)
@@ -211,7 +279,7 @@ func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 	acked := snap(cur.store) // as the last acknowledged write left it
 	for k := range points {
 		run.points++
-		churn(t, cur.store, rng, 50, fmt.Sprintf("k%d", k))
+		churn(t, cur.store, rng, 50, fmt.Sprintf("k%d", k), cs)
 		attempted := snap(cur.store)
 		candidates := []snapshot{acked, attempted}
 		next := e.faultReplica(t, fmt.Sprintf("r%d", k+1), seed+uint64(k)+1)
@@ -224,6 +292,7 @@ func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 				candidates = []snapshot{attempted}
 			}
 			cur.ft.set(0, 0)
+			kills = append(kills, framework.Kill{At: time.Now(), Signal: "SIGKILL"})
 		case kind < 4: // transient faults until a write lands, then a crash
 			run.faultWrites++
 			cur.ft.set(-1, 0.3)
@@ -242,6 +311,7 @@ func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 				candidates = []snapshot{attempted}
 			}
 			cur.ft.set(0, 0)
+			kills = append(kills, framework.Kill{At: time.Now(), Signal: "SIGKILL"})
 		default: // a fenced old leader: it writes after the takeover's fence
 			run.fenced++
 			fencedLeader = true
@@ -249,6 +319,7 @@ func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 				t.Fatalf("point %d: %v", k, err)
 			}
 			candidates = []snapshot{attempted}
+			kills = append(kills, framework.Kill{At: time.Now(), Signal: "fenced"})
 		}
 		// What was certainly checkpointed: the first candidate.
 		checkpointed := candidates[0]
@@ -264,8 +335,10 @@ func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 			t.Fatalf("point %d: takeover: %v", k, err)
 		}
 		if fencedLeader {
-			// The fenced leader still writes: its shards are left over.
-			churn(t, cur.store, rng, 10, fmt.Sprintf("z%d", k))
+			// The fenced leader's writer still writes: its shards are left
+			// over. (Its lease APIs closed when it lost the leadership,
+			// before the takeover: nobody holds what it grants here.)
+			churn(t, cur.store, rng, 10, fmt.Sprintf("z%d", k), nil)
 			if err := cur.cp.WriteIfChanged(ctx); !checkpoint.IsFenced(err) {
 				t.Errorf("point %d: the old leader's write after the takeover: %v, want fenced", k, err)
 			}
@@ -281,22 +354,20 @@ func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 		}
 		if match < 0 {
 			run.mixed++
-			for id, proxy := range checkpointed.leases {
-				if _, ok := got.leases[id]; ok {
-					continue
-				}
-				run.lost++
-				if _, err := next.store.Acquire(lease.AcquireRequest{Selector: map[string]string{"id": proxy}, TTL: time.Minute}); err == nil {
-					run.doubleGrants++
+			for id := range checkpointed.leases {
+				if _, ok := got.leases[id]; !ok {
+					run.lost++
 				}
 			}
 			t.Errorf("point %d: restored %d leases and %d cooldowns; checkpointed %d and %d, being written %d and %d",
 				k, len(got.leases), len(got.cools), len(checkpointed.leases), len(checkpointed.cools), len(attempted.leases), len(attempted.cools))
 		}
+		// Every proxy a client believes it holds is asked for.
+		cs.probe(next.store)
 
 		// The new leader writes at once, whatever was left behind, and
 		// leaves no shard the index does not name.
-		churn(t, next.store, rng, 5, fmt.Sprintf("n%d", k))
+		churn(t, next.store, rng, 5, fmt.Sprintf("n%d", k), cs)
 		if err := next.cp.WriteIfChanged(ctx); err != nil {
 			if err := next.cp.WriteIfChanged(ctx); err != nil {
 				run.stuck++
@@ -312,6 +383,7 @@ func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 		run.injected += f + g
 		cur = next
 	}
+	run.history = framework.CheckHistory(cs.history(), kills, faultCrashWindow)
 	return run
 }
 
@@ -345,7 +417,10 @@ func TestCheckpointUnderFaults(t *testing.T) {
 	if r.injected == 0 {
 		t.Error("no fault was injected: the run shows nothing")
 	}
-	if r.doubleGrants+r.lost+r.mixed+r.stuck > 0 {
+	if r.history.Grants < faultLeases+50*points {
+		t.Errorf("the history has %d grants: the clients were not recorded", r.history.Grants)
+	}
+	if r.history.Planned+r.lost+r.mixed+r.stuck > 0 {
 		t.Errorf("%s", r)
 	}
 }

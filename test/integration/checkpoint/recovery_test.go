@@ -17,7 +17,7 @@ func (e *env) writtenReplica(t *testing.T) (*faultReplica, *corev1.Secret) {
 	t.Helper()
 	ctx := context.Background()
 	r := e.faultReplica(t, "w", 1)
-	churn(t, r.store, rand.New(rand.NewPCG(1, 1)), faultLeases, "c")
+	churn(t, r.store, rand.New(rand.NewPCG(1, 1)), faultLeases, "c", nil)
 	if err := r.cp.WriteIfChanged(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestWriteSkipsLeftoverShards(t *testing.T) {
 		}
 	}
 	for i := range 3 {
-		churn(t, r.store, rand.New(rand.NewPCG(2, uint64(i))), 5, fmt.Sprintf("x%d", i))
+		churn(t, r.store, rand.New(rand.NewPCG(2, uint64(i))), 5, fmt.Sprintf("x%d", i), nil)
 		if err := r.cp.WriteIfChanged(ctx); err != nil {
 			t.Fatalf("write %d after leftovers appeared: %v", i, err)
 		}
