@@ -282,7 +282,6 @@ func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 		churn(t, cur.store, rng, 50, fmt.Sprintf("k%d", k), cs)
 		attempted := snap(cur.store)
 		candidates := []snapshot{acked, attempted}
-		next := e.faultReplica(t, fmt.Sprintf("r%d", k+1), seed+uint64(k)+1)
 		fencedLeader := false
 		switch kind := rng.IntN(5); {
 		case kind < 2: // killed inside a write
@@ -323,6 +322,10 @@ func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 		}
 		// What was certainly checkpointed: the first candidate.
 		checkpointed := candidates[0]
+		// The next replica is made after the write (feeding it 24,000
+		// proxies takes a while): a kill follows its churn within the
+		// checker's crash window.
+		next := e.faultReplica(t, fmt.Sprintf("r%d", k+1), seed+uint64(k)+1)
 
 		next.ft.set(-1, 0.2) // a blip while loading
 		start := time.Now()
