@@ -19,8 +19,11 @@ import (
 // unless writers race).
 const maxGenerationSkips = 16
 
-// componentLabels mark every checkpoint Secret (the index and its shards).
-var componentLabels = map[string]string{"app.kubernetes.io/managed-by": "proxy-operator", "app.kubernetes.io/component": "lease-checkpoint"}
+// componentLabels mark every checkpoint Secret (the index and its shards);
+// componentSelector selects them.
+func componentLabels() map[string]string {
+	return map[string]string{"app.kubernetes.io/managed-by": "proxy-operator", "app.kubernetes.io/component": "lease-checkpoint"}
+}
 
 const componentSelector = "app.kubernetes.io/component=lease-checkpoint"
 
@@ -74,7 +77,7 @@ func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte, sum [sha
 	var err error
 	if c.index == nil {
 		written, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: c.opts.SecretName, Namespace: c.opts.Namespace,
-			Labels: componentLabels, Annotations: annotations}, Data: data}, metav1.CreateOptions{})
+			Labels: componentLabels(), Annotations: annotations}, Data: data}, metav1.CreateOptions{})
 	} else {
 		next := c.index.DeepCopy()
 		next.Data = data
@@ -114,7 +117,7 @@ func (c *Checkpointer) createShards(ctx context.Context, chunks [][]byte, gen ui
 	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
 	genStr := strconv.FormatUint(gen, 10)
 	for i := 1; i < len(chunks); i++ {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: shardName(c.opts.SecretName, genStr, i), Namespace: c.opts.Namespace, Labels: componentLabels},
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: shardName(c.opts.SecretName, genStr, i), Namespace: c.opts.Namespace, Labels: componentLabels()},
 			Data: map[string][]byte{keyPayload: chunks[i]}}
 		if _, err := secrets.Create(ctx, s, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("writing lease checkpoint shard %s: %w", s.Name, err)

@@ -134,7 +134,7 @@ func (s *Store) inReadmitWindowLocked(acquired time.Time) bool {
 // lostStateSince is the readmit window's start when the durable state was
 // lost rather than restored (an unreadable checkpoint): every lease granted
 // before now may be one it held.
-var lostStateSince = time.Unix(0, 0).UTC()
+func lostStateSince() time.Time { return time.Unix(0, 0).UTC() }
 
 // StateLost opens the readmit window when the durable state could not be
 // restored (the checkpoint is corrupt): every lease granted up to now may
@@ -145,5 +145,5 @@ var lostStateSince = time.Unix(0, 0).UTC()
 func (s *Store) StateLost() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.readmitFrom, s.readmitUntil = lostStateSince, s.now()
+	s.readmitFrom, s.readmitUntil = lostStateSince(), s.now()
 }
