@@ -15,10 +15,13 @@ type Grant struct {
 }
 
 // Kill is one kill point of a history: a SIGKILL (Signal "SIGKILL") may
-// explain a proxy granted twice, any other signal may not.
+// explain a proxy granted twice, any other signal may not. Window, when
+// known, is how long before At the last checkpoint was written (what a
+// SIGKILL can lose); zero means CheckHistory's crash window.
 type Kill struct {
 	At     time.Time
 	Signal string
+	Window time.Duration
 }
 
 // HistoryResult is what CheckHistory found.
@@ -38,7 +41,8 @@ func (r HistoryResult) String() string {
 
 // CheckHistory counts, per proxy (capacity 1), pairs of grants held at the
 // same time. A pair is explained by a crash when the earlier grant was made
-// within crashWindow before a SIGKILL and the later after it.
+// within the kill's window (crashWindow unless the kill says) before a
+// SIGKILL and the later after it.
 func CheckHistory(grants []Grant, points []Kill, crashWindow time.Duration) HistoryResult {
 	res := HistoryResult{Grants: len(grants), Kills: len(points)}
 	byProxy := map[string][]Grant{}
@@ -51,7 +55,11 @@ func CheckHistory(grants []Grant, points []Kill, crashWindow time.Duration) Hist
 			for j := i + 1; j < len(gs) && gs[j].Got.Before(gs[i].Ended); j++ {
 				explained := false
 				for _, p := range points {
-					if p.Signal == "SIGKILL" && !gs[i].Got.Before(p.At.Add(-crashWindow)) && gs[i].Got.Before(p.At) && gs[j].Got.After(p.At) {
+					w := crashWindow
+					if p.Window > 0 {
+						w = p.Window
+					}
+					if p.Signal == "SIGKILL" && !gs[i].Got.Before(p.At.Add(-w)) && gs[i].Got.Before(p.At) && gs[j].Got.After(p.At) {
 						explained = true
 					}
 				}

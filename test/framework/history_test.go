@@ -24,6 +24,12 @@ func TestCheckHistoryCatchesADoubleGrant(t *testing.T) {
 	if r := CheckHistory([]Grant{a, b}, []Kill{{At: t0.Add(100 * time.Millisecond), Signal: "SIGKILL"}}, 50*time.Millisecond); r.Planned != 1 {
 		t.Errorf("a grant older than the crash window is not explained by the crash: %s", r)
 	}
+	if r := CheckHistory([]Grant{a, b}, []Kill{{At: t0.Add(100 * time.Millisecond), Signal: "SIGKILL", Window: 50 * time.Millisecond}}, w); r.Planned != 1 {
+		t.Errorf("a kill's own window is narrower than the checker's: %s", r)
+	}
+	if r := CheckHistory([]Grant{a, b}, []Kill{{At: t0.Add(100 * time.Millisecond), Signal: "SIGKILL", Window: time.Second}}, 50*time.Millisecond); r.Crash != 1 {
+		t.Errorf("a kill's own window is wider than the checker's: %s", r)
+	}
 	if r := CheckHistory([]Grant{a, after}, nil, w); r.Planned+r.Crash != 0 {
 		t.Errorf("grants one after the other: %s", r)
 	}
