@@ -305,18 +305,29 @@ func (s *Service) checkReport(id, result string) error {
 // would (lease.Store.ReportLost): its holder may have released it before the
 // crash. namespace ("" = any) must be the lease's.
 func (s *Service) reportLost(holder, namespace, id, result, target string) error {
+	claim, err := s.claim(holder, namespace, id)
+	if err != nil {
+		return err
+	}
+	return classify(nil, id, s.store.ReportLost(claim, result, target))
+}
+
+// claim is the lease id's signed ID proves, when namespace ("" = any) and
+// holder (lease.AnyHolder = any) are its. Errors: ReasonNotFound (no signed
+// ID, or another namespace), ReasonForbidden (another holder).
+func (s *Service) claim(holder, namespace, id string) (lease.Lease, error) {
 	notFound := classify(nil, id, fmt.Errorf("lease %s: %w", id, lease.ErrUnknownLease))
 	if s.ids == nil {
-		return notFound
+		return lease.Lease{}, notFound
 	}
 	claim, err := s.ids.Verify(id)
 	if err != nil || (namespace != "" && claim.Namespace != namespace) {
-		return notFound
+		return lease.Lease{}, notFound
 	}
 	if holder != lease.AnyHolder && holder != claim.Holder {
-		return classify(nil, id, &lease.NotHolderError{ID: id})
+		return lease.Lease{}, classify(nil, id, &lease.NotHolderError{ID: id})
 	}
-	return classify(nil, id, s.store.ReportLost(claim, result, target))
+	return claim, nil
 }
 
 // reclaimUnknown is the one rule of Renew, Report and Release for an ID the
@@ -347,16 +358,9 @@ func (s *Service) Reclaim(holder, namespace, id string) (*lease.Lease, error) {
 	if err := s.gate.check(context.Background()); err != nil {
 		return nil, err
 	}
-	notFound := classify(nil, id, fmt.Errorf("lease %s: %w", id, lease.ErrUnknownLease))
-	if s.ids == nil {
-		return nil, notFound
-	}
-	claim, err := s.ids.Verify(id)
-	if err != nil || (namespace != "" && claim.Namespace != namespace) {
-		return nil, notFound
-	}
-	if holder != lease.AnyHolder && holder != claim.Holder {
-		return nil, classify(nil, id, &lease.NotHolderError{ID: id})
+	claim, err := s.claim(holder, namespace, id)
+	if err != nil {
+		return nil, err
 	}
 	l, err := s.store.Readmit(claim)
 	return l, classify(nil, id, err)
