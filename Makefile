@@ -61,7 +61,7 @@ test: tools squid python prometheus ## everything: unit, then integration and e2
 	$(MAKE) test-integration
 
 .PHONY: test-unit
-test-unit: prometheus ## unit tests with the race detector, and the Python client's
+test-unit: tools prometheus ## unit tests with the race detector (hack/image runs the built operator on a control plane), and the Python client's
 	$(GO) test -race ./apis/... ./artifacts/... ./pkg/... ./cmd/... ./examples/... ./hack/...
 	$(PYTHON) -m unittest discover -s clients/python/tests -v
 

@@ -12,7 +12,7 @@ import (
 )
 
 // FS holds prometheusrule.yaml, alerts_test.yaml and grafana-dashboard.json.
-// go:embed can only initialise a package-level variable; embed.FS is
+// An embed directive can only initialise a package-level variable; embed.FS is
 // read-only, so it is not mutable state.
 //
 //go:embed *.yaml *.json

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/test/ports"
+
 	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -215,7 +217,7 @@ func imageContents(t *testing.T, idx v1.ImageIndex, img v1.Image) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	p, err := framework.FreePort()
+	p, err := ports.One()
 	if err != nil {
 		t.Fatal(err)
 	}

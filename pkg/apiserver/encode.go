@@ -99,6 +99,7 @@ func appendObjectMeta(b []byte, m *metav1.ObjectMeta) []byte {
 	f.str("name", m.Name, true)
 	f.str("generateName", m.GenerateName, true)
 	f.str("namespace", m.Namespace, true)
+	//lint:ignore SA1019 the serializer still writes selfLink when set; the bytes must match it
 	f.str("selfLink", m.SelfLink, true)
 	f.str("uid", string(m.UID), true)
 	f.str("resourceVersion", m.ResourceVersion, true)

@@ -52,7 +52,7 @@ func leaseFiller(seed int64) *randfill.Filler {
 		func(i *int64, c randfill.Continue) { *i = (c.Int63n(3) - 1) * c.Int63() },
 		// Valid JSON, so that the codec can encode what the fast path leaves
 		// to it.
-		func(f *metav1.FieldsV1, c randfill.Continue) { f.Raw = []byte(`{"f:spec":{}}`) },
+		func(f *metav1.FieldsV1, c randfill.Continue) { f.SetRawString(`{"f:spec":{}}`) },
 	)
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 )
 
-// reconcileDelete is the finalizer path (seed §4): delete the instance, poll
+// reconcileDelete is the finalizer path (docs/architecture.md, "A Proxy's life"): delete the instance, poll
 // until it is gone, then release the finalizer. It never latches: a
 // permanent error here is reported and retried with backoff, because a
 // latched deletion could only be unwedged by editing finalizers by hand.

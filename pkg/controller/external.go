@@ -9,7 +9,7 @@ import (
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 )
 
-// reconcileExternal represents a proxy someone else runs (seed §4): its
+// reconcileExternal represents a proxy someone else runs (docs/architecture.md, "A Proxy's life"): its
 // address is spec.endpoint.host, it is Provisioned by definition, and its
 // health comes from the engine like any other. No provider is ever called
 // and no finalizer is added — there is nothing to clean up. Health changes

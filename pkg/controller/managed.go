@@ -14,7 +14,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 )
 
-// reconcileManaged is the state machine of a Managed Proxy (seed §3):
+// reconcileManaged is the state machine of a Managed Proxy (docs/architecture.md, "A Proxy's life"):
 // finalizer, latch, provider lookup, cloud-init, then create, adopt, replace
 // or observe depending on status.providerID and the spec-hash annotation.
 func (r *ProxyReconciler) reconcileManaged(ctx context.Context, rc *reconcileCtx) (ctrl.Result, error) {
@@ -109,7 +109,7 @@ func (r *ProxyReconciler) createInstance(ctx context.Context, rc *reconcileCtx, 
 }
 
 // observeInstance polls the instance of a Proxy whose spec hash matches and
-// answers each state (seed §3, annotation == hash).
+// answers each state (annotation == hash).
 func (r *ProxyReconciler) observeInstance(ctx context.Context, rc *reconcileCtx, prov provider.Provider) (ctrl.Result, error) {
 	p := rc.proxy
 	id := p.Status.ProviderID

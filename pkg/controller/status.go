@@ -129,14 +129,6 @@ func (r *ProxyReconciler) setCondition(p *crawlv1alpha1.Proxy, condType string, 
 	return changed
 }
 
-// provisionedReason returns the Provisioned condition's reason, or "".
-func provisionedReason(p *crawlv1alpha1.Proxy) string {
-	if c := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionProvisioned); c != nil {
-		return c.Reason
-	}
-	return ""
-}
-
 // isProvisioned reports whether Provisioned is True.
 func isProvisioned(p *crawlv1alpha1.Proxy) bool {
 	return meta.IsStatusConditionTrue(p.Status.Conditions, crawlv1alpha1.ConditionProvisioned)

@@ -14,6 +14,6 @@
 // (NeedLeaderElection false).
 //
 // This package must not import pkg/flowcontrol, pkg/apiserver, pkg/controller,
-// pkg/certs or pkg/metrics. The subpackage wire (JSON bodies) imports only the standard
-// library; client is the Go client for this API.
+// pkg/certs or pkg/metrics. Its subpackages state their own rules: wire holds
+// the JSON bodies, client is the Go client for this API.
 package discovery

@@ -108,7 +108,7 @@
 //
 // The lease store (pkg/lease) offers TryAcquire, HeldBy, Release, NextChange
 // and an OnCapacity hook; this package imports nothing of it. The adapter
-// that wires the two (written with the API layer) must:
+// that wires the two (pkg/leasing, dispatcher.go) must:
 //
 //  1. TryDispatch(flow, payload): call store.TryAcquire with the payload's
 //     namespace, selector, target, TTL and holder, and with
@@ -146,8 +146,10 @@
 //     hold back the flow's requests for other targets.
 //  8. For scale (thousands of waiting flows), set
 //     Options.HeldChangeNotifications and forward the store's lease events:
-//     store.Subscribe(func(ev lease.Event) { if ev.Reason == lease.Acquired
-//     || ev.Type == lease.Deleted { controller.HeldChanged(ev.Lease.Flow) } }).
+//     store.Subscribe(func(ev lease.Event) { if ev.Type == lease.Added ||
+//     ev.Type == lease.Deleted { controller.HeldChanged(ev.Lease.Flow) } })
+//     (Added, not Reason Acquired: a lease taken back after a crash counts
+//     towards its flow too).
 //     HeldChanged only appends to a list under a leaf lock, so it is safe in
 //     a Subscribe callback. And return Exhausted when the store has no free
 //     slot at all (a cheap check on its availability index would do): a
@@ -160,5 +162,5 @@
 // # Imports
 //
 // This package must not import pkg/lease, pkg/discovery, pkg/apiserver,
-// pkg/metrics or any metrics library (flowcontrolmetrics does that).
+// pkg/metrics or github.com/prometheus (flowcontrolmetrics does that).
 package flowcontrol

@@ -16,7 +16,7 @@ import (
 )
 
 // storeLike approximates the cost of the lease store's acquire and release
-// (seed §7): one mutex, a selector matched against each proxy's attributes,
+// (pkg/lease): one mutex, a selector matched against each proxy's attributes,
 // selection by fewest leases then latency then name, a random 128-bit hex
 // lease ID, timestamps, and maps of leases and per-flow counts. With 64
 // proxies an acquire+release costs about what pkg/lease's does (a few µs on

@@ -1,5 +1,5 @@
 // Package gc owns the orphan garbage collector: a leader-elected manager
-// Runnable that deletes provider instances no Proxy owns any more (seed §8).
+// Runnable that deletes provider instances no Proxy owns any more (docs/gc.md).
 // It closes the one gap the reconciler cannot: a crash after a provider Create
 // and before the status write that records it, or a finalizer removed by hand.
 //
@@ -15,7 +15,8 @@
 // Runnable and its timer), sweep.go (one sweep and its decisions).
 //
 // It depends on the provider contract (pkg/provider), the API types and
-// controller-runtime's client. It must not import concrete providers,
-// pkg/metrics, the reconciler or cmd: the composition root passes the
-// provider registry, the Proxy reader and a Recorder.
+// controller-runtime's client. It must not import the concrete providers
+// (pkg/provider/gcp, pkg/provider/kubernetes), pkg/metrics, the reconciler
+// (pkg/controller) or cmd: the composition root passes the provider
+// registry, the Proxy reader and a Recorder.
 package gc

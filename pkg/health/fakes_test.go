@@ -104,12 +104,6 @@ func (f *fakeProber) push(key types.NamespacedName, rs ...result) {
 	f.mu.Unlock()
 }
 
-func (f *fakeProber) failNext(err error) {
-	f.mu.Lock()
-	f.nextErr = err
-	f.mu.Unlock()
-}
-
 func (f *fakeProber) callCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -262,10 +256,6 @@ func thresholds(success, failure int32) proxyOpt {
 	return func(p *crawlv1alpha1.Proxy) {
 		p.Spec.HealthCheck.SuccessThreshold, p.Spec.HealthCheck.FailureThreshold = success, failure
 	}
-}
-
-func interval(s int32) proxyOpt {
-	return func(p *crawlv1alpha1.Proxy) { p.Spec.HealthCheck.IntervalSeconds = s }
 }
 
 // healthyCond seeds status as a previous leader left it.

@@ -5,6 +5,8 @@
 //
 // It owns the ID's encoding (lowercase base32, a valid Kubernetes name of
 // at most 253 characters) and the signing key's Secret (created on first
-// start). It implements lease.IDMaker; it must not import pkg/leasing, the
-// front doors or controller-runtime.
+// start). It implements lease.IDMaker; it must not import pkg/leasing,
+// pkg/discovery, pkg/apiserver, sigs.k8s.io/controller-runtime/pkg/client or
+// sigs.k8s.io/controller-runtime/pkg/manager (it only logs through
+// controller-runtime's logger).
 package leaseid

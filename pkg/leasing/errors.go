@@ -162,7 +162,7 @@ func classify(ctx context.Context, id string, err error) error {
 		return &Error{Reason: ReasonNoMatch, ID: id, err: err}
 	case errors.As(err, &retry):
 		return &Error{Reason: ReasonQueueFull, RetryAfter: retry.RetryAfter(), ID: id, err: err}
-	case ctx != nil && ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return &Error{Reason: ReasonCancelled, ID: id, err: err}
 	case errors.Is(err, ErrShuttingDown), lease.IsFrozen(err):
 		return &Error{Reason: ReasonShuttingDown, ID: id, err: err}

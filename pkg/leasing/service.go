@@ -228,7 +228,7 @@ func (s *Service) Release(holder, id string) (bool, error) {
 			return false, rerr
 		}
 	}
-	return ok, classify(nil, id, err)
+	return ok, classify(context.Background(), id, err)
 }
 
 // Renew extends a live lease of holder to ttl from now (0: its TTL).
@@ -255,7 +255,7 @@ func (s *Service) Update(holder, id string, ttl time.Duration, meta *lease.Metad
 	} else if retry {
 		l, err = s.store.UpdateAs(holder, id, ttl, meta)
 	}
-	return l, classify(nil, id, err)
+	return l, classify(context.Background(), id, err)
 }
 
 // Report records a result (lease.ResultOK, …) for target on a lease of
@@ -269,7 +269,7 @@ func (s *Service) Report(holder, id, result, target string) error {
 	if lease.IsUnknownLease(err) {
 		return s.reportLost(holder, "", id, result, target)
 	}
-	return classify(nil, id, err)
+	return classify(context.Background(), id, err)
 }
 
 // ReportByName is Report on the lease namespace/name (live, ended within
@@ -309,14 +309,14 @@ func (s *Service) reportLost(holder, namespace, id, result, target string) error
 	if err != nil {
 		return err
 	}
-	return classify(nil, id, s.store.ReportLost(claim, result, target))
+	return classify(context.Background(), id, s.store.ReportLost(claim, result, target))
 }
 
 // claim is the lease id's signed ID proves, when namespace ("" = any) and
 // holder (lease.AnyHolder = any) are its. Errors: ReasonNotFound (no signed
 // ID, or another namespace), ReasonForbidden (another holder).
 func (s *Service) claim(holder, namespace, id string) (lease.Lease, error) {
-	notFound := classify(nil, id, fmt.Errorf("lease %s: %w", id, lease.ErrUnknownLease))
+	notFound := classify(context.Background(), id, fmt.Errorf("lease %s: %w", id, lease.ErrUnknownLease))
 	if s.ids == nil {
 		return lease.Lease{}, notFound
 	}
@@ -325,7 +325,7 @@ func (s *Service) claim(holder, namespace, id string) (lease.Lease, error) {
 		return lease.Lease{}, notFound
 	}
 	if holder != lease.AnyHolder && holder != claim.Holder {
-		return lease.Lease{}, classify(nil, id, &lease.NotHolderError{ID: id})
+		return lease.Lease{}, classify(context.Background(), id, &lease.NotHolderError{ID: id})
 	}
 	return claim, nil
 }
@@ -363,7 +363,7 @@ func (s *Service) Reclaim(holder, namespace, id string) (*lease.Lease, error) {
 		return nil, err
 	}
 	l, err := s.store.Readmit(claim)
-	return l, classify(nil, id, err)
+	return l, classify(context.Background(), id, err)
 }
 
 // Get returns a live lease of holder as it is now. Errors: ReasonNotFound,
@@ -373,7 +373,7 @@ func (s *Service) Get(holder, id string) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	l, err := s.store.GetAs(holder, id)
-	return l, classify(nil, id, err)
+	return l, classify(context.Background(), id, err)
 }
 
 // GetByName returns the live lease of namespace/name (for an API whose

@@ -15,5 +15,6 @@
 // It depends on the API types, pkg/lease (keys and requests) and
 // controller-runtime; lease demand comes through the Demand interface
 // declared here (*leasing.Leasing implements it). It must not import
-// pkg/leasing, the front doors, providers or cmd.
+// pkg/leasing, the front doors (pkg/discovery, pkg/apiserver), the providers
+// (pkg/provider/gcp, pkg/provider/kubernetes) or cmd.
 package pool

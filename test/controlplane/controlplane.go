@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/test/ports"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -232,7 +233,7 @@ func startOnce(ctx context.Context, opts Options) (_ *ControlPlane, retErr error
 	if err := cp.writeCerts(); err != nil {
 		return cp, err
 	}
-	ports, err := freePorts(3)
+	ports, err := ports.Free(3)
 	if err != nil {
 		return cp, err
 	}
@@ -547,26 +548,6 @@ func mergeFlags(dst, overrides map[string]string) {
 	for k, v := range overrides {
 		dst[strings.TrimLeft(k, "-")] = v
 	}
-}
-
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	// Hold all listeners until every port is chosen so they differ.
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func resolveBinDir(dir string) (string, error) {

@@ -12,7 +12,7 @@
 // default ServiceAccount is created (the ServiceAccount admission plugin is
 // therefore disabled).
 //
-// It must not import anything under pkg/ or apis/ (only the embedded CRD
-// manifests of artifacts/crds): every package of the product may be tested
-// against it.
+// It must not import pkg/ or apis/, so that every package of the product
+// may be tested against it. Of the module it uses only the embedded CRD
+// manifests (artifacts/crds) and the free-port facility (test/ports).
 package controlplane

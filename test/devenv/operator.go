@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/test/ports"
+
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
@@ -63,20 +65,20 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 		}
 	}
 	front := e.opts.Ports
-	ports := make([]Ports, n)
+	replicaPorts := make([]Ports, n)
 	// Held until the replicas start, so that no two of their ports (nor the
 	// front service's) are the same.
-	var reserved framework.PortReservation
+	var reserved ports.Reservation
 	defer reserved.Release()
 	if n == 1 {
 		var err error
-		if ports[0], err = reservePorts(&reserved, front); err != nil {
+		if replicaPorts[0], err = reservePorts(&reserved, front); err != nil {
 			return err
 		}
 	} else {
-		for i := range ports {
+		for i := range replicaPorts {
 			var err error
-			if ports[i], err = reservePorts(&reserved, Ports{}); err != nil {
+			if replicaPorts[i], err = reservePorts(&reserved, Ports{}); err != nil {
 				return err
 			}
 		}
@@ -89,15 +91,15 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 		return append(a, e.opts.OperatorArgs...)
 	}
 	// Bad flags are reported now, not as a restart loop.
-	if err := checkOperatorArgs(args(ports[0])); err != nil {
+	if err := checkOperatorArgs(args(replicaPorts[0])); err != nil {
 		return err
 	}
-	for i := range ports {
+	for i := range replicaPorts {
 		name, pidFile := "operator", e.path("operator.pid")
 		if n > 1 {
 			name, pidFile = fmt.Sprintf("operator-%d", i), e.path(fmt.Sprintf("operator-%d.pid", i))
 		}
-		r := &replica{name: name, binary: binary, args: args(ports[i]), ports: ports[i],
+		r := &replica{name: name, binary: binary, args: args(replicaPorts[i]), ports: replicaPorts[i],
 			pidFile: pidFile, logPath: e.path(LogsDir, name+".log"), progress: e.progressf}
 		c.replicas = append(c.replicas, r)
 	}
@@ -106,7 +108,7 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 	// after an install: it writes its certificate Secret into the one and its
 	// CA into the other's caBundle at start.
 	cfg := e.ControlPlane.RESTConfig()
-	apiPort := ports[0].APIServer
+	apiPort := replicaPorts[0].APIServer
 	if n > 1 {
 		// The service's ports: the dev ports, or free ones.
 		for _, s := range []struct {
@@ -128,7 +130,7 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 		}
 		apiPort = front.APIServer
 	} else {
-		front = ports[0]
+		front = replicaPorts[0]
 	}
 	if err := registerAPIService(ctx, cfg, apiPort); err != nil {
 		return err
@@ -184,7 +186,7 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 }
 
 // reservePorts resolves the zero ports of p to free ones, held by r.
-func reservePorts(r *framework.PortReservation, p Ports) (Ports, error) {
+func reservePorts(r *ports.Reservation, p Ports) (Ports, error) {
 	for _, fp := range []*int{&p.Discovery, &p.APIServer, &p.Metrics, &p.Probes} {
 		port, err := r.Reserve(*fp)
 		if err != nil {

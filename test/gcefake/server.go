@@ -325,10 +325,8 @@ type answer struct {
 }
 
 type apiError struct {
-	code           int
-	reason, msg    string
-	domain         string
-	vanishOnInsert bool
+	code        int
+	reason, msg string
 }
 
 func ok(m proto.Message) answer { return answer{msg: m, code: http.StatusOK} }

@@ -6,6 +6,6 @@
 // It passes the providertest contract suite; pkg/provider/fake's tests prove
 // it and run the suite's negative controls.
 //
-// It is for tests only and must not import anything but pkg/provider, the API
-// types and k8s.io utilities; production code must not import it.
+// It is for tests only: it imports pkg/provider, the API types and k8s.io
+// utilities, and no production code uses it.
 package fake

@@ -2,7 +2,7 @@ package gcp
 
 import "strings"
 
-// ProviderID returns the providerID of an instance: the seed's
+// ProviderID returns the providerID of an instance (docs/gcp.md): the short
 // "zones/<zone>/instances/<name>" for an instance of the default project,
 // and "projects/<project>/zones/<zone>/instances/<name>" otherwise, so Get
 // and Delete reach the right instance even while a Proxy is being moved to

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/test/ports"
+
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -138,7 +140,7 @@ func crashRun(t testing.TB, run int, seed uint64) counts {
 	shared.fake.RandomFailures("", faultFraction, http.StatusServiceUnavailable, "backendError", seed)
 	defer shared.fake.ClearFaults()
 
-	ports, err := framework.FreePorts(2)
+	ports, err := ports.Free(2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +501,7 @@ func TestCheckCatchesALeakWithoutTheCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	plantOrphan(t, tag)
-	ports, err := framework.FreePorts(2)
+	ports, err := ports.Free(2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/test/ports"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -246,7 +248,7 @@ func (e *env) startSquid(ctx context.Context, squidPath string) error {
 // identities) from a token file, a small per-flow queue and a distinctive
 // Retry-After.
 func (e *env) operatorOptions() (*app.Options, error) {
-	ports, err := framework.FreePorts(4)
+	ports, err := ports.Free(4)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/test/ports"
+
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +41,6 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/certs"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
-	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
 const operatorNamespace = "proxy-operator-system"
@@ -221,7 +222,7 @@ func (e *env) operatorAsInstalled(t *testing.T, d appsv1.Deployment) {
 	cfg := rest.AnonymousClientConfig(e.cp.RESTConfig())
 	cfg.BearerToken = tok.Status.Token
 
-	ports, err := framework.FreePorts(4)
+	ports, err := ports.Free(4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/test/ports"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	dclient "github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
-	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
 const (
@@ -36,7 +37,7 @@ var electionArgs = []string{"--leader-elect", "--leader-election-namespace=" + o
 func TestFailover(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	picked, err := framework.FreePorts(4, e.ports[:]...)
+	picked, err := ports.Free(4, e.ports[:]...)
 	if err != nil {
 		t.Fatal(err)
 	}

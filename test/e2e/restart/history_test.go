@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/test/ports"
+
 	dclient "github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/test/framework"
@@ -69,7 +71,7 @@ func (e *env) startPair(t *testing.T) (r *replicas, extra []string) {
 	t.Helper()
 	r = &replicas{}
 	r.ports[0] = e.ports
-	ports, err := framework.FreePorts(len(r.ports[1]), e.ports[:]...)
+	ports, err := ports.Free(len(r.ports[1]), e.ports[:]...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/test/ports"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -104,7 +106,7 @@ func setup(t *testing.T) *env {
 	if e.dyn, err = dynamic.NewForConfig(e.cp.RESTConfig()); err != nil {
 		t.Fatal(err)
 	}
-	ports, err := framework.FreePorts(len(e.ports))
+	ports, err := ports.Free(len(e.ports))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -314,7 +314,7 @@ func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 			if err := cur.cp.WriteIfChanged(ctx); err != nil {
 				t.Fatalf("point %d: %v", k, err)
 			}
-			candidates, lastAck = []snapshot{attempted}, time.Now()
+			candidates = []snapshot{attempted}
 			kills = append(kills, framework.Kill{At: time.Now(), Signal: "fenced"})
 		}
 		// What was certainly checkpointed: the first candidate.

@@ -374,15 +374,6 @@ func (e *env) waitEvent(name, eventType, reason string) {
 	})
 }
 
-func (e *env) hasEvent(name, eventType, reason string) bool {
-	for _, g := range e.events(name) {
-		if g == eventType+"/"+reason {
-			return true
-		}
-	}
-	return false
-}
-
 // calls counts the fake's calls of op.
 func (e *env) calls(op string) int { return len(e.fake.CallsOf(op)) }
 

@@ -237,7 +237,7 @@ func TestSpecChangeReplacesAndAttributesDoNot(t *testing.T) {
 		p.Spec.Attributes["tier"] = "gold"
 		p.Spec.HealthCheck.IntervalSeconds = 60
 	})
-	p = e.waitProxy("rep", "observe the attribute edit", func(p *crawlv1alpha1.Proxy) bool {
+	e.waitProxy("rep", "observe the attribute edit", func(p *crawlv1alpha1.Proxy) bool {
 		return p.Status.ObservedGeneration == p.Generation
 	})
 	time.Sleep(time.Second)

@@ -102,7 +102,7 @@ func TestContract(t *testing.T) {
 
 // TestPermissionDeniedIsPermanent: a 403 from RBAC (the real apiserver, an
 // identity with no pod rights) is ErrPermanent on every call that writes or
-// reads, as the seed's Decisions require.
+// reads, as the provider contract (pkg/provider/errors.go) requires.
 func TestPermissionDeniedIsPermanent(t *testing.T) {
 	e := setup(t)
 	cfg, err := e.cp.ClientConfigFor("nobody")

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/test/ports"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -158,7 +160,7 @@ func start(ctx context.Context) (_ *env, err error) {
 	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
 		return e, err
 	}
-	ports, err := framework.FreePorts(2)
+	ports, err := ports.Free(2)
 	if err != nil {
 		return e, err
 	}

@@ -1,4 +1,4 @@
-package framework
+package ports
 
 import (
 	"net"
@@ -7,15 +7,15 @@ import (
 	"testing"
 )
 
-// FreePorts gives different ports, none of those already taken, each free
+// Free gives different ports, none of those already taken, each free
 // to bind once returned.
-func TestFreePortsAreDifferentAndFree(t *testing.T) {
-	taken, err := FreePorts(8)
+func TestFreeAreDifferentAndFree(t *testing.T) {
+	taken, err := Free(8)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 20 {
-		ports, err := FreePorts(16, taken...)
+		ports, err := Free(16, taken...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,8 +44,8 @@ func listen(t *testing.T, port int) (net.Listener, error) {
 
 // The free ports of one reservation are all different: each stays bound
 // (another bind of it fails) until Release, which frees them all.
-func TestPortReservationHoldsEveryPortUntilRelease(t *testing.T) {
-	var r PortReservation
+func TestReservationHoldsEveryPortUntilRelease(t *testing.T) {
+	var r Reservation
 	defer r.Release()
 	ports := map[int]bool{}
 	for range 4 * 20 { // twenty replicas' worth
