@@ -149,7 +149,6 @@ type Checkpointer struct {
 	// leftovers: shards of abandoned generations may exist (an attempt
 	// failed, or a delete did); the next write lists and deletes them.
 	leftovers bool
-	writes    int
 	enc       encoder
 	// state is reused from one write to the next.
 	state lease.State
@@ -339,7 +338,6 @@ func (c *Checkpointer) writeIfNeededLocked(ctx context.Context, final bool) (wro
 		return false, err
 	}
 	c.lastSum, c.lastChanges = sum, changes
-	c.writes++
 	return true, nil
 }
 
@@ -378,14 +376,6 @@ func (c *Checkpointer) rereadLocked(ctx context.Context) error {
 	c.index = cur
 	c.generation, _ = strconv.ParseUint(string(cur.Data[keyGeneration]), 10, 64)
 	return nil
-}
-
-// Writes counts the checkpoints written by this process (a final mark of
-// an unchanged one is not counted).
-func (c *Checkpointer) Writes() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.writes
 }
 
 // FinalAfter adds channels the last checkpoint waits for (each lease

@@ -64,17 +64,7 @@ type Providers interface {
 	Get(name string) (provider.Provider, bool)
 }
 
-// StaticProviders is a fixed name → provider map satisfying Providers.
-type StaticProviders map[string]provider.Provider
-
-var _ Providers = StaticProviders(nil)
 var _ Providers = (*provider.Registry)(nil)
-
-// Get implements Providers.
-func (s StaticProviders) Get(name string) (provider.Provider, bool) {
-	p, ok := s[name]
-	return p, ok && p != nil
-}
 
 // Intervals are the reconciler's requeue delays. Zero fields take the
 // defaults of DefaultIntervals.

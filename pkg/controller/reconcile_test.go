@@ -67,7 +67,7 @@ func newHarness(t *testing.T, objs ...client.Object) *harness {
 	h.interval = Intervals{ProvisioningPoll: 2 * time.Second, DeletionPoll: 3 * time.Second, DriftPoll: time.Minute, QuotaRetry: 5 * time.Minute, RequeueNow: time.Second}
 	h.r = &ProxyReconciler{
 		Client:    h.c,
-		Providers: StaticProviders{"fake": h.prov},
+		Providers: fake.Providers{"fake": h.prov},
 		Recorder:  h.rec,
 		Intervals: h.interval,
 		Clock:     clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),

@@ -146,8 +146,8 @@ func (c *Controller[R, G]) arm(now, at time.Time) {
 func (c *Controller[R, G]) fire() { go c.onTimer() }
 
 func (c *Controller[R, G]) onTimer() {
-	if h := c.core.hooks.beforeTimerAdvance; h != nil {
-		h()
+	if c.core.pauses != nil {
+		c.core.pauses.beforeTimerAdvance()
 	}
 	c.core.Advance()
 }

@@ -59,7 +59,7 @@ func TestRaceGrantVersusLeave(t *testing.T) {
 			f, c, h := raceSetup(t)
 			reached := make(chan *Ticket[fakeReq, fakeGrant])
 			proceed := make(chan struct{})
-			c.core.hooks.afterGrantVerdict = func(tk *Ticket[fakeReq, fakeGrant]) {
+			pausesFor(c.core).afterGrant = func(tk *Ticket[fakeReq, fakeGrant]) {
 				reached <- tk
 				<-proceed
 			}
@@ -92,7 +92,7 @@ func TestRaceGrantVersusLeave(t *testing.T) {
 			f, c, h := raceSetup(t)
 			reached := make(chan *Ticket[fakeReq, fakeGrant])
 			proceed := make(chan struct{})
-			c.core.hooks.beforeCancelCAS = func(tk *Ticket[fakeReq, fakeGrant]) {
+			pausesFor(c.core).beforeCancel = func(tk *Ticket[fakeReq, fakeGrant]) {
 				reached <- tk
 				<-proceed
 			}
@@ -115,7 +115,7 @@ func TestRaceGrantVersusLeave(t *testing.T) {
 				t.Errorf("ticket after give-back: %v, want %v", o, tc.want)
 			}
 			// A second Cancel must not release again.
-			c.core.hooks.beforeCancelCAS = nil
+			c.core.pauses = nil
 			if o := c.core.Cancel(tk, OutcomeEvictedCancelled); o != tc.want {
 				t.Errorf("second Cancel: %v, want %v", o, tc.want)
 			}
@@ -132,7 +132,7 @@ func TestRaceGrantVersusDeadlineTimer(t *testing.T) {
 	clk := c.clock.(interface{ Step(time.Duration) })
 	reached := make(chan struct{})
 	proceed := make(chan struct{})
-	c.core.hooks.beforeTimerAdvance = func() {
+	pausesFor(c.core).beforeTimer = func() {
 		reached <- struct{}{}
 		<-proceed
 	}

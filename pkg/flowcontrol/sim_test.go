@@ -64,7 +64,7 @@ type simConfig struct {
 	duration    time.Duration
 	measureFrom time.Duration
 	seed        uint64
-	policy      policy
+	policy      policyKind
 	opts        Options
 	// skipCapacityEvents: releases do not call OnCapacity (a missing adapter
 	// hook) — a negative control for the invariant checks.
@@ -578,7 +578,7 @@ func TestSimulationFairnessNegativeControls(t *testing.T) {
 	cases := []struct {
 		name   string
 		cfg    simConfig
-		policy policy
+		policy policyKind
 		tol    float64
 	}{
 		{"FIFO on mixed flows", mixedScenario(), policyFIFO, 0.05},

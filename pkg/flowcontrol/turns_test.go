@@ -15,7 +15,7 @@ import (
 // the round its release triggered, as over the HTTP API, where the next
 // request only leaves once the release has been answered. It returns the
 // flows' first letters in grant order, n grants in all.
-func oneProxyTurns(t *testing.T, p policy, flows []string, n int) string {
+func oneProxyTurns(t *testing.T, p policyKind, flows []string, n int) string {
 	t.Helper()
 	clk := clocktesting.NewFakePassiveClock(t0)
 	f := newFake("any")
@@ -92,7 +92,7 @@ func oneProxyTurns(t *testing.T, p policy, flows []string, n int) string {
 func TestTiedFlowsTakeTurnsOnOneProxy(t *testing.T) {
 	cases := []struct {
 		name   string
-		policy policy
+		policy policyKind
 		flows  []string // one entry per worker, in arrival order
 		want   string
 	}{

@@ -57,23 +57,12 @@ func (s *Store) Changes() uint64 {
 	return s.revision + s.coolings
 }
 
-// MaxEndedInState bounds the ended leases State returns: the newest ones.
+// MaxEndedInState bounds the ended leases StateInto writes: the newest ones.
 // A report on an older ended lease after a restart finds no lease (404)
 // and starts no cooldown.
 const MaxEndedInState = 10000
 
-// State returns the store's durable state at now, sorted (leases and ended
-// leases by ID, cooldowns by proxy namespace, name and target) so that equal
-// stores give equal states. It also returns Changes at the same instant. Of
-// the ended leases it keeps the newest MaxEndedInState.
-func (s *Store) State() (State, uint64) {
-	var st State
-	changes := s.StateInto(&st)
-	slices.SortFunc(st.Leases, func(a, b Lease) int { return strings.Compare(a.ID, b.ID) })
-	return st, changes
-}
-
-// StateInto is State into st, reusing its slices (a checkpointer that
+// StateInto writes the store's durable state at now into st, reusing its slices (a checkpointer that
 // takes one a second allocates nothing for it after the first), with the
 // leases in no particular order: sorting 100,000 of them moved 40 MB each
 // time, and the checkpoint needs no order.

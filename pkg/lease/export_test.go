@@ -1,6 +1,10 @@
 package lease
 
-import "time"
+import (
+	"slices"
+	"strings"
+	"time"
+)
 
 // probe is a storeProbe made of funcs, either of which may be nil.
 type probe struct {
@@ -30,4 +34,15 @@ func probeOf(s *Store) *probe {
 	p := &probe{}
 	s.probe = p
 	return p
+}
+
+// State returns the store's durable state at now, sorted (leases and ended
+// leases by ID, cooldowns by proxy namespace, name and target) so that equal
+// stores give equal states. It also returns Changes at the same instant. Of
+// the ended leases it keeps the newest MaxEndedInState.
+func (s *Store) State() (State, uint64) {
+	var st State
+	changes := s.StateInto(&st)
+	slices.SortFunc(st.Leases, func(a, b Lease) int { return strings.Compare(a.ID, b.ID) })
+	return st, changes
 }

@@ -50,7 +50,8 @@ func TestGateRefusesUntilOpen(t *testing.T) {
 	if _, ok := e.store.Get(granted.ID); !ok {
 		t.Error("a refused Release ended the lease")
 	}
-	if st, _ := e.store.State(); len(st.Cooldowns) != 0 {
+	var st lease.State
+	if e.store.StateInto(&st); len(st.Cooldowns) != 0 {
 		t.Error("a refused Report started a cooldown")
 	}
 	if d := cmp.Diff([]string{"http/granted", "http/error"}, e.rec.got); d != "" {

@@ -34,7 +34,8 @@ func afterCrash(t *testing.T) (*Service, *lease.Store, *clocktesting.FakeClock, 
 		t.Fatal(err)
 	}
 	proxies(a)
-	st, _ := a.State()
+	var st lease.State
+	a.StateInto(&st)
 	clk.Step(time.Second)
 	var lost []*lease.Lease
 	for i := range 4 {

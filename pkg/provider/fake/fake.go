@@ -423,3 +423,14 @@ func (p *Provider) Remove(providerID string) bool {
 	delete(p.instances, providerID)
 	return ok
 }
+
+// Providers is a fixed name → provider map with the Get of
+// *provider.Registry, for a reconciler under test to look its providers up
+// in (controller.Providers).
+type Providers map[string]provider.Provider
+
+// Get returns the provider named name, and false if none is.
+func (s Providers) Get(name string) (provider.Provider, bool) {
+	p, ok := s[name]
+	return p, ok && p != nil
+}

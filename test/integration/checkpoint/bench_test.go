@@ -52,12 +52,13 @@ func churnPairs(b *testing.B, kube kubernetes.Interface, ns string, store *lease
 	if on {
 		o := checkpoint.DefaultOptions()
 		o.SecretName, o.Namespace = fmt.Sprintf("churn-%d", time.Now().UnixNano()), ns
-		c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}})
+		rec := &recorder{}
+		c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}, Recorder: rec})
 		if err != nil {
 			b.Fatal(err)
 		}
 		go func() { done <- c.Start(ctx) }()
-		writes = c.Writes
+		writes = rec.written
 	} else {
 		close(done)
 	}

@@ -69,7 +69,7 @@ type snapshot struct {
 }
 
 func snap(s *lease.Store) snapshot {
-	st, _ := s.State()
+	st := stateOf(s)
 	out := snapshot{leases: make(map[string]string, len(st.Leases)), cools: make(map[string]bool, len(st.Cooldowns))}
 	for _, l := range st.Leases {
 		out.leases[l.ID] = l.Proxy.Name

@@ -145,6 +145,19 @@ func (r *recorder) LeaseCheckpointWrite(result string) {
 	r.results = append(r.results, result)
 }
 
+// written counts the writes that wrote a checkpoint.
+func (r *recorder) written() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, res := range r.results {
+		if res == checkpoint.ResultWritten {
+			n++
+		}
+	}
+	return n
+}
+
 func (r *recorder) LeaseCheckpointCurrent(at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -159,7 +159,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	r := &controller.ProxyReconciler{
 		Client:       mgr.GetClient(),
-		Providers:    controller.StaticProviders{fakeProviderName: e.fake},
+		Providers:    fake.Providers{fakeProviderName: e.fake},
 		Recorder:     mgr.GetEventRecorder("proxy-operator"),
 		Health:       e.health,
 		HealthEvents: e.healthCh,

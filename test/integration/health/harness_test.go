@@ -35,6 +35,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/health"
+	"github.com/proxy-operator/proxy-operator/pkg/provider/fake"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
@@ -157,7 +158,7 @@ func (e *env) startOperator() {
 	}
 	r := &controller.ProxyReconciler{
 		Client:       mgr.GetClient(),
-		Providers:    controller.StaticProviders{},
+		Providers:    fake.Providers{},
 		Recorder:     mgr.GetEventRecorder(app.EventReporter),
 		Health:       eng,
 		HealthEvents: eng.Events(),
