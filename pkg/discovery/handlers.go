@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
@@ -97,7 +99,7 @@ func (s *Server) listProxies(w http.ResponseWriter, r *http.Request) {
 		if q.Healthy != nil && p.Healthy != *q.Healthy {
 			continue
 		}
-		if !selectorMatches(p.Attributes, q.Selector) {
+		if !crawlv1alpha1.SelectorMatches(q.Selector, p.Attributes) {
 			continue
 		}
 		out.Proxies = append(out.Proxies, wire.ListedProxy{
@@ -114,15 +116,6 @@ func (s *Server) listProxies(w http.ResponseWriter, r *http.Request) {
 	})
 	out.Count = len(out.Proxies)
 	writeJSON(w, http.StatusOK, out)
-}
-
-func selectorMatches(attrs, selector map[string]string) bool {
-	for k, v := range selector {
-		if got, ok := attrs[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // flowFor: the token's identity, or identity/flow when the request names one

@@ -3,6 +3,8 @@ package lease
 import (
 	"time"
 
+	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+
 	"github.com/google/btree"
 )
 
@@ -157,12 +159,7 @@ func (e *proxyEntry) coolingFor(target string, now time.Time) bool {
 }
 
 func matches(e *proxyEntry, selector map[string]string) bool {
-	for k, v := range selector {
-		if got, ok := e.info.Attributes[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
+	return crawlv1alpha1.SelectorMatches(selector, e.info.Attributes)
 }
 
 func (s *Store) selectLocked(req *AcquireRequest, now time.Time) *proxyEntry {

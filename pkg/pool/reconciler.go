@@ -149,12 +149,7 @@ func serves(p *crawlv1alpha1.ProxyPool, q lease.AcquireRequest) bool {
 	if q.Namespace != "" && q.Namespace != p.Namespace {
 		return false
 	}
-	for k, v := range q.Selector {
-		if got, ok := p.Spec.Template.Spec.Attributes[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
+	return crawlv1alpha1.SelectorMatches(q.Selector, p.Spec.Template.Spec.Attributes)
 }
 
 func (r *Reconciler) getLowSince(k types.NamespacedName) time.Time {

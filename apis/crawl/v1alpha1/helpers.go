@@ -105,3 +105,17 @@ func (r *SecretKeyRef) KeyOrDefault() string {
 	}
 	return r.Key
 }
+
+// SelectorMatches reports whether a lease request's selector accepts a
+// proxy of these attributes: every pair of the selector is among them
+// (equality only; an empty selector accepts every proxy). The lease store,
+// the HTTP proxy list and the ProxyPool autoscaler all decide with it, so
+// that a pool grows for exactly the requests its proxies could serve.
+func SelectorMatches(selector, attributes map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := attributes[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}

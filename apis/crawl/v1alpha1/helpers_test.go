@@ -275,3 +275,29 @@ func TestDeepCopyIsIndependent(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestSelectorMatches(t *testing.T) {
+	attrs := map[string]string{"region": "eu", "tier": "gold", "empty": ""}
+	tests := []struct {
+		name     string
+		selector map[string]string
+		want     bool
+	}{
+		{"nil selector takes any proxy", nil, true},
+		{"one pair present", map[string]string{"region": "eu"}, true},
+		{"every pair present", map[string]string{"region": "eu", "tier": "gold"}, true},
+		{"a value differs", map[string]string{"region": "us"}, false},
+		{"one of two differs", map[string]string{"region": "eu", "tier": "silver"}, false},
+		{"a key is missing", map[string]string{"zone": "a"}, false},
+		{"an empty value must be present", map[string]string{"empty": ""}, true},
+		{"an empty value is not a missing key", map[string]string{"zone": ""}, false},
+	}
+	for _, tc := range tests {
+		if got := SelectorMatches(tc.selector, attrs); got != tc.want {
+			t.Errorf("%s: SelectorMatches(%v) = %v, want %v", tc.name, tc.selector, got, tc.want)
+		}
+	}
+	if !SelectorMatches(nil, nil) || SelectorMatches(map[string]string{"a": "b"}, nil) {
+		t.Error("a proxy without attributes: only the empty selector takes it")
+	}
+}
