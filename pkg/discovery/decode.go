@@ -10,19 +10,13 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"k8s.io/apimachinery/pkg/util/validation"
-
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 )
 
-// Input limits. Attributes are free-form strings on the Proxy, so selector
-// keys and values are bounded by size, not by a syntax.
-const (
-	maxSelectorPairs = 32
-	maxAttrLen       = 256
-	maxTargetLen     = 1024
-	maxFlowLen       = 128
-)
+// maxFlowLen bounds the flow suffix, this API's own field. The selector,
+// namespace and target are the leasing Service's to check (leasing.Request),
+// the same for both lease APIs.
+const maxFlowLen = 128
 
 // decodeStrict decodes exactly one JSON object into v: unknown fields,
 // wrong types, anything but an object, and trailing data are errors. An
@@ -68,8 +62,8 @@ func describeJSONError(err error) string {
 }
 
 // DecodeAcquireRequest decodes and checks a POST /v1/leases body (empty =
-// {}). Errors are *RequestError. The bounds of ttlSeconds and waitSeconds are
-// the leasing Service's to check.
+// {}). Errors are *RequestError. The selector, namespace and target, and the
+// bounds of ttlSeconds and waitSeconds, are the leasing Service's to check.
 func DecodeAcquireRequest(data []byte) (wire.AcquireRequest, error) {
 	var req wire.AcquireRequest
 	if err := decodeStrict(data, &req, true); err != nil {
@@ -78,39 +72,10 @@ func DecodeAcquireRequest(data []byte) (wire.AcquireRequest, error) {
 	return req, ValidateAcquireRequest(req)
 }
 
-// ValidateAcquireRequest checks the fields of an acquire request that are
-// this API's own (sizes and characters of the selector, target and flow).
+// ValidateAcquireRequest checks the field of an acquire request that is
+// this API's own: the flow suffix.
 func ValidateAcquireRequest(req wire.AcquireRequest) error {
-	if err := validateSelector(req.Selector, "selector"); err != nil {
-		return err
-	}
-	if req.Namespace != "" {
-		if errs := validation.IsDNS1123Label(req.Namespace); len(errs) > 0 {
-			return badRequest(wire.CodeInvalidRequest, "namespace %q: %s", req.Namespace, strings.Join(errs, "; "))
-		}
-	}
-	if err := validateText("target", req.Target, maxTargetLen); err != nil {
-		return err
-	}
 	return validateText("flow", req.Flow, maxFlowLen)
-}
-
-func validateSelector(sel map[string]string, field string) error {
-	if len(sel) > maxSelectorPairs {
-		return badRequest(wire.CodeInvalidRequest, "%s has %d pairs, at most %d allowed", field, len(sel), maxSelectorPairs)
-	}
-	for k, v := range sel {
-		if k == "" {
-			return badRequest(wire.CodeInvalidRequest, "%s: empty attribute name", field)
-		}
-		if err := validateText(field+" key", k, maxAttrLen); err != nil {
-			return err
-		}
-		if err := validateText(field+"["+k+"]", v, maxAttrLen); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // validateText: valid UTF-8, no control characters, at most max bytes.
@@ -127,17 +92,14 @@ func validateText(field, s string, max int) error {
 }
 
 // DecodeReportRequest decodes a POST /v1/leases/{id}/report body. The result
-// itself is checked by the store (400 invalid_result), so an empty or
-// unknown result passes here.
+// and the target are the leasing Service's to check (400 invalid_result,
+// invalid_request), so an empty or unknown result passes here.
 func DecodeReportRequest(data []byte) (wire.ReportRequest, error) {
 	var req wire.ReportRequest
 	if err := decodeStrict(data, &req, false); err != nil {
 		return req, err
 	}
-	if err := validateText("result", req.Result, 64); err != nil {
-		return req, err
-	}
-	return req, validateText("target", req.Target, maxTargetLen)
+	return req, validateText("result", req.Result, 64)
 }
 
 // DecodeRenewRequest decodes a POST /v1/leases/{id}/renew body (empty = {}).

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
@@ -39,7 +41,7 @@ func FuzzDecodeAcquireRequest(f *testing.F) {
 			checkRejection(t, err)
 			return
 		}
-		if len(req.Selector) > maxSelectorPairs {
+		if len(req.Flow) > maxFlowLen {
 			t.Fatalf("accepted out-of-bounds request %+v", req)
 		}
 		if ValidateAcquireRequest(req) != nil {
@@ -95,7 +97,7 @@ func FuzzParseProxyQuery(f *testing.F) {
 			checkRejection(t, err)
 			return
 		}
-		if len(q.Selector) > maxSelectorPairs {
+		if len(q.Selector) > leasingv1alpha1.MaxSelectorEntries {
 			t.Fatalf("accepted %d pairs", len(q.Selector))
 		}
 		for k := range q.Selector {

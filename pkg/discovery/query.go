@@ -6,8 +6,10 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // ProxyQuery is the parsed query of GET /v1/proxies.
@@ -65,10 +67,8 @@ func ParseProxyQuery(rawQuery string) (ProxyQuery, error) {
 			return q, badRequest(wire.CodeInvalidQuery, "unknown parameter %q (want attr.<name>, healthy, namespace)", key)
 		}
 	}
-	if err := validateSelector(q.Selector, "attr"); err != nil {
-		re := err.(*RequestError)
-		re.Code = wire.CodeInvalidQuery
-		return q, re
+	if errs := leasing.ValidateSelector(q.Selector, field.NewPath("attr")); len(errs) > 0 {
+		return q, badRequest(wire.CodeInvalidQuery, "%s", errs.ToAggregate().Error())
 	}
 	return q, nil
 }

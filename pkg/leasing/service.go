@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/clock"
 
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
 
@@ -51,15 +52,6 @@ type Queue interface {
 	// refused it; ctx's error, wrapped, when ctx ended; the store's error
 	// for a request it refuses as it stands; ErrShuttingDown.
 	Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error)
-}
-
-// Request asks the service for one lease.
-type Request struct {
-	lease.AcquireRequest
-	// Wait is how long the request may wait for capacity (0: answer now).
-	Wait time.Duration
-	// Priority picks the queue's band (higher first).
-	Priority int
 }
 
 // Limits are the bounds a front door's requests are checked against.
@@ -174,12 +166,19 @@ func (s *Service) Acquire(ctx context.Context, req Request) (*lease.Lease, error
 	return l, err
 }
 
-// validate checks a request before it may wait: the TTL by the store's own
-// rule (CheckTTL), the wait against this door's maximum.
+// validate checks a request before it may wait: its shape (Validate, the
+// same for both doors), the TTL by the store's own rule (CheckTTL), the wait
+// against this door's maximum.
 func (s *Service) validate(req Request) error {
 	var e *Error
 	if err := s.store.CheckTTL(req.TTL); err != nil {
 		e = invalidTTL(err, req.TTL)
+	}
+	if errs := req.Validate(); len(errs) > 0 {
+		if e == nil {
+			e = invalid()
+		}
+		e.Fields = append(errs, e.Fields...)
 	}
 	var wait *field.Error
 	switch secs := int64(req.Wait / time.Second); {
@@ -262,7 +261,7 @@ func (s *Service) Update(holder, id string, ttl time.Duration, meta *lease.Metad
 // holder, live or ended within the cooldown window. Errors: ReasonInvalid
 // (result), ReasonNotFound, ReasonForbidden.
 func (s *Service) Report(holder, id, result, target string) error {
-	if err := s.checkReport(id, result); err != nil {
+	if err := s.checkReport(id, result, target); err != nil {
 		return err
 	}
 	err := s.store.ReportAs(holder, id, result, target)
@@ -279,20 +278,25 @@ func (s *Service) ReportByName(namespace, name, result, target string) error {
 	if id, _, ok := s.store.LookupName(namespace, name); ok {
 		return s.Report(lease.AnyHolder, id, result, target)
 	}
-	if err := s.checkReport(name, result); err != nil {
+	if err := s.checkReport(name, result, target); err != nil {
 		return err
 	}
 	return s.reportLost(lease.AnyHolder, namespace, name, result, target)
 }
 
-// checkReport refuses a report this replica does not serve or whose result
-// is not one of lease.ValidResult's.
-func (s *Service) checkReport(id, result string) error {
+// checkReport refuses a report this replica does not serve, whose result
+// is not one of lease.ValidResult's or whose target is malformed.
+func (s *Service) checkReport(id, result, target string) error {
 	if err := s.gate.check(context.Background()); err != nil {
 		return err
 	}
 	if !lease.ValidResult(result) {
 		e := invalid(field.NotSupported(field.NewPath("result"), result, []string{lease.ResultOK, lease.ResultRateLimited, lease.ResultBanned}))
+		e.ID = id
+		return e
+	}
+	if errs := leasingv1alpha1.ValidateTarget(target, field.NewPath("target")); len(errs) > 0 {
+		e := invalid(errs...)
 		e.ID = id
 		return e
 	}

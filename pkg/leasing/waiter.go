@@ -4,116 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
-
-	"k8s.io/utils/clock"
 
 	"github.com/proxy-operator/proxy-operator/pkg/flowcontrol"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
-
-// The adapter between the wait queue (pkg/flowcontrol) and the lease store
-// (pkg/lease), as the flowcontrol package documentation prescribes. The two
-// packages share no types; the Service sees the result as its Queue.
-
-// LeaseController is the wait queue over the lease store.
-type LeaseController = flowcontrol.Controller[lease.AcquireRequest, *lease.Lease]
-
-// LeaseStore is what the adapter needs of the lease store; *lease.Store
-// implements it.
-type LeaseStore interface {
-	// TryAcquire grants a lease now or fails with lease.ErrNoMatch (no
-	// proxy can take it; lease.ErrExhausted when no proxy can take any
-	// lease) or another error (bad TTL, name taken), without computing the
-	// counts of a NoMatchError.
-	TryAcquire(req lease.AcquireRequest) (*lease.Lease, error)
-	// Diagnose returns the counts Acquire would report for req now.
-	Diagnose(req lease.AcquireRequest) *lease.NoMatchError
-	// HeldBy returns the live leases whose Flow is flow.
-	HeldBy(flow string) int
-	// Release ends a lease; idempotent.
-	Release(id string) bool
-	// NextChange is the next lease expiry or cooldown end (zero: none).
-	NextChange() time.Time
-}
-
-var _ LeaseStore = (*lease.Store)(nil)
-
-// leaseDispatcher is the flowcontrol.Dispatcher over the store.
-type leaseDispatcher struct{ store LeaseStore }
-
-var (
-	_ flowcontrol.Dispatcher[lease.AcquireRequest, *lease.Lease] = leaseDispatcher{}
-	_ flowcontrol.Classifier[lease.AcquireRequest]               = leaseDispatcher{}
-)
-
-// Class keys a request by what decides which proxies can take it: its
-// namespace, selector and target. A request waiting for a target every
-// proxy cools for then does not hold back its flow's requests for other
-// targets, while requests for the same target keep their order.
-func (leaseDispatcher) Class(req lease.AcquireRequest) string { return classKey(req) }
-
-// classKey encodes namespace, target and the sorted selector pairs, each
-// length-prefixed so that no two requests share a key by accident.
-func classKey(req lease.AcquireRequest) string {
-	keys := make([]string, 0, len(req.Selector))
-	for k := range req.Selector {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var b strings.Builder
-	part := func(s string) {
-		b.WriteString(strconv.Itoa(len(s)))
-		b.WriteByte(':')
-		b.WriteString(s)
-	}
-	part(req.Namespace)
-	part(req.Target)
-	for _, k := range keys {
-		part(k)
-		part(req.Selector[k])
-	}
-	return b.String()
-}
-
-// TryDispatch acquires with Flow set to the queue's flow, so the lease
-// counts towards HeldBy(flow) from this moment.
-func (d leaseDispatcher) TryDispatch(flow string, req lease.AcquireRequest) (*lease.Lease, flowcontrol.Verdict, error) {
-	req.Flow = flow
-	l, err := d.store.TryAcquire(req)
-	switch {
-	case err == nil:
-		return l, flowcontrol.Granted, nil
-	case lease.IsExhausted(err):
-		// Nothing at all is free: the round stops here instead of offering
-		// every other waiting flow's head.
-		return nil, flowcontrol.Exhausted, nil
-	case lease.IsNoMatch(err):
-		return nil, flowcontrol.NoMatch, nil
-	default:
-		return nil, flowcontrol.NoMatch, err
-	}
-}
-
-func (d leaseDispatcher) Held(flow string) int { return d.store.HeldBy(flow) }
-
-func (d leaseDispatcher) Release(l *lease.Lease) {
-	if l != nil {
-		d.store.Release(l.ID)
-	}
-}
-
-func (d leaseDispatcher) NextChange() time.Time { return d.store.NextChange() }
-
-// NewLeaseController returns the wait queue over store. The caller wires
-// the store's OnCapacity hook to c.OnCapacity and shuts c down when done
-// (leaseQueueRunnable does both).
-func NewLeaseController(store LeaseStore, clk clock.WithDelayedExecution, opts flowcontrol.Options) *LeaseController {
-	return flowcontrol.NewController[lease.AcquireRequest, *lease.Lease](leaseDispatcher{store: store}, clk, opts)
-}
 
 // Waiter serves the lease requests of both lease APIs through the wait
 // queue, translating its outcomes into the errors the Queue contract names.

@@ -2,13 +2,16 @@ package v1alpha1
 
 import (
 	"unicode"
+	"unicode/utf8"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // Limits on the sizes of a lease request; they keep one request from holding
-// much memory in the server.
+// much memory in the server. Both lease APIs apply them (pkg/leasing's
+// Request.Validate calls ValidateSelector and ValidateTarget), so a lease
+// taken over HTTP is always a valid ProxyLease.
 const (
 	MaxSelectorEntries = 32
 	MaxSelectorKeyLen  = 253
@@ -58,27 +61,13 @@ func ValidateProxyLeaseReport(r *ProxyLeaseReport) field.ErrorList {
 		allErrs = append(allErrs, field.NotSupported(field.NewPath("result"), r.Result,
 			[]ReportResult{ResultOK, ResultRateLimited, ResultBanned}))
 	}
-	allErrs = append(allErrs, validateTarget(r.Target, field.NewPath("target"))...)
+	allErrs = append(allErrs, ValidateTarget(r.Target, field.NewPath("target"))...)
 	return allErrs
 }
 
 func validateSpec(s *ProxyLeaseSpec, path *field.Path) field.ErrorList {
-	var allErrs field.ErrorList
-	sel := path.Child("selector")
-	if len(s.Selector) > MaxSelectorEntries {
-		allErrs = append(allErrs, field.TooMany(sel, len(s.Selector), MaxSelectorEntries))
-	}
-	for k, v := range s.Selector {
-		switch {
-		case k == "":
-			allErrs = append(allErrs, field.Invalid(sel, k, "attribute name must not be empty"))
-		case len(k) > MaxSelectorKeyLen:
-			allErrs = append(allErrs, field.TooLong(sel, k, MaxSelectorKeyLen))
-		case len(v) > MaxSelectorValLen:
-			allErrs = append(allErrs, field.TooLong(sel.Key(k), v, MaxSelectorValLen))
-		}
-	}
-	allErrs = append(allErrs, validateTarget(s.Target, path.Child("target"))...)
+	allErrs := ValidateSelector(s.Selector, path.Child("selector"))
+	allErrs = append(allErrs, ValidateTarget(s.Target, path.Child("target"))...)
 	allErrs = append(allErrs, validateTTL(s.TTLSeconds, path.Child("ttlSeconds"))...)
 	wait := path.Child("waitSeconds")
 	if s.WaitSeconds < 0 {
@@ -97,9 +86,40 @@ func validateTTL(ttl *int32, path *field.Path) field.ErrorList {
 	return nil
 }
 
-func validateTarget(t string, path *field.Path) field.ErrorList {
+// ValidateSelector checks a lease request's selector: at most
+// MaxSelectorEntries pairs, each key non-empty, keys and values within their
+// lengths, valid UTF-8 without control characters.
+func ValidateSelector(sel map[string]string, path *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(sel) > MaxSelectorEntries {
+		allErrs = append(allErrs, field.TooMany(path, len(sel), MaxSelectorEntries))
+	}
+	for k, v := range sel {
+		switch {
+		case k == "":
+			allErrs = append(allErrs, field.Invalid(path, k, "attribute name must not be empty"))
+		case len(k) > MaxSelectorKeyLen:
+			allErrs = append(allErrs, field.TooLong(path, k, MaxSelectorKeyLen))
+		case !printable(k):
+			allErrs = append(allErrs, field.Invalid(path, k, "attribute name must be UTF-8 without control characters"))
+		case len(v) > MaxSelectorValLen:
+			allErrs = append(allErrs, field.TooLong(path.Key(k), v, MaxSelectorValLen))
+		case !printable(v):
+			allErrs = append(allErrs, field.Invalid(path.Key(k), v, "must be UTF-8 without control characters"))
+		}
+	}
+	return allErrs
+}
+
+// ValidateTarget checks a lease request's or a report's target (a site,
+// usually a host name): at most MaxTargetLen bytes of UTF-8, without spaces
+// or control characters.
+func ValidateTarget(t string, path *field.Path) field.ErrorList {
 	if len(t) > MaxTargetLen {
 		return field.ErrorList{field.TooLong(path, t, MaxTargetLen)}
+	}
+	if !utf8.ValidString(t) {
+		return field.ErrorList{field.Invalid(path, t, "must be valid UTF-8")}
 	}
 	for _, r := range t {
 		if unicode.IsSpace(r) || unicode.IsControl(r) {
@@ -107,6 +127,19 @@ func validateTarget(t string, path *field.Path) field.ErrorList {
 		}
 	}
 	return nil
+}
+
+// printable: valid UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 func mapsEqual(a, b map[string]string) bool {

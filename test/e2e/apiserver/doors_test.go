@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -32,6 +33,7 @@ type view struct {
 // ask is one acquire, in the terms both APIs share.
 type ask struct {
 	selector    map[string]string
+	target      string
 	ttlSeconds  int64
 	waitSeconds int64
 }
@@ -73,7 +75,7 @@ func httpDoor(t *testing.T) door {
 		name: "http",
 		api:  leasing.APIHTTP,
 		acquire: func(t *testing.T, ns string, a ask) (string, view) {
-			l, err := c.Acquire(context.Background(), wire.AcquireRequest{Namespace: ns, Selector: a.selector, TTLSeconds: a.ttlSeconds, WaitSeconds: a.waitSeconds})
+			l, err := c.Acquire(context.Background(), wire.AcquireRequest{Namespace: ns, Selector: a.selector, Target: a.target, TTLSeconds: a.ttlSeconds, WaitSeconds: a.waitSeconds})
 			if err != nil {
 				return "", fromErr(t, err)
 			}
@@ -115,7 +117,7 @@ func kubernetesDoor() door {
 		api:  leasing.APIKubernetes,
 		acquire: func(t *testing.T, ns string, a ask) (string, view) {
 			pl := newLease("doors-")
-			pl.Spec.Target, pl.Spec.Selector, pl.Spec.TTLSeconds = "", a.selector, ptr.To(int32(a.ttlSeconds))
+			pl.Spec.Target, pl.Spec.Selector, pl.Spec.TTLSeconds = a.target, a.selector, ptr.To(int32(a.ttlSeconds))
 			pl.Spec.WaitSeconds = int32(a.waitSeconds)
 			got, err := shared.leasing.LeasingV1alpha1().ProxyLeases(ns).Create(context.Background(), pl, metav1.CreateOptions{})
 			if err != nil {
@@ -175,6 +177,28 @@ func TestBothAPIsAnswerTheSame(t *testing.T) {
 		ask:         ask{selector: doors, ttlSeconds: 7201},
 		wantGrant:   view{Failure: "invalid"},
 		wantCounted: leasing.OutcomeBadRequest,
+	}, {
+		// One set of request limits: what one API refuses, the other does.
+		name:        "a target over 253 bytes",
+		ask:         ask{selector: doors, target: strings.Repeat("a", 254), ttlSeconds: 90},
+		wantGrant:   view{Failure: "invalid"},
+		wantCounted: leasing.OutcomeBadRequest,
+	}, {
+		name:        "a target with a space",
+		ask:         ask{selector: doors, target: "example .com", ttlSeconds: 90},
+		wantGrant:   view{Failure: "invalid"},
+		wantCounted: leasing.OutcomeBadRequest,
+	}, {
+		name:        "a selector value over 253 bytes",
+		ask:         ask{selector: map[string]string{"pool": strings.Repeat("d", 254)}, ttlSeconds: 90},
+		wantGrant:   view{Failure: "invalid"},
+		wantCounted: leasing.OutcomeBadRequest,
+	}, {
+		name:        "a target of 253 bytes is taken by both",
+		ask:         ask{selector: doors, target: strings.Repeat("a", 253), ttlSeconds: 90},
+		wantGrant:   view{Proxy: "px", URL: oldURL, Healthy: true, TTLSeconds: 90},
+		wantAfter:   view{Proxy: "px", URL: oldURL, Healthy: true, TTLSeconds: 90},
+		wantCounted: leasing.OutcomeGranted,
 	}, {
 		name:        "a wait that runs out",
 		ask:         ask{selector: doors, ttlSeconds: 90, waitSeconds: 1},

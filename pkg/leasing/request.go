@@ -1,0 +1,43 @@
+package leasing
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// Request asks the service for one lease.
+type Request struct {
+	lease.AcquireRequest
+	// Wait is how long the request may wait for capacity (0: answer now).
+	Wait time.Duration
+	// Priority picks the queue's band (higher first).
+	Priority int
+}
+
+// Validate checks the request's shape, the same for both lease APIs: the
+// namespace (a DNS label, when set), the selector and the target by the
+// ProxyLease API's own rules (apis/leasing/v1alpha1), so that a lease taken
+// over HTTP is always a valid ProxyLease. Paths are relative to the request
+// ("namespace", "selector", "target"). The server's bounds (the longest TTL
+// and wait) are the Service's to check.
+func (r Request) Validate() field.ErrorList {
+	var errs field.ErrorList
+	if r.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(r.Namespace) {
+			errs = append(errs, field.Invalid(field.NewPath("namespace"), r.Namespace, msg))
+		}
+	}
+	errs = append(errs, leasingv1alpha1.ValidateSelector(r.Selector, field.NewPath("selector"))...)
+	return append(errs, leasingv1alpha1.ValidateTarget(r.Target, field.NewPath("target"))...)
+}
+
+// ValidateSelector checks a selector as Validate does, for a front door
+// that filters by one (the HTTP proxy list's attr.K=V query).
+func ValidateSelector(sel map[string]string, path *field.Path) field.ErrorList {
+	return leasingv1alpha1.ValidateSelector(sel, path)
+}
