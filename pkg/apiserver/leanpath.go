@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -41,7 +43,7 @@ import (
 //
 // Everything else — a direct request, any other verb or resource, a body
 // with unknown fields — goes to the generic chain unchanged (a body already
-// read is handed on whole). Both paths call the same leaseREST, so defaulting,
+// read is handed on whole). Both paths call the same proxylease.REST, so defaulting,
 // validation, naming, the lease service and its errors are one code path. The
 // lean path reads the body with decode (a scanner for the plain bodies
 // clients send, the strict decoder otherwise) and writes the answer with
@@ -52,7 +54,7 @@ type leanPath struct {
 	prefix   string
 	next     http.Handler
 	authn    *frontProxyAuthenticator
-	rest     *leaseREST
+	rest     *proxylease.REST
 	codecs   serializer.CodecFactory
 	typer    runtime.ObjectTyper
 	encoder  runtime.Encoder
@@ -68,7 +70,7 @@ const answerBufferSize = 4 << 10
 // leanPathMaxBody is the generic server's request body limit.
 const leanPathMaxBody = 3 << 20
 
-func newLeanPath(next http.Handler, authn *frontProxyAuthenticator, rest *leaseREST, scheme *runtime.Scheme, codecs serializer.CodecFactory) *leanPath {
+func newLeanPath(next http.Handler, authn *frontProxyAuthenticator, rest *proxylease.REST, scheme *runtime.Scheme, codecs serializer.CodecFactory) *leanPath {
 	return &leanPath{
 		prefix: "/" + path.Join("apis", leasingv1alpha1.SchemeGroupVersion.Group, leasingv1alpha1.SchemeGroupVersion.Version, "namespaces") + "/",
 		next:   next,

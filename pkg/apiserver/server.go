@@ -7,13 +7,14 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	unionauth "k8s.io/apiserver/pkg/authentication/request/union"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
-	"k8s.io/apiserver/pkg/storage/names"
 	utilcompatibility "k8s.io/apiserver/pkg/util/compatibility"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -51,7 +52,7 @@ type Deps struct {
 // serves its own leases).
 type Server struct {
 	generic     *genericapiserver.GenericAPIServer
-	cache       *leaseCache
+	leases      *proxylease.REST
 	closeCache  func()
 	caBundle    []byte
 	startedOnce sync.Once
@@ -112,18 +113,12 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 	if err := applyDelegation(opts, deps.RESTConfig, config); err != nil {
 		return nil, err
 	}
-	cache, closeCache := newLeaseCache(deps.Service, clk, opts.WatchHistory)
+	leases, closeCache := proxylease.NewREST(deps.Service, clk, opts.WatchHistory)
 	defer func() {
 		if retErr != nil {
 			closeCache()
 		}
 	}()
-	leases := &leaseREST{
-		svc:   deps.Service,
-		cache: cache,
-		names: names.SimpleNameGenerator,
-		table: tableConvertor{clock: clk},
-	}
 	if opts.TrustFrontProxyAuthorization && config.Authentication.RequestHeaderConfig != nil {
 		frontProxy := newFrontProxyAuthenticator(config.Authentication.RequestHeaderConfig, clk)
 		config.Authentication.Authenticator = unionauth.New(frontProxy, config.Authentication.Authenticator)
@@ -147,13 +142,13 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 	group := genericapiserver.NewDefaultAPIGroupInfo(leasingv1alpha1.GroupName, scheme, metav1.ParameterCodec, codecs)
 	group.VersionedResourcesStorageMap[leasingv1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		leasingv1alpha1.ResourceProxyLeases:                                           leases,
-		leasingv1alpha1.ResourceProxyLeases + "/" + leasingv1alpha1.SubresourceReport: &reportREST{svc: deps.Service},
+		leasingv1alpha1.ResourceProxyLeases + "/" + leasingv1alpha1.SubresourceReport: proxylease.NewReportREST(deps.Service),
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing %s: %w", leasingv1alpha1.GroupName, err)
 	}
 
-	s := &Server{generic: generic, cache: cache, closeCache: closeCache, stopped: make(chan struct{})}
+	s := &Server{generic: generic, leases: leases, closeCache: closeCache, stopped: make(chan struct{})}
 	if gen := opts.SecureServing.ServerCert.GeneratedCert; gen != nil {
 		s.caBundle = caOfChain(gen)
 	}
@@ -231,7 +226,7 @@ func (s *Server) NeedLeaderElection() bool { return false }
 // Restored makes resourceVersions continue from a lease checkpoint just
 // loaded into the store: rvBase is the checkpoint's base (see
 // checkpoint.Checkpointer.RVBase). Call it before this replica serves.
-func (s *Server) Restored(rvBase uint64) { s.cache.restored(rvBase) }
+func (s *Server) Restored(rvBase uint64) { s.leases.Restored(rvBase) }
 
 // Stopped is closed once Start has returned: the server takes no more
 // requests and those in flight have been answered.

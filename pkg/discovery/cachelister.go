@@ -7,7 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // CacheLister lists Proxies from a controller-runtime reader (the manager
@@ -20,7 +20,7 @@ type CacheLister struct {
 var _ Lister = CacheLister{}
 
 // ListProxies lists Proxies of namespace ("" = all) and converts them.
-func (c CacheLister) ListProxies(ctx context.Context, namespace string) ([]lease.ProxyInfo, error) {
+func (c CacheLister) ListProxies(ctx context.Context, namespace string) ([]leasing.ProxyInfo, error) {
 	var list crawlv1alpha1.ProxyList
 	var opts []client.ListOption
 	if namespace != "" {
@@ -29,9 +29,9 @@ func (c CacheLister) ListProxies(ctx context.Context, namespace string) ([]lease
 	if err := c.Reader.List(ctx, &list, opts...); err != nil {
 		return nil, fmt.Errorf("listing proxies: %w", err)
 	}
-	out := make([]lease.ProxyInfo, 0, len(list.Items))
+	out := make([]leasing.ProxyInfo, 0, len(list.Items))
 	for i := range list.Items {
-		out = append(out, lease.ProxyInfoFromProxy(&list.Items[i]))
+		out = append(out, leasing.ProxyInfoFromProxy(&list.Items[i]))
 	}
 	return out, nil
 }

@@ -13,7 +13,8 @@
 // place. The Server is a manager Runnable that every replica runs
 // (NeedLeaderElection false).
 //
-// This package must not import pkg/flowcontrol, pkg/apiserver, pkg/controller,
-// pkg/certs or pkg/metrics. Its subpackages state their own rules: wire holds
+// This package must not import pkg/lease, pkg/flowcontrol, pkg/apiserver,
+// pkg/controller, pkg/certs or pkg/metrics: the leasing Service (pkg/leasing)
+// is its one way to the leases. Its subpackages state their own rules: wire holds
 // the JSON bodies, client is the Go client for this API.
 package discovery

@@ -16,14 +16,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
-	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
-// HolderPrefix marks leases made over HTTP: the holder is "http:<identity>"
-// and the default flow the same, so HTTP identities never share a flow with
-// Kubernetes users of the aggregated API.
-const HolderPrefix = "http:"
+// HolderPrefix marks leases made over HTTP (leasing.HTTPIdentity).
+const HolderPrefix = leasing.HTTPHolderPrefix
 
 // readBody reads the (size-limited) body; false means an answer was sent.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
@@ -60,14 +57,14 @@ func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(openAPIDocument)
 }
 
-func toWireProxy(p lease.ProxyInfo) wire.Proxy {
+func toWireProxy(p leasing.ProxyInfo) wire.Proxy {
 	return wire.Proxy{
 		Name: p.Name, Namespace: p.Namespace, URL: p.URL, Host: p.Host, Port: p.Port,
 		Attributes: p.Attributes, LatencyMillis: p.LatencyMillis,
 	}
 }
 
-func toWireLease(l *lease.Lease) wire.Lease {
+func toWireLease(l *leasing.Lease) wire.Lease {
 	return wire.Lease{
 		LeaseID:       l.ID,
 		Proxy:         toWireProxy(l.Proxy),
@@ -118,15 +115,6 @@ func (s *Server) listProxies(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// flowFor: the token's identity, or identity/flow when the request names one
-// (a token cannot join another identity's flow).
-func flowFor(identity, flow string) string {
-	if flow == "" {
-		return HolderPrefix + identity
-	}
-	return HolderPrefix + identity + "/" + flow
-}
-
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	data, ok := readBody(w, r)
 	if !ok {
@@ -139,18 +127,14 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		writeDecodeError(w, err)
 		return
 	}
-	identity := identityFrom(r.Context())
 	l, err := s.opts.Service.Acquire(r.Context(), leasing.Request{
-		AcquireRequest: lease.AcquireRequest{
-			Namespace: req.Namespace,
-			Selector:  req.Selector,
-			Target:    req.Target,
-			TTL:       leasing.Seconds(req.TTLSeconds),
-			Holder:    holderOf(r),
-			Flow:      flowFor(identity, req.Flow),
-		},
-		Wait:     leasing.Seconds(req.WaitSeconds),
-		Priority: int(req.Priority),
+		Namespace: req.Namespace,
+		Selector:  req.Selector,
+		Target:    req.Target,
+		TTL:       leasing.Seconds(req.TTLSeconds),
+		Identity:  leasing.HTTPIdentity(identityFrom(r.Context()), req.Flow),
+		Wait:      leasing.Seconds(req.WaitSeconds),
+		Priority:  int(req.Priority),
 	})
 	if err != nil {
 		writeServiceError(w, r, err)
@@ -226,7 +210,9 @@ func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // holderOf is the holder of the leases the caller of r makes and may change.
-func holderOf(r *http.Request) string { return HolderPrefix + identityFrom(r.Context()) }
+func holderOf(r *http.Request) string {
+	return leasing.HTTPIdentity(identityFrom(r.Context()), "").Holder
+}
 
 // getLease shows one of the caller's leases as it is now: where its proxy is
 // (a replaced instance's new address) and whether it is healthy.

@@ -204,7 +204,7 @@ func TestLateReportDoesNotResurrectAReleasedLease(t *testing.T) {
 // the first answered "ended").
 func TestReleaseIsIdempotent(t *testing.T) {
 	svc, store, _, lost := afterCrash(t)
-	fresh, err := svc.Acquire(context.Background(), Request{AcquireRequest: lease.AcquireRequest{Selector: map[string]string{"name": lost[0].Proxy.Name}, Holder: "http:a", Flow: "http:a", TTL: time.Minute}})
+	fresh, err := svc.Acquire(context.Background(), Request{Selector: map[string]string{"name": lost[0].Proxy.Name}, Identity: Identity{Holder: "http:a", Flow: "http:a"}, TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,39 @@ import (
 
 // Request asks the service for one lease.
 type Request struct {
-	lease.AcquireRequest
+	// Namespace restricts the proxies to one namespace ("" = any: only the
+	// HTTP API offers that).
+	Namespace string
+	// Name names the lease (the Kubernetes API's metadata.name), unique
+	// among the namespace's live leases; empty: the ID, after NamePrefix.
+	Name string
+	// NamePrefix, with Name empty, names the lease NamePrefix + its signed
+	// ID (the Kubernetes API's generateName).
+	NamePrefix string
+	// Selector must be a subset of a proxy's attributes.
+	Selector map[string]string
+	// Target is the site the lease is for; proxies cooling for it are
+	// skipped.
+	Target string
+	// TTL of the lease (0: the default).
+	TTL time.Duration
+	// Identity is who asks (HTTPIdentity, KubernetesIdentity).
+	Identity Identity
+	// Meta is kept with the lease.
+	Meta Metadata
 	// Wait is how long the request may wait for capacity (0: answer now).
 	Wait time.Duration
 	// Priority picks the queue's band (higher first).
 	Priority int
+}
+
+// acquireRequest is the store's form of r.
+func (r Request) acquireRequest() lease.AcquireRequest {
+	return lease.AcquireRequest{
+		Namespace: r.Namespace, Name: r.Name, NamePrefix: r.NamePrefix,
+		Selector: r.Selector, Target: r.Target, TTL: r.TTL,
+		Holder: r.Identity.Holder, Flow: r.Identity.Flow, Meta: r.Meta,
+	}
 }
 
 // Validate checks the request's shape, the same for both lease APIs: the

@@ -153,7 +153,7 @@ func (s *Service) Acquire(ctx context.Context, req Request) (*lease.Lease, error
 		return nil, err
 	}
 	deadline := s.clock.Now().Add(req.Wait)
-	l, err := s.queue.Wait(ctx, req.AcquireRequest, req.Priority, deadline)
+	l, err := s.queue.Wait(ctx, req.acquireRequest(), req.Priority, deadline)
 	if err == nil && ctx.Err() != nil {
 		// The caller left in that instant: nobody would use or release it.
 		s.store.Release(l.ID)

@@ -58,8 +58,8 @@ func hammer(t *testing.T, svc *Service, store *lease.Store, workers, ops int) []
 				case op < 5:
 					wait := time.Duration(rng.IntN(3)) * 10 * time.Millisecond
 					l, err := svc.Acquire(context.Background(), Request{
-						AcquireRequest: lease.AcquireRequest{Namespace: "ns", Holder: holder, Flow: holder, TTL: time.Hour},
-						Wait:           wait, Priority: rng.IntN(2),
+						Namespace: "ns", Identity: Identity{Holder: holder, Flow: holder}, TTL: time.Hour,
+						Wait: wait, Priority: rng.IntN(2),
 					})
 					switch {
 					case err == nil:

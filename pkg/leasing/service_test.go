@@ -76,7 +76,7 @@ func newServiceEnv(t *testing.T, maxWait time.Duration) *serviceEnv {
 }
 
 func request(ttl, wait time.Duration) Request {
-	return Request{AcquireRequest: lease.AcquireRequest{Namespace: "ns", TTL: ttl, Holder: "http:a", Flow: "http:a"}, Wait: wait}
+	return Request{Namespace: "ns", TTL: ttl, Identity: Identity{Holder: "http:a", Flow: "http:a"}, Wait: wait}
 }
 
 // What a request that breaks a bound gets: ReasonInvalid naming the field,

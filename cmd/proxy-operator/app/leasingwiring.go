@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/dynamic"
@@ -79,7 +81,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	l.Gate = leasing.NewGate(leader)
 	var cp *checkpoint.Checkpointer
 	if o.Checkpoint.Enabled() {
-		if cp, err = checkpoint.New(o.checkpointOptions(), checkpoint.Deps{Secrets: kube.CoreV1(), Store: l.Store, Codec: apiserver.MetadataCodec{}, Recorder: leaseMetrics}); err != nil {
+		if cp, err = checkpoint.New(o.checkpointOptions(), checkpoint.Deps{Secrets: kube.CoreV1(), Store: l.Store, Codec: proxylease.MetadataCodec{}, Recorder: leaseMetrics}); err != nil {
 			return nil, nil, err
 		}
 	}

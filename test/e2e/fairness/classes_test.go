@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 )
 
@@ -137,7 +138,7 @@ func TestWaitingTargetDoesNotBlockTheFlowsOtherTargets(t *testing.T) {
 		for _, c := range err.(apierrors.APIStatus).Status().Details.Causes {
 			causes[c.Type] = c.Message
 		}
-		if causes[apiserver.CauseRequestsQueuedAhead] != "1" || causes[apiserver.CauseProxiesInCooldown] != "1" {
+		if causes[proxylease.CauseRequestsQueuedAhead] != "1" || causes[proxylease.CauseProxiesInCooldown] != "1" {
 			t.Errorf("causes %v: want 1 request queued ahead and 1 proxy in cooldown", causes)
 		}
 

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
+
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
-	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
@@ -53,7 +54,7 @@ func churnPairs(b *testing.B, kube kubernetes.Interface, ns string, store *lease
 		o := checkpoint.DefaultOptions()
 		o.SecretName, o.Namespace = fmt.Sprintf("churn-%d", time.Now().UnixNano()), ns
 		rec := &recorder{}
-		c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}, Recorder: rec})
+		c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: proxylease.MetadataCodec{}, Recorder: rec})
 		if err != nil {
 			b.Fatal(err)
 		}

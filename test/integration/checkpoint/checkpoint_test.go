@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
+
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +21,6 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
@@ -66,7 +67,7 @@ func (e *env) recordedCheckpointer(t *testing.T, store checkpoint.Store, clk *cl
 	t.Helper()
 	o := checkpoint.DefaultOptions()
 	o.SecretName, o.Namespace = name, e.ns
-	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: e.kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}, Clock: clk, Recorder: rec})
+	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: e.kube.CoreV1(), Store: store, Codec: proxylease.MetadataCodec{}, Clock: clk, Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
-	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
@@ -54,7 +55,7 @@ func (e *env) faultReplica(t *testing.T, identity string, seed uint64) *faultRep
 	kube, ft := e.faultClient(t, seed)
 	o := checkpoint.DefaultOptions()
 	o.SecretName, o.Namespace = "leases", e.ns
-	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}, Identity: identity})
+	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: proxylease.MetadataCodec{}, Identity: identity})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
+
 	"k8s.io/utils/clock"
 
-	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
@@ -23,7 +24,7 @@ func (e *env) replica(t *testing.T, identity string) (*lease.Store, *checkpoint.
 	store.UpsertProxy(lease.ProxyInfo{Namespace: "crawl", Name: "p1", URL: "http://127.0.0.2:3128", Healthy: true})
 	o := checkpoint.DefaultOptions()
 	o.SecretName, o.Namespace = "leases", e.ns
-	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: e.kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}, Identity: identity})
+	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: e.kube.CoreV1(), Store: store, Codec: proxylease.MetadataCodec{}, Identity: identity})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +22,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/clock"
 
-	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
@@ -183,7 +184,7 @@ func discardingCheckpointer(b *testing.B, s *lease.Store) *checkpoint.Checkpoint
 	})
 	o := checkpoint.DefaultOptions()
 	o.SecretName, o.Namespace = "leases", "scale"
-	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: s, Codec: apiserver.MetadataCodec{}})
+	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: s, Codec: proxylease.MetadataCodec{}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func newScaleEnv(b *testing.B, kube kubernetes.Interface, name string, n int) *s
 	e.opts = checkpoint.DefaultOptions()
 	e.opts.SecretName, e.opts.Namespace = name, "scale"
 	var err error
-	if e.cp, err = checkpoint.New(e.opts, checkpoint.Deps{Secrets: kube.CoreV1(), Store: e.store, Codec: apiserver.MetadataCodec{}}); err != nil {
+	if e.cp, err = checkpoint.New(e.opts, checkpoint.Deps{Secrets: kube.CoreV1(), Store: e.store, Codec: proxylease.MetadataCodec{}}); err != nil {
 		b.Fatal(err)
 	}
 	if err := e.cp.WriteIfChanged(context.Background()); err != nil {
@@ -285,7 +286,7 @@ func benchmarkScaleCheckpoint(b *testing.B, e *scaleEnv, n int) {
 		for i := 0; b.Loop(); i++ {
 			b.StopTimer()
 			s := scaleStore(b, 0)
-			c, err := checkpoint.New(e.opts, checkpoint.Deps{Secrets: e.kube.CoreV1(), Store: s, Codec: apiserver.MetadataCodec{}, Identity: fmt.Sprintf("t%d", i)})
+			c, err := checkpoint.New(e.opts, checkpoint.Deps{Secrets: e.kube.CoreV1(), Store: s, Codec: proxylease.MetadataCodec{}, Identity: fmt.Sprintf("t%d", i)})
 			if err != nil {
 				b.Fatal(err)
 			}

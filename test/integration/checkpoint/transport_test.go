@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
+
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
@@ -178,7 +179,7 @@ func TestCheckpointRecorder(t *testing.T) {
 	rec := &recorder{}
 	o := checkpoint.DefaultOptions()
 	o.SecretName, o.Namespace = "leases", e.ns
-	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: apiserver.MetadataCodec{}, Clock: clk, Recorder: rec})
+	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: proxylease.MetadataCodec{}, Clock: clk, Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
 	}

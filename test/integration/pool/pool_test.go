@@ -314,8 +314,8 @@ func TestAutoscaleFromZero(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := svc.Acquire(context.Background(), leasing.Request{AcquireRequest: lease.AcquireRequest{
-				Namespace: e.ns, Selector: map[string]string{"pool": "auto"}, Holder: fmt.Sprintf("c%d", i), Flow: fmt.Sprintf("c%d", i), TTL: 10 * time.Minute},
+			l, err := svc.Acquire(context.Background(), leasing.Request{
+				Namespace: e.ns, Selector: map[string]string{"pool": "auto"}, Identity: leasing.KubernetesIdentity(fmt.Sprintf("c%d", i)), TTL: 10 * time.Minute,
 				Wait: 45 * time.Second})
 			if err != nil {
 				t.Errorf("waiting request %d: %v", i, err)

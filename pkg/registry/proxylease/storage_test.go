@@ -1,4 +1,4 @@
-package apiserver
+package proxylease
 
 import (
 	"context"
@@ -37,8 +37,8 @@ type fixture struct {
 	store  *lease.Store
 	queue  *fakeQueue
 	rec    *outcomes
-	rest   *leaseREST
-	report *reportREST
+	rest   *REST
+	report *ReportREST
 	cache  *leaseCache
 }
 
@@ -61,11 +61,11 @@ func newFixture(t testing.TB, opts lease.Options, proxies ...lease.ProxyInfo) *f
 	t.Cleanup(closeCache)
 	return &fixture{
 		t: t, clock: clk, store: store, queue: q, rec: rec, cache: cache,
-		rest: &leaseREST{
+		rest: &REST{
 			svc: svc, cache: cache, names: names.SimpleNameGenerator,
 			table: tableConvertor{clock: clk},
 		},
-		report: &reportREST{svc: svc},
+		report: &ReportREST{svc: svc},
 	}
 }
 

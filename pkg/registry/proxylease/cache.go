@@ -1,4 +1,4 @@
-package apiserver
+package proxylease
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"k8s.io/utils/clock"
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
@@ -31,10 +30,10 @@ const maxWatcherBacklog = 1024
 type cacheEvent struct {
 	rev   uint64
 	typ   watch.EventType
-	lease lease.Lease
+	lease leasing.Lease
 	// prev is the lease before a change of its metadata (labels may move it
 	// in or out of a watch's selection); nil otherwise.
-	prev         *lease.Lease
+	prev         *leasing.Lease
 	obj, prevObj *leasingv1alpha1.ProxyLease
 }
 
@@ -56,7 +55,7 @@ type leaseCache struct {
 
 	mu    sync.Mutex
 	ready bool
-	early []lease.Event
+	early []leasing.Event
 	// advanced is broadcast whenever rev grows.
 	advanced *sync.Cond
 	rev      uint64
@@ -103,7 +102,7 @@ func newLeaseCache(svc *leasing.Service, clk clock.PassiveClock, historySize int
 
 // onEvent is the store subscription: it must not block and must not call the
 // store.
-func (c *leaseCache) onEvent(ev lease.Event) {
+func (c *leaseCache) onEvent(ev leasing.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.ready {
@@ -113,18 +112,18 @@ func (c *leaseCache) onEvent(ev lease.Event) {
 	c.applyLocked(ev)
 }
 
-func (c *leaseCache) applyLocked(ev lease.Event) {
+func (c *leaseCache) applyLocked(ev leasing.Event) {
 	if ev.Revision <= c.rev {
 		return
 	}
 	c.rev = ev.Revision
 	ce := &cacheEvent{rev: ev.Revision, lease: ev.Lease, prev: ev.Previous}
 	switch ev.Type {
-	case lease.Added:
+	case leasing.Added:
 		ce.typ = watch.Added
-	case lease.Modified:
+	case leasing.Modified:
 		ce.typ = watch.Modified
-	case lease.Deleted:
+	case leasing.Deleted:
 		ce.typ = watch.Deleted
 	}
 	c.publishLocked(ce)
@@ -172,16 +171,16 @@ func (c *leaseCache) awaitLocked(rev uint64) {
 }
 
 // get renders the live lease namespace/name.
-func (c *leaseCache) get(namespace, name string) (lease.Lease, *leasingv1alpha1.ProxyLease, bool) {
+func (c *leaseCache) get(namespace, name string) (leasing.Lease, *leasingv1alpha1.ProxyLease, bool) {
 	l, ok := c.svc.GetByName(namespace, name)
 	if !ok {
-		return lease.Lease{}, nil, false
+		return leasing.Lease{}, nil, false
 	}
 	return l, buildObject(&l, c.rvBase.Load()), true
 }
 
 // render is the object of a lease the service just returned.
-func (c *leaseCache) render(l *lease.Lease) *leasingv1alpha1.ProxyLease {
+func (c *leaseCache) render(l *leasing.Lease) *leasingv1alpha1.ProxyLease {
 	return buildObject(l, c.rvBase.Load())
 }
 
@@ -267,7 +266,7 @@ func (c *leaseCache) watch(ctx context.Context, namespace string, opts *metainte
 	}
 	// The initial state is read from the service, outside the cache lock (the
 	// store delivers events to the cache while holding its own).
-	var initial []lease.Lease
+	var initial []leasing.Lease
 	var initialRev uint64
 	if sendInitial {
 		initial, initialRev = c.svc.List(namespace)

@@ -1,4 +1,4 @@
-package apiserver
+package proxylease
 
 import (
 	"crypto/sha1" //nolint:gosec // a name-based (version 5) UUID is defined with SHA-1; nothing secret is hashed.
@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // uidFor derives the object's UID from the store's lease ID, so that a lease
@@ -39,7 +39,7 @@ func uidFor(leaseID string) types.UID {
 // the Kubernetes API was given (owner references, managed fields, the
 // selector and priority; nil for a lease made over HTTP). The resourceVersion
 // is rvBase plus the store revision (see leaseCache.rvBase).
-func buildObject(l *lease.Lease, rvBase uint64) *leasingv1alpha1.ProxyLease {
+func buildObject(l *leasing.Lease, rvBase uint64) *leasingv1alpha1.ProxyLease {
 	obj := &leasingv1alpha1.ProxyLease{}
 	tmpl, _ := l.Meta.Extra.(*leasingv1alpha1.ProxyLease)
 	if tmpl != nil {
@@ -91,7 +91,7 @@ func buildObject(l *lease.Lease, rvBase uint64) *leasingv1alpha1.ProxyLease {
 
 // proxyConditions are a lease's conditions: ProxyHealthy, and ProxyDraining
 // while its proxy's pool removes it.
-func proxyConditions(l *lease.Lease) []metav1.Condition {
+func proxyConditions(l *leasing.Lease) []metav1.Condition {
 	c := []metav1.Condition{proxyHealthyCondition(l)}
 	if l.Proxy.Draining {
 		since := l.AcquiredAt
@@ -107,7 +107,7 @@ func proxyConditions(l *lease.Lease) []metav1.Condition {
 
 // proxyHealthyCondition is the ProxyHealthy condition of a lease: its
 // proxy's health now, since the grant or the last change of it.
-func proxyHealthyCondition(l *lease.Lease) metav1.Condition {
+func proxyHealthyCondition(l *leasing.Lease) metav1.Condition {
 	since := l.AcquiredAt
 	if l.ProxyChangedAt.After(since) {
 		since = l.ProxyChangedAt
@@ -128,18 +128,18 @@ func proxyHealthyCondition(l *lease.Lease) metav1.Condition {
 }
 
 // metadataOf is what the store keeps of a ProxyLease the API was given.
-func metadataOf(obj *leasingv1alpha1.ProxyLease) lease.Metadata {
+func metadataOf(obj *leasingv1alpha1.ProxyLease) leasing.Metadata {
 	t := &leasingv1alpha1.ProxyLease{}
 	obj.ObjectMeta.DeepCopyInto(&t.ObjectMeta)
 	obj.Spec.DeepCopyInto(&t.Spec)
 	t.ResourceVersion = ""
-	m := lease.Metadata{Labels: t.Labels, Annotations: t.Annotations, Extra: t}
+	m := leasing.Metadata{Labels: t.Labels, Annotations: t.Annotations, Extra: t}
 	t.Labels, t.Annotations = nil, nil
 	return m
 }
 
 // MetadataCodec encodes the API metadata this server keeps with a lease
-// (lease.Metadata.Extra: the ProxyLease template of metadataOf) for the
+// (leasing.Metadata.Extra: the ProxyLease template of metadataOf) for the
 // lease checkpoint, and decodes it back to the same type.
 type MetadataCodec struct{}
 

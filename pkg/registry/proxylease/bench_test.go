@@ -1,4 +1,4 @@
-package apiserver
+package proxylease
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 // (validation, acquire, watch-cache update, release), with and without a
 // watcher, without HTTP or the API servers around it:
 //
-//	go test ./pkg/apiserver -run '^$' -bench RESTCreateDelete -benchmem
+//	go test ./pkg/registry/proxylease -run '^$' -bench RESTCreateDelete -benchmem
 func BenchmarkRESTCreateDelete(b *testing.B) {
 	for _, watchers := range []int{0, 1} {
 		b.Run(fmt.Sprintf("watchers=%d", watchers), func(b *testing.B) {

@@ -1,4 +1,4 @@
-package apiserver
+package proxylease
 
 import (
 	"context"

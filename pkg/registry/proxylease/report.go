@@ -1,4 +1,4 @@
-package apiserver
+package proxylease
 
 import (
 	"context"
@@ -17,25 +17,28 @@ import (
 
 var reportKind = leasingv1alpha1.Kind("ProxyLeaseReport")
 
-// reportREST is proxyleases/{name}/report: creating a ProxyLeaseReport (like
+// ReportREST is proxyleases/{name}/report: creating a ProxyLeaseReport (like
 // a Pod eviction) records a result and is answered with a Status. A lease
 // that ended within the cooldown window still accepts reports.
-type reportREST struct {
+type ReportREST struct {
 	svc *leasing.Service
 }
 
+// NewReportREST returns the report subresource's storage over svc.
+func NewReportREST(svc *leasing.Service) *ReportREST { return &ReportREST{svc: svc} }
+
 var (
-	_ rest.Storage      = (*reportREST)(nil)
-	_ rest.Scoper       = (*reportREST)(nil)
-	_ rest.NamedCreater = (*reportREST)(nil)
+	_ rest.Storage      = (*ReportREST)(nil)
+	_ rest.Scoper       = (*ReportREST)(nil)
+	_ rest.NamedCreater = (*ReportREST)(nil)
 )
 
-func (r *reportREST) New() runtime.Object   { return &leasingv1alpha1.ProxyLeaseReport{} }
-func (r *reportREST) Destroy()              {}
-func (r *reportREST) NamespaceScoped() bool { return true }
+func (r *ReportREST) New() runtime.Object   { return &leasingv1alpha1.ProxyLeaseReport{} }
+func (r *ReportREST) Destroy()              {}
+func (r *ReportREST) NamespaceScoped() bool { return true }
 
 // Create records the report on lease name.
-func (r *reportREST) Create(ctx context.Context, name string, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
 	if err := serving(ctx, r.svc, name); err != nil {
 		return nil, err
 	}

@@ -1,28 +1,23 @@
-package apiserver
+package proxylease
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sort"
-	"strings"
 	"sync"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/apiserver/pkg/util/dryrun"
+	"k8s.io/utils/clock"
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
@@ -40,9 +35,9 @@ const generatedNameAttempts = 5
 // a generated name, as kube makes them.
 const maxPrefixForID = 253 - 32
 
-// leaseREST is the storage of proxyleases: create acquires, delete releases,
-// update renews, get/list/watch read the cache.
-type leaseREST struct {
+// REST is the storage of proxyleases: create acquires, delete releases,
+// update renews, get/list/watch read the cache. Build it with NewREST.
+type REST struct {
 	svc   *leasing.Service
 	cache *leaseCache
 	names names.NameGenerator
@@ -53,43 +48,58 @@ type leaseREST struct {
 }
 
 var (
-	_ rest.Storage                    = (*leaseREST)(nil)
-	_ rest.Scoper                     = (*leaseREST)(nil)
-	_ rest.KindProvider               = (*leaseREST)(nil)
-	_ rest.ShortNamesProvider         = (*leaseREST)(nil)
-	_ rest.CategoriesProvider         = (*leaseREST)(nil)
-	_ rest.SingularNameProvider       = (*leaseREST)(nil)
-	_ rest.Creater                    = (*leaseREST)(nil)
-	_ rest.Getter                     = (*leaseREST)(nil)
-	_ rest.Lister                     = (*leaseREST)(nil)
-	_ rest.Watcher                    = (*leaseREST)(nil)
-	_ rest.Updater                    = (*leaseREST)(nil)
-	_ rest.GracefulDeleter            = (*leaseREST)(nil)
-	_ rest.CollectionDeleter          = (*leaseREST)(nil)
-	_ rest.TableConvertor             = (*leaseREST)(nil)
-	_ rest.MayReturnFullObjectDeleter = (*leaseREST)(nil)
+	_ rest.Storage = (*REST)(nil)
+
+	_ rest.Scoper                     = (*REST)(nil)
+	_ rest.KindProvider               = (*REST)(nil)
+	_ rest.ShortNamesProvider         = (*REST)(nil)
+	_ rest.CategoriesProvider         = (*REST)(nil)
+	_ rest.SingularNameProvider       = (*REST)(nil)
+	_ rest.Creater                    = (*REST)(nil)
+	_ rest.Getter                     = (*REST)(nil)
+	_ rest.Lister                     = (*REST)(nil)
+	_ rest.Watcher                    = (*REST)(nil)
+	_ rest.Updater                    = (*REST)(nil)
+	_ rest.GracefulDeleter            = (*REST)(nil)
+	_ rest.CollectionDeleter          = (*REST)(nil)
+	_ rest.TableConvertor             = (*REST)(nil)
+	_ rest.MayReturnFullObjectDeleter = (*REST)(nil)
 )
 
-func (r *leaseREST) New() runtime.Object     { return &leasingv1alpha1.ProxyLease{} }
-func (r *leaseREST) NewList() runtime.Object { return &leasingv1alpha1.ProxyLeaseList{} }
-func (r *leaseREST) Destroy()                {}
-func (r *leaseREST) NamespaceScoped() bool   { return true }
-func (r *leaseREST) Kind() string            { return "ProxyLease" }
-func (r *leaseREST) ShortNames() []string    { return []string{"pxl"} }
-func (r *leaseREST) Categories() []string    { return []string{"crawl"} }
-func (r *leaseREST) GetSingularName() string { return "proxylease" }
+// NewREST returns the storage of proxyleases over svc, with a watch cache
+// that keeps watchHistory events for watches that resume; clk drives the
+// table's EXPIRES/AGE and the resourceVersion base. Call the returned close
+// when the server stops: it unsubscribes the cache from the store.
+func NewREST(svc *leasing.Service, clk clock.PassiveClock, watchHistory int) (*REST, func()) {
+	cache, closeCache := newLeaseCache(svc, clk, watchHistory)
+	return &REST{svc: svc, cache: cache, names: names.SimpleNameGenerator, table: tableConvertor{clock: clk}}, closeCache
+}
+
+// Restored follows a lease checkpoint loaded into the store (before this
+// replica serves): resourceVersions continue from the checkpoint's base, so a
+// watch from a resourceVersion of the previous process resumes.
+func (r *REST) Restored(rvBase uint64) { r.cache.restored(rvBase) }
+
+func (r *REST) New() runtime.Object     { return &leasingv1alpha1.ProxyLease{} }
+func (r *REST) NewList() runtime.Object { return &leasingv1alpha1.ProxyLeaseList{} }
+func (r *REST) Destroy()                {}
+func (r *REST) NamespaceScoped() bool   { return true }
+func (r *REST) Kind() string            { return "ProxyLease" }
+func (r *REST) ShortNames() []string    { return []string{"pxl"} }
+func (r *REST) Categories() []string    { return []string{"crawl"} }
+func (r *REST) GetSingularName() string { return "proxylease" }
 
 // DeleteReturnsDeletedObject: delete answers with the released lease.
-func (r *leaseREST) DeleteReturnsDeletedObject() bool { return true }
+func (r *REST) DeleteReturnsDeletedObject() bool { return true }
 
-func (r *leaseREST) ConvertToTable(ctx context.Context, obj, opts runtime.Object) (*metav1.Table, error) {
+func (r *REST) ConvertToTable(ctx context.Context, obj, opts runtime.Object) (*metav1.Table, error) {
 	return r.table.ConvertToTable(ctx, obj, opts)
 }
 
 // Create acquires a proxy. The request's namespace limits the candidates to
 // that namespace's Proxies; the authenticated user is the holder and the
 // fairness flow.
-func (r *leaseREST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
 	pl, ok := obj.(*leasingv1alpha1.ProxyLease)
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a ProxyLease: %T", obj))
@@ -160,7 +170,7 @@ func (r *leaseREST) Create(ctx context.Context, obj runtime.Object, createValida
 	}
 }
 
-func (r *leaseREST) validateCreate(pl *leasingv1alpha1.ProxyLease) field.ErrorList {
+func (r *REST) validateCreate(pl *leasingv1alpha1.ProxyLease) field.ErrorList {
 	errs := leasingv1alpha1.ValidateProxyLease(pl)
 	if len(pl.Finalizers) > 0 {
 		errs = append(errs, field.Forbidden(field.NewPath("metadata", "finalizers"),
@@ -170,177 +180,36 @@ func (r *leaseREST) validateCreate(pl *leasingv1alpha1.ProxyLease) field.ErrorLi
 }
 
 // acquire leases for pl, named pl.Name or, with prefix, prefix + the ID.
-func (r *leaseREST) acquire(ctx context.Context, namespace, holder string, pl *leasingv1alpha1.ProxyLease, prefix string) (*lease.Lease, error) {
+func (r *REST) acquire(ctx context.Context, namespace, holder string, pl *leasingv1alpha1.ProxyLease, prefix string) (*leasing.Lease, error) {
 	name := pl.Name
 	if prefix != "" {
 		name = ""
 	}
 	l, err := r.svc.Acquire(ctx, leasing.Request{
-		AcquireRequest: lease.AcquireRequest{
-			Namespace:  namespace,
-			Name:       name,
-			NamePrefix: prefix,
-			Selector:   pl.Spec.Selector,
-			Target:     pl.Spec.Target,
-			TTL:        leasing.Seconds(int64(*pl.Spec.TTLSeconds)),
-			Holder:     holder,
-			Flow:       holder,
-			Meta:       metadataOf(pl),
-		},
-		Wait:     leasing.Seconds(int64(pl.Spec.WaitSeconds)),
-		Priority: int(pl.Spec.Priority),
+		Namespace:  namespace,
+		Name:       name,
+		NamePrefix: prefix,
+		Selector:   pl.Spec.Selector,
+		Target:     pl.Spec.Target,
+		TTL:        leasing.Seconds(int64(*pl.Spec.TTLSeconds)),
+		Identity:   leasing.KubernetesIdentity(holder),
+		Meta:       metadataOf(pl),
+		Wait:       leasing.Seconds(int64(pl.Spec.WaitSeconds)),
+		Priority:   int(pl.Spec.Priority),
 	})
 	if err != nil {
 		return nil, err
 	}
 	if l.Namespace != namespace || l.Proxy.Namespace != namespace {
 		// Tenancy is the namespace: never hand out another namespace's proxy.
-		_, _ = r.svc.Release(lease.AnyHolder, l.ID)
+		_, _ = r.svc.Release(leasing.AnyHolder, l.ID)
 		return nil, fmt.Errorf("lease store granted proxy %s/%s for namespace %q; released it", l.Proxy.Namespace, l.Proxy.Name, namespace)
 	}
 	return l, nil
 }
 
-// serving is nil when this replica serves leases, else the 503 naming the
-// leader: a standby's store is empty, so it must not answer reads either.
-func serving(ctx context.Context, svc *leasing.Service, name string) error {
-	if err := svc.Serving(ctx); err != nil {
-		return statusFor(proxyLeaseKind, name, nil, err, nil)
-	}
-	return nil
-}
-
-// leaseStatus is the answer to a failed request on ProxyLease pl.
-func leaseStatus(pl *leasingv1alpha1.ProxyLease, err error) error {
-	return statusFor(proxyLeaseKind, pl.Name, field.NewPath("spec"), err, func(e *leasing.Error) error {
-		why := ""
-		if pl.Spec.WaitSeconds > 0 {
-			why = fmt.Sprintf("no proxy became free within waitSeconds (%d)", pl.Spec.WaitSeconds)
-		}
-		return noMatchStatus(pl, &e.Counts, e.QueuedAhead, why)
-	})
-}
-
-// statusFor is the one place the leasing Service's error vocabulary becomes
-// Kubernetes API statuses, for object name of kind, whose request fields are
-// under root (nil: at the top); noMatch renders a ReasonNoMatch.
-func statusFor(kind schema.GroupKind, name string, root *field.Path, err error, noMatch func(*leasing.Error) error) error {
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		return err
-	}
-	e := leasing.AsError(err)
-	switch e.Reason {
-	case leasing.ReasonNoMatch:
-		if noMatch != nil {
-			return noMatch(e)
-		}
-		return apierrors.NewConflict(proxyLeaseResource, name, err)
-	case leasing.ReasonQueueFull:
-		secs := int((e.RetryAfter + time.Second - 1) / time.Second)
-		return apierrors.NewTooManyRequests(fmt.Sprintf("the wait queue for %s %s is full: %v", kind.Kind, name, err), max(secs, 1))
-	case leasing.ReasonInvalid:
-		errs := make(field.ErrorList, 0, len(e.Fields))
-		for _, fe := range e.Fields {
-			c := *fe
-			if root != nil {
-				c.Field = root.Child(fe.Field).String()
-			}
-			errs = append(errs, &c)
-		}
-		return apierrors.NewInvalid(kind, name, errs)
-	case leasing.ReasonNotFound:
-		return apierrors.NewNotFound(proxyLeaseResource, name)
-	case leasing.ReasonEnded:
-		st := apierrors.NewNotFound(proxyLeaseResource, name)
-		st.ErrStatus.Message += ": " + leasing.EndedMessage(err)
-		return st
-	case leasing.ReasonNoRoom:
-		return apierrors.NewConflict(proxyLeaseResource, name, err)
-	case leasing.ReasonForbidden:
-		return apierrors.NewForbidden(proxyLeaseResource, name, err)
-	case leasing.ReasonAlreadyExists:
-		return apierrors.NewAlreadyExists(proxyLeaseResource, name)
-	case leasing.ReasonCancelled:
-		return apierrors.NewTimeoutError(fmt.Sprintf("gave up waiting for a proxy for %s %s: %v", kind.Kind, name, err), 0)
-	case leasing.ReasonShuttingDown, leasing.ReasonNotLeader:
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s %s: %v", kind.Kind, name, err))
-	}
-	return apierrors.NewInternalError(fmt.Errorf("%s %s: %w", kind.Kind, name, err))
-}
-
-// Status cause types of the no-match Status: one per count, the message is
-// the number.
-const (
-	CauseProxiesConsidered = metav1.CauseType("ProxiesConsidered")
-	CauseProxiesAtCapacity = metav1.CauseType("ProxiesAtCapacity")
-	CauseProxiesInCooldown = metav1.CauseType("ProxiesInCooldown")
-	CauseProxiesUnhealthy  = metav1.CauseType("ProxiesUnhealthy")
-	CauseProxiesFree       = metav1.CauseType("ProxiesFree")
-	// CauseRequestsQueuedAhead counts the requests of the same user for the
-	// same selector and target that wait ahead of this one.
-	CauseRequestsQueuedAhead = metav1.CauseType("RequestsQueuedAhead")
-)
-
-// noMatchStatus is the answer when no proxy can be leased: 409 Conflict, as
-// the HTTP API's no_match. Not 503 (the server is fine, and client-go would
-// retry a 503 with Retry-After on its own) and not 429 (that is the answer to
-// a full wait queue). The message names the counts; Details.Causes carries
-// them for programs.
-func noMatchStatus(pl *leasingv1alpha1.ProxyLease, nm *lease.NoMatchError, ahead int, why string) error {
-	switch {
-	case ahead > 0:
-		why = fmt.Sprintf("%d earlier ProxyLeases of this user for the same selector and target wait for a proxy ahead of this one", ahead)
-	case why != "":
-	case nm.Considered == 0:
-		why = "no Proxy in the namespace matches the selector"
-	case nm.AtCapacity == nm.Considered:
-		why = "every matching Proxy is at capacity (leased)"
-	case nm.Unhealthy == nm.Considered:
-		why = "every matching Proxy is unhealthy"
-	case nm.InCooldown == nm.Considered:
-		why = "every matching Proxy is cooling down for this target"
-	default:
-		why = "no matching Proxy is free"
-	}
-	msg := fmt.Sprintf("no proxy available for ProxyLease %s/%s (selector %s, target %q): %s: considered %d, at capacity %d, in cooldown %d, unhealthy %d, free %d, queued ahead %d",
-		pl.Namespace, pl.Name, selectorString(pl.Spec.Selector), pl.Spec.Target, why,
-		nm.Considered, nm.AtCapacity, nm.InCooldown, nm.Unhealthy, nm.Free, ahead)
-	return &apierrors.StatusError{ErrStatus: metav1.Status{
-		Status:  metav1.StatusFailure,
-		Code:    409,
-		Reason:  metav1.StatusReasonConflict,
-		Message: msg,
-		Details: &metav1.StatusDetails{
-			Group: proxyLeaseResource.Group,
-			Kind:  proxyLeaseResource.Resource,
-			Name:  pl.Name,
-			Causes: []metav1.StatusCause{
-				{Type: CauseProxiesConsidered, Message: fmt.Sprint(nm.Considered)},
-				{Type: CauseProxiesAtCapacity, Message: fmt.Sprint(nm.AtCapacity)},
-				{Type: CauseProxiesInCooldown, Message: fmt.Sprint(nm.InCooldown)},
-				{Type: CauseProxiesUnhealthy, Message: fmt.Sprint(nm.Unhealthy)},
-				{Type: CauseProxiesFree, Message: fmt.Sprint(nm.Free)},
-				{Type: CauseRequestsQueuedAhead, Message: fmt.Sprint(ahead)},
-			},
-		},
-	}}
-}
-
-func selectorString(sel map[string]string) string {
-	if len(sel) == 0 {
-		return "{}"
-	}
-	parts := make([]string, 0, len(sel))
-	for k, v := range sel {
-		parts = append(parts, k+"="+v)
-	}
-	sort.Strings(parts)
-	return "{" + strings.Join(parts, ",") + "}"
-}
-
 // Get returns a live lease.
-func (r *leaseREST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
 	if err := serving(ctx, r.svc, name); err != nil {
 		return nil, err
 	}
@@ -355,7 +224,7 @@ func (r *leaseREST) Get(ctx context.Context, name string, _ *metav1.GetOptions) 
 // for a cluster-wide list) matching the label and field selectors. It serves
 // the newest state: limit is ignored (the whole list is one page) and an
 // Exact resourceVersionMatch other than the newest is 410 Gone.
-func (r *leaseREST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
 	if err := serving(ctx, r.svc, ""); err != nil {
 		return nil, err
 	}
@@ -378,7 +247,7 @@ func (r *leaseREST) List(ctx context.Context, options *metainternalversion.ListO
 }
 
 // Watch streams lease events; see leaseCache.watch.
-func (r *leaseREST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
 	if err := serving(ctx, r.svc, ""); err != nil {
 		return nil, err
 	}
@@ -389,7 +258,7 @@ func (r *leaseREST) Watch(ctx context.Context, options *metainternalversion.List
 // annotations may change too, the rest of spec may not. Every update renews,
 // so `kubectl patch … -p '{"spec":{"ttlSeconds":300}}'` renews even when the
 // TTL is unchanged.
-func (r *leaseREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	if err := serving(ctx, r.svc, name); err != nil {
 		return nil, false, err
@@ -457,14 +326,14 @@ func (r *leaseREST) Update(ctx context.Context, name string, objInfo rest.Update
 	// RBAC decides who may update a ProxyLease, so any holder's may be
 	// renewed; the new labels and annotations land in the same change.
 	meta := metadataOf(pl)
-	l, err := r.svc.Update(lease.AnyHolder, cur.ID, leasing.Seconds(int64(*pl.Spec.TTLSeconds)), &meta)
+	l, err := r.svc.Update(leasing.AnyHolder, cur.ID, leasing.Seconds(int64(*pl.Spec.TTLSeconds)), &meta)
 	if err != nil {
 		return nil, false, leaseStatus(pl, err)
 	}
 	return r.cache.render(l), false, nil
 }
 
-func (r *leaseREST) createFromUpdate(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo,
+func (r *REST) createFromUpdate(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo,
 	createValidation rest.ValidateObjectFunc, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	newObj, err := objInfo.UpdatedObject(ctx, &leasingv1alpha1.ProxyLease{})
 	if err != nil {
@@ -494,22 +363,22 @@ func (r *leaseREST) createFromUpdate(ctx context.Context, name string, objInfo r
 // back first if name is its signed ID (leasing.Service.Reclaim). ok false:
 // no such lease; err: one that cannot come back (the leasing error: ended,
 // no room).
-func (r *leaseREST) lookup(namespace, name string) (lease.Lease, *leasingv1alpha1.ProxyLease, bool, error) {
+func (r *REST) lookup(namespace, name string) (leasing.Lease, *leasingv1alpha1.ProxyLease, bool, error) {
 	if l, obj, ok := r.cache.get(namespace, name); ok {
 		return l, obj, true, nil
 	}
-	l, err := r.svc.Reclaim(lease.AnyHolder, namespace, name)
+	l, err := r.svc.Reclaim(leasing.AnyHolder, namespace, name)
 	switch {
 	case leasing.IsNotFound(err):
-		return lease.Lease{}, nil, false, nil
+		return leasing.Lease{}, nil, false, nil
 	case err != nil:
-		return lease.Lease{}, nil, false, err
+		return leasing.Lease{}, nil, false, err
 	}
 	return *l, r.cache.render(l), true, nil
 }
 
 // Delete releases the lease.
-func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
 	if err := serving(ctx, r.svc, name); err != nil {
 		return nil, false, err
 	}
@@ -541,7 +410,7 @@ func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation re
 		return obj, true, nil
 	}
 	// RBAC decides who may delete a ProxyLease, so any holder's may be released.
-	released, err := r.svc.Release(lease.AnyHolder, cur.ID)
+	released, err := r.svc.Release(leasing.AnyHolder, cur.ID)
 	if err != nil {
 		return nil, false, leaseStatus(obj, err)
 	}
@@ -552,7 +421,7 @@ func (r *leaseREST) Delete(ctx context.Context, name string, deleteValidation re
 }
 
 // DeleteCollection releases every lease the list options select.
-func (r *leaseREST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions,
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions,
 	listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
 	if err := serving(ctx, r.svc, ""); err != nil {
 		return nil, err
