@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/utils/clock"
@@ -66,35 +65,6 @@ func (f *fakeLister) ListProxies(ctx context.Context, namespace string) ([]lease
 	return f.inner.ListProxies(ctx, namespace)
 }
 
-type waitCall struct {
-	Req      lease.AcquireRequest
-	Priority int
-	Deadline time.Time
-}
-
-// fakeWaiter records calls; by default it acquires from the store at once,
-// or returns the injected next error.
-type fakeWaiter struct {
-	store   *lease.Store
-	mu      sync.Mutex
-	calls   []waitCall
-	nextErr error
-}
-
-func (f *fakeWaiter) Wait(_ context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
-	f.mu.Lock()
-	f.calls = append(f.calls, waitCall{req, priority, deadline})
-	err := f.nextErr
-	f.nextErr = nil
-	f.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	return f.store.Acquire(req)
-}
-
-var _ leasing.Queue = (*fakeWaiter)(nil)
-
 // newService is the HTTP API's leasing service over store and q, with the
 // operator's default longest wait.
 func newService(tb testing.TB, store *lease.Store, q leasing.Queue, clk clock.PassiveClock, rec leasing.Recorder) *leasing.Service {
@@ -118,12 +88,6 @@ func realService(tb testing.TB, store *lease.Store) *leasing.Service {
 	}
 	return svc
 }
-
-// queueFull is what flow control returns when a queue limit rejects a request.
-type queueFull struct{ after time.Duration }
-
-func (q queueFull) Error() string             { return "flow queue limit reached" }
-func (q queueFull) RetryAfter() time.Duration { return q.after }
 
 // staticCert is a managed certificate source standing in for certs.Manager.
 type staticCert struct{ cert, key []byte }

@@ -81,13 +81,18 @@ func (s *Server) listProxies(w http.ResponseWriter, r *http.Request) {
 		writeDecodeError(w, err)
 		return
 	}
+	counts, err := s.opts.Service.Counts(r.Context())
+	if err != nil {
+		// A standby holds no leases: its counts would all read 0.
+		writeServiceError(w, r, err)
+		return
+	}
 	infos, err := s.opts.Lister.ListProxies(r.Context(), q.Namespace)
 	if err != nil {
 		log.FromContext(r.Context()).Error(err, "listing proxies")
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "the proxy list cannot be read now; retry shortly")
 		return
 	}
-	counts := s.opts.Service.Counts()
 	out := wire.ProxyList{Proxies: []wire.ListedProxy{}}
 	for _, p := range infos {
 		if q.Namespace != "" && p.Namespace != q.Namespace {
@@ -177,7 +182,7 @@ func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
 			body.Error = wire.CodeTTLTooLong
 			maxSecs := int64(e.MaxTTL / time.Second)
 			body.MaxTTLSeconds = &maxSecs
-		case len(e.Fields) > 0 && e.Fields[0].Field == "result":
+		case e.InvalidResult:
 			body.Error = wire.CodeInvalidResult
 			body.Message = fmt.Sprintf("result %q is not one of ok, rate_limited, banned", e.Fields[0].BadValue)
 		}

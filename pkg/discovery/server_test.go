@@ -19,6 +19,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing/leasingtest"
 )
 
 const (
@@ -36,7 +37,7 @@ type env struct {
 	clock   *clocktesting.FakeClock
 	metrics *fakeMetrics
 	lister  *fakeLister
-	waiter  *fakeWaiter
+	waiter  *leasingtest.Queue
 }
 
 type envOption func(*Options)
@@ -61,7 +62,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	store.UpsertProxy(lease.ProxyInfo{Namespace: "b", Name: "eu-2", URL: "http://10.0.0.3:3128", Host: "10.0.0.3", Port: 3128,
 		Attributes: map[string]string{"region": "eu"}, LatencyMillis: 5, Healthy: false})
 	e := &env{t: t, store: store, clock: fc, metrics: &fakeMetrics{}, lister: &fakeLister{inner: store}}
-	e.waiter = &fakeWaiter{store: store}
+	e.waiter = &leasingtest.Queue{Store: store}
 	o := Options{
 		Tokens: map[string]string{token: DefaultIdentity, aliceToken: "alice"},
 		// The service the operator wires, over a queue the tests steer.
@@ -293,39 +294,45 @@ func TestEndpoints(t *testing.T) {
 		{name: "wait goes through the waiter", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30,"priority":2,"flow":"f"}`, status: 201,
 			outcomes: []string{leasing.OutcomeGranted},
 			check: func(t *testing.T, e *env, r response) {
-				want := []waitCall{{
+				want := []leasingtest.Call{{
 					Req:      lease.AcquireRequest{TTL: 0, Holder: "http:discovery", Flow: "http:discovery/f"},
 					Priority: 2, Deadline: t0.Add(30 * time.Second),
 				}}
-				if diff := cmp.Diff(want, e.waiter.calls); diff != "" {
+				if diff := cmp.Diff(want, e.waiter.Calls()); diff != "" {
 					t.Errorf("waiter calls (-want +got):\n%s", diff)
 				}
 			}},
 		{name: "no wait goes through the waiter with a deadline of now (no fairness bypass)", method: "POST", path: "/v1/leases", body: `{}`, status: 201,
 			check: func(t *testing.T, e *env, r response) {
-				if len(e.waiter.calls) != 1 || !e.waiter.calls[0].Deadline.Equal(t0) {
-					t.Errorf("waiter calls %+v, want one with deadline %s", e.waiter.calls, t0)
+				if calls := e.waiter.Calls(); len(calls) != 1 || !calls[0].Deadline.Equal(t0) {
+					t.Errorf("waiter calls %+v, want one with deadline %s", calls, t0)
 				}
 			}},
 		{name: "queue full is 429 with Retry-After", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30}`, status: 429, code: wire.CodeQueueFull,
 			setup: func(e *env) string {
-				e.waiter.nextErr = fmt.Errorf("enqueue: %w", queueFull{2500 * time.Millisecond})
+				e.waiter.Next(leasing.WaitResult{Outcome: leasing.WaitQueueFull, RetryAfter: 2500 * time.Millisecond, Err: errors.New("flow queue limit reached")})
 				return ""
 			},
 			header:   map[string]string{"Retry-After": "3"},
 			outcomes: []string{leasing.OutcomeRejected}},
 		{name: "wait deadline is 409 with the waiter's counts", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30}`, status: 409,
 			setup: func(e *env) string {
-				e.waiter.nextErr = fmt.Errorf("deadline: %w", &lease.NoMatchError{Considered: 2, AtCapacity: 2})
+				e.waiter.Next(leasing.WaitResult{Outcome: leasing.WaitNoMatch, Counts: leasing.NoMatchCounts{Considered: 2, AtCapacity: 2}})
 				return ""
 			},
 			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(2), AtCapacity: intp(2), InCooldown: intp(0), Unhealthy: intp(0), Free: intp(0), QueuedAhead: intp(0)},
 			outcomes: []string{leasing.OutcomeNoMatch}},
 		{name: "queue shutting down is 503", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30}`, status: 503, code: wire.CodeUnavailable,
-			setup:    func(e *env) string { e.waiter.nextErr = fmt.Errorf("waiting: %w", leasing.ErrShuttingDown); return "" },
+			setup: func(e *env) string {
+				e.waiter.Next(leasing.WaitResult{Outcome: leasing.WaitShuttingDown, Err: leasing.ErrShuttingDown})
+				return ""
+			},
 			outcomes: []string{leasing.OutcomeError}},
 		{name: "an unexpected queue error is 500, logged", method: "POST", path: "/v1/leases", body: `{}`, status: 500, code: wire.CodeInternal,
-			setup:    func(e *env) string { e.waiter.nextErr = errors.New("a bug"); return "" },
+			setup: func(e *env) string {
+				e.waiter.Next(leasing.WaitResult{Outcome: leasing.WaitRefused, Err: errors.New("a bug")})
+				return ""
+			},
 			outcomes: []string{leasing.OutcomeError}},
 
 		// DELETE /v1/leases/{id}
@@ -546,10 +553,13 @@ func TestCancelledWaitReleasesLateGrant(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req := httptest.NewRequest("POST", "/v1/leases", strings.NewReader(`{"waitSeconds":30}`)).WithContext(ctx)
 	req.Header.Set("Authorization", "Bearer "+token)
-	e.server.opts.Service = newService(t, e.store, waiterFunc(func(ctx context.Context, r lease.AcquireRequest, _ int, _ time.Time) (*lease.Lease, error) {
+	e.server.opts.Service = newService(t, e.store, waiterFunc(func(ctx context.Context, r lease.AcquireRequest, _ int, _ time.Time) leasing.WaitResult {
 		l, err := e.store.Acquire(r)
+		if err != nil {
+			t.Fatal(err)
+		}
 		cancel() // the client goes away right after the grant
-		return l, err
+		return leasing.WaitResult{Outcome: leasing.WaitGranted, Lease: l}
 	}), e.clock, e.metrics)
 	rec := httptest.NewRecorder()
 	e.server.Handler().ServeHTTP(rec, req)
@@ -561,9 +571,9 @@ func TestCancelledWaitReleasesLateGrant(t *testing.T) {
 	}
 }
 
-type waiterFunc func(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error)
+type waiterFunc func(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) leasing.WaitResult
 
-func (f waiterFunc) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
+func (f waiterFunc) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) leasing.WaitResult {
 	return f(ctx, req, priority, deadline)
 }
 

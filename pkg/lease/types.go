@@ -3,6 +3,7 @@ package lease
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -127,10 +128,13 @@ const (
 	ResultBanned      = "banned"
 )
 
-// ValidResult reports whether r is one of the results Report accepts.
-func ValidResult(r string) bool {
-	return r == ResultOK || r == ResultRateLimited || r == ResultBanned
-}
+// Results are the results Report accepts, the one list the server checks
+// reports against (the API enums, apis/leasing/v1alpha1 and
+// pkg/discovery/wire, are held to it by a test).
+func Results() []string { return []string{ResultOK, ResultRateLimited, ResultBanned} }
+
+// ValidResult reports whether r is one of Results.
+func ValidResult(r string) bool { return slices.Contains(Results(), r) }
 
 // EventType says what happened to a lease.
 type EventType string

@@ -1,7 +1,6 @@
 package leasing
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -67,6 +66,9 @@ type Error struct {
 	Fields field.ErrorList
 	// MaxTTL is set when a ReasonInvalid TTL is over the maximum.
 	MaxTTL time.Duration
+	// InvalidResult: the ReasonInvalid is a report result that is not one
+	// of the known results (the HTTP API's invalid_result).
+	InvalidResult bool
 	// EndReason says how a ReasonEnded lease ended.
 	EndReason lease.Reason
 	// Leader is the replica that serves, for a ReasonNotLeader ("" if
@@ -140,18 +142,35 @@ func invalid(errs ...*field.Error) *Error {
 	return &Error{Reason: ReasonInvalid, Fields: errs}
 }
 
-// classify turns what the store or the queue returned into the service's
-// vocabulary. ctx is the caller's: an error after it ended is the caller's
-// leaving, whatever the queue says.
-func classify(ctx context.Context, id string, err error) error {
+// waitAnswer is the service's answer to the Queue's result.
+func waitAnswer(res WaitResult) (*Lease, error) {
+	switch res.Outcome {
+	case WaitGranted:
+		return res.Lease, nil
+	case WaitNoMatch:
+		return nil, &Error{Reason: ReasonNoMatch, Counts: res.Counts, QueuedAhead: res.QueuedAhead, err: res.Err}
+	case WaitQueueFull:
+		return nil, &Error{Reason: ReasonQueueFull, RetryAfter: res.RetryAfter, err: res.Err}
+	case WaitCancelled:
+		return nil, &Error{Reason: ReasonCancelled, err: res.Err}
+	case WaitShuttingDown:
+		return nil, &Error{Reason: ReasonShuttingDown, err: res.Err}
+	case WaitRefused:
+		return nil, storeError("", res.Err)
+	}
+	return nil, &Error{Reason: ReasonInternal, err: fmt.Errorf("the wait queue answered outcome %d: %w", res.Outcome, res.Err)}
+}
+
+// storeError is the one place the lease store's typed errors become the
+// service's vocabulary; id is the lease the call was about ("" for an
+// acquire).
+func storeError(id string, err error) error {
 	if err == nil {
 		return nil
 	}
 	var (
-		e        *Error
-		noMatch  *lease.NoMatchError
-		retry    interface{ RetryAfter() time.Duration }
-		notFound = lease.IsUnknownLease(err)
+		e       *Error
+		noMatch *lease.NoMatchError
 	)
 	switch {
 	case errors.As(err, &e):
@@ -160,18 +179,14 @@ func classify(ctx context.Context, id string, err error) error {
 		return &Error{Reason: ReasonNoMatch, Counts: *noMatch, ID: id, err: err}
 	case lease.IsNoMatch(err):
 		return &Error{Reason: ReasonNoMatch, ID: id, err: err}
-	case errors.As(err, &retry):
-		return &Error{Reason: ReasonQueueFull, RetryAfter: retry.RetryAfter(), ID: id, err: err}
-	case ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return &Error{Reason: ReasonCancelled, ID: id, err: err}
-	case errors.Is(err, ErrShuttingDown), lease.IsFrozen(err):
+	case lease.IsFrozen(err):
 		return &Error{Reason: ReasonShuttingDown, ID: id, err: err}
 	case lease.IsTTLTooLong(err), lease.IsNegativeTTL(err):
 		e := invalidTTL(err, 0)
 		e.ID = id
 		return e
 	case lease.IsInvalidResult(err):
-		e := invalid(field.NotSupported(field.NewPath("result"), "", []string{lease.ResultOK, lease.ResultRateLimited, lease.ResultBanned}))
+		e := invalidResult("")
 		e.ID, e.err = id, err
 		return e
 	case lease.IsAlreadyExists(err):
@@ -182,10 +197,18 @@ func classify(ctx context.Context, id string, err error) error {
 		return &Error{Reason: ReasonForbidden, ID: id, err: err}
 	case lease.IsLeaseEnded(err):
 		return &Error{Reason: ReasonEnded, EndReason: lease.EndReason(err), ID: id, err: err}
-	case notFound:
+	case lease.IsUnknownLease(err):
 		return &Error{Reason: ReasonNotFound, ID: id, err: err}
 	}
 	return &Error{Reason: ReasonInternal, ID: id, err: err}
+}
+
+// invalidResult is the ReasonInvalid of a report result that is not one of
+// lease.Results.
+func invalidResult(result string) *Error {
+	e := invalid(field.NotSupported(field.NewPath("result"), result, lease.Results()))
+	e.InvalidResult = true
+	return e
 }
 
 // invalidTTL is the ReasonInvalid of a TTL the store refuses (err is

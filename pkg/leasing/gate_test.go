@@ -3,6 +3,7 @@ package leasing
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +39,26 @@ func TestGateRefusesUntilOpen(t *testing.T) {
 		"Renew":   func() error { _, err := closed.Renew("http:a", granted.ID, time.Minute); return err },
 		"Report":  func() error { return closed.Report("http:a", granted.ID, lease.ResultBanned, "") },
 		"Get":     func() error { _, err := closed.Get("http:a", granted.ID); return err },
-		"Serving": func() error { return closed.Serving(ctx) },
+		"Update":  func() error { _, err := closed.Update("http:a", granted.ID, time.Minute, nil); return err },
+		"Reclaim": func() error { _, err := closed.Reclaim("http:a", "", granted.ID); return err },
+		"ReportByName": func() error {
+			return closed.ReportByName(granted.Namespace, granted.Name, lease.ResultBanned, "")
+		},
+		"GetByName":  func() error { _, _, err := closed.GetByName(ctx, granted.Namespace, granted.Name); return err },
+		"Reportable": func() error { _, err := closed.Reportable(ctx, granted.Namespace, granted.Name); return err },
+		"List":       func() error { _, _, err := closed.List(ctx, ""); return err },
+		"Revision":   func() error { _, err := closed.Revision(ctx); return err },
+		"Counts":     func() error { _, err := closed.Counts(ctx); return err },
+		"Proxies":    func() error { _, err := closed.Proxies(ctx, ""); return err },
+	}
+	// Every method that answers a request is gated: a new one must be added
+	// above, or to the methods that answer none.
+	answersNone := map[string]bool{"Limits": true, "Invalid": true, "Watch": true, "FeedRevision": true}
+	svcType := reflect.TypeOf(closed)
+	for i := range svcType.NumMethod() {
+		if m := svcType.Method(i).Name; calls[m] == nil && !answersNone[m] {
+			t.Errorf("Service.%s is neither checked against the gate here nor known to answer no request", m)
+		}
 	}
 	for name, call := range calls {
 		err := call()
@@ -59,7 +79,7 @@ func TestGateRefusesUntilOpen(t *testing.T) {
 	}
 	gate.Open()
 	for name, call := range calls {
-		if name == "Acquire" || name == "Release" {
+		if name == "Acquire" || name == "Release" || name == "Reclaim" {
 			continue
 		}
 		if err := call(); err != nil {

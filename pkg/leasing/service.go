@@ -45,13 +45,42 @@ type Recorder interface {
 
 // Queue is the wait queue as the service uses it; *Waiter implements it.
 type Queue interface {
-	// Wait returns a lease for req, granted now or when capacity appears
-	// before deadline. Errors: a lease.IsNoMatch error at the deadline
-	// (ideally a *lease.NoMatchError with the counts of that moment); an
-	// error with a RetryAfter() time.Duration method when a queue limit
-	// refused it; ctx's error, wrapped, when ctx ended; the store's error
-	// for a request it refuses as it stands; ErrShuttingDown.
-	Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error)
+	// Wait grants req now or when capacity appears before deadline, and
+	// says how the request ended: one WaitOutcome, never an error for the
+	// caller to tell apart. A grant whose caller left (ctx ended) is given
+	// back by the queue, not returned.
+	Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) WaitResult
+}
+
+// WaitOutcome is how a request to the Queue ended.
+type WaitOutcome uint8
+
+const (
+	// WaitGranted: WaitResult.Lease is the grant.
+	WaitGranted WaitOutcome = iota
+	// WaitNoMatch: no proxy could take it before the deadline (Counts, and
+	// QueuedAhead: its flow's requests for the same proxies ahead of it).
+	WaitNoMatch
+	// WaitQueueFull: a queue limit refused it at once (RetryAfter).
+	WaitQueueFull
+	// WaitCancelled: the caller left first.
+	WaitCancelled
+	// WaitShuttingDown: the queue is shutting down.
+	WaitShuttingDown
+	// WaitRefused: the store refused the request as it stands (Err is the
+	// store's own error: a TTL over the maximum, a name taken).
+	WaitRefused
+)
+
+// WaitResult is the Queue's answer.
+type WaitResult struct {
+	Outcome     WaitOutcome
+	Lease       *Lease
+	Counts      NoMatchCounts
+	QueuedAhead int
+	RetryAfter  time.Duration
+	// Err says why, in words (and for WaitRefused, in the store's terms).
+	Err error
 }
 
 // Limits are the bounds a front door's requests are checked against.
@@ -130,11 +159,6 @@ func (l *Leasing) Service(api string, maxWait time.Duration, rec Recorder) (*Ser
 	return NewService(api, maxWait, ServiceDeps{Store: l.Store, Queue: l.Waiter, Clock: l.clock, Recorder: rec, Gate: l.Gate, IDs: l.IDs})
 }
 
-// Serving is nil when this replica serves leases, else a ReasonNotLeader
-// error naming the leader. Every lease method checks it; a front door calls
-// it for what it serves without one (reads of the lease list).
-func (s *Service) Serving(ctx context.Context) error { return s.gate.check(ctx) }
-
 // Limits are the bounds Acquire and Renew check.
 func (s *Service) Limits() Limits { return Limits{MaxTTL: s.store.MaxTTL(), MaxWait: s.maxWait} }
 
@@ -153,15 +177,13 @@ func (s *Service) Acquire(ctx context.Context, req Request) (*lease.Lease, error
 		return nil, err
 	}
 	deadline := s.clock.Now().Add(req.Wait)
-	l, err := s.queue.Wait(ctx, req.acquireRequest(), req.Priority, deadline)
-	if err == nil && ctx.Err() != nil {
+	res := s.queue.Wait(ctx, req.acquireRequest(), req.Priority, deadline)
+	if res.Outcome == WaitGranted && ctx.Err() != nil {
 		// The caller left in that instant: nobody would use or release it.
-		s.store.Release(l.ID)
-		l, err = nil, fmt.Errorf("the caller left before the grant was answered: %w", ctx.Err())
+		s.store.Release(res.Lease.ID)
+		res = WaitResult{Outcome: WaitCancelled, Err: fmt.Errorf("the caller left before the grant was answered: %w", ctx.Err())}
 	}
-	if err != nil {
-		err = classify(ctx, "", err)
-	}
+	l, err := waitAnswer(res)
 	s.rec.LeaseRequest(s.api, outcomeOf(err))
 	return l, err
 }
@@ -227,7 +249,7 @@ func (s *Service) Release(holder, id string) (bool, error) {
 			return false, rerr
 		}
 	}
-	return ok, classify(context.Background(), id, err)
+	return ok, storeError(id, err)
 }
 
 // Renew extends a live lease of holder to ttl from now (0: its TTL).
@@ -254,7 +276,7 @@ func (s *Service) Update(holder, id string, ttl time.Duration, meta *lease.Metad
 	} else if retry {
 		l, err = s.store.UpdateAs(holder, id, ttl, meta)
 	}
-	return l, classify(context.Background(), id, err)
+	return l, storeError(id, err)
 }
 
 // Report records a result (lease.ResultOK, …) for target on a lease of
@@ -268,7 +290,7 @@ func (s *Service) Report(holder, id, result, target string) error {
 	if lease.IsUnknownLease(err) {
 		return s.reportLost(holder, "", id, result, target)
 	}
-	return classify(context.Background(), id, err)
+	return storeError(id, err)
 }
 
 // ReportByName is Report on the lease namespace/name (live, ended within
@@ -291,7 +313,7 @@ func (s *Service) checkReport(id, result, target string) error {
 		return err
 	}
 	if !lease.ValidResult(result) {
-		e := invalid(field.NotSupported(field.NewPath("result"), result, []string{lease.ResultOK, lease.ResultRateLimited, lease.ResultBanned}))
+		e := invalidResult(result)
 		e.ID = id
 		return e
 	}
@@ -313,14 +335,14 @@ func (s *Service) reportLost(holder, namespace, id, result, target string) error
 	if err != nil {
 		return err
 	}
-	return classify(context.Background(), id, s.store.ReportLost(claim, result, target))
+	return storeError(id, s.store.ReportLost(claim, result, target))
 }
 
 // claim is the lease id's signed ID proves, when namespace ("" = any) and
 // holder (lease.AnyHolder = any) are its. Errors: ReasonNotFound (no signed
 // ID, or another namespace), ReasonForbidden (another holder).
 func (s *Service) claim(holder, namespace, id string) (lease.Lease, error) {
-	notFound := classify(context.Background(), id, fmt.Errorf("lease %s: %w", id, lease.ErrUnknownLease))
+	notFound := storeError(id, fmt.Errorf("lease %s: %w", id, lease.ErrUnknownLease))
 	if s.ids == nil {
 		return lease.Lease{}, notFound
 	}
@@ -329,7 +351,7 @@ func (s *Service) claim(holder, namespace, id string) (lease.Lease, error) {
 		return lease.Lease{}, notFound
 	}
 	if holder != lease.AnyHolder && holder != claim.Holder {
-		return lease.Lease{}, classify(context.Background(), id, &lease.NotHolderError{ID: id})
+		return lease.Lease{}, storeError(id, &lease.NotHolderError{ID: id})
 	}
 	return claim, nil
 }
@@ -367,7 +389,7 @@ func (s *Service) Reclaim(holder, namespace, id string) (*lease.Lease, error) {
 		return nil, err
 	}
 	l, err := s.store.Readmit(claim)
-	return l, classify(context.Background(), id, err)
+	return l, storeError(id, err)
 }
 
 // Get returns a live lease of holder as it is now. Errors: ReasonNotFound,
@@ -377,41 +399,78 @@ func (s *Service) Get(holder, id string) (lease.Lease, error) {
 		return lease.Lease{}, err
 	}
 	l, err := s.store.GetAs(holder, id)
-	return l, classify(context.Background(), id, err)
+	return l, storeError(id, err)
 }
 
 // GetByName returns the live lease of namespace/name (for an API whose
-// authorization was decided elsewhere).
-func (s *Service) GetByName(namespace, name string) (lease.Lease, bool) {
-	return s.store.GetByName(namespace, name)
+// authorization was decided elsewhere). Errors: ReasonNotLeader.
+func (s *Service) GetByName(ctx context.Context, namespace, name string) (Lease, bool, error) {
+	if err := s.gate.check(ctx); err != nil {
+		return Lease{}, false, err
+	}
+	l, ok := s.store.GetByName(namespace, name)
+	return l, ok, nil
 }
 
-// LookupName finds the lease of namespace/name: the live one (live true),
-// else one that ended within the cooldown window and so still takes reports.
-func (s *Service) LookupName(namespace, name string) (id string, live, ok bool) {
-	return s.store.LookupName(namespace, name)
+// Reportable reports whether namespace/name is a lease that takes reports:
+// a live one, or one that ended within the cooldown window. Errors:
+// ReasonNotLeader.
+func (s *Service) Reportable(ctx context.Context, namespace, name string) (bool, error) {
+	if err := s.gate.check(ctx); err != nil {
+		return false, err
+	}
+	_, _, ok := s.store.LookupName(namespace, name)
+	return ok, nil
 }
 
 // List returns the live leases of namespace ("" = all) and the store
-// revision they reflect.
-func (s *Service) List(namespace string) ([]lease.Lease, uint64) { return s.store.Snapshot(namespace) }
+// revision they reflect. Errors: ReasonNotLeader.
+func (s *Service) List(ctx context.Context, namespace string) ([]Lease, uint64, error) {
+	if err := s.gate.check(ctx); err != nil {
+		return nil, 0, err
+	}
+	leases, rev := s.store.Snapshot(namespace)
+	return leases, rev, nil
+}
 
 // Revision is the store revision of the last change (a List's, at most).
-func (s *Service) Revision() uint64 { return s.store.Revision() }
+// Errors: ReasonNotLeader.
+func (s *Service) Revision(ctx context.Context) (uint64, error) {
+	if err := s.gate.check(ctx); err != nil {
+		return 0, err
+	}
+	return s.store.Revision(), nil
+}
 
-// Watch delivers every lease event in revision order, synchronously and
-// without the store lock; fn must not call the service. Subscribe before
-// List to see every change exactly once.
-func (s *Service) Watch(fn func(lease.Event)) (cancel func()) { return s.store.Subscribe(fn) }
-
-// Counts returns the live leases per proxy.
-func (s *Service) Counts() map[lease.ProxyKey]int { return s.store.Counts() }
+// Counts returns the live leases per proxy. Errors: ReasonNotLeader (a
+// standby's store holds no leases: every count would read 0).
+func (s *Service) Counts(ctx context.Context) (map[ProxyKey]int, error) {
+	if err := s.gate.check(ctx); err != nil {
+		return nil, err
+	}
+	return s.store.Counts(), nil
+}
 
 // Proxies returns the fleet of namespace ("" = every namespace) as the
-// store sees it.
-func (s *Service) Proxies(ctx context.Context, namespace string) ([]lease.ProxyInfo, error) {
+// store sees it. Errors: ReasonNotLeader.
+func (s *Service) Proxies(ctx context.Context, namespace string) ([]ProxyInfo, error) {
+	if err := s.gate.check(ctx); err != nil {
+		return nil, err
+	}
 	return s.store.ListProxies(ctx, namespace)
 }
+
+// Watch feeds fn every lease event in revision order, synchronously and
+// without the store lock; fn must not call the service. Subscribe before
+// List to see every change exactly once. It is a feed, not an answer, so it
+// is not gated: a watch cache subscribes on every replica, and what it
+// serves comes after a gated List or Revision.
+func (s *Service) Watch(fn func(Event)) (cancel func()) { return s.store.Subscribe(fn) }
+
+// FeedRevision is Revision for a feed built on Watch, before this replica
+// serves (a watch cache at its start and after a checkpoint is loaded); it
+// answers no request, so it is not gated.
+func (s *Service) FeedRevision() uint64 { return s.store.Revision() }
 
 // outcomeOf is the lease_requests_total outcome of an Acquire that returned err.
 func outcomeOf(err error) string {

@@ -20,7 +20,8 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // store) and records every call.
 type scriptedQueue struct {
 	store *lease.Store
-	err   error
+	// next, when set, is the answer to the next call.
+	next *WaitResult
 	// afterGrant runs after a grant, before Wait returns.
 	afterGrant func()
 	calls      []time.Time
@@ -28,24 +29,26 @@ type scriptedQueue struct {
 
 var _ Queue = (*scriptedQueue)(nil)
 
-func (q *scriptedQueue) Wait(_ context.Context, req lease.AcquireRequest, _ int, deadline time.Time) (*lease.Lease, error) {
+func (q *scriptedQueue) Wait(_ context.Context, req lease.AcquireRequest, _ int, deadline time.Time) WaitResult {
 	q.calls = append(q.calls, deadline)
-	if q.err != nil {
-		return nil, q.err
+	if q.next != nil {
+		res := *q.next
+		q.next = nil
+		return res
 	}
 	l, err := q.store.Acquire(req)
-	if err == nil && q.afterGrant != nil {
-		q.afterGrant()
+	var nm *lease.NoMatchError
+	switch {
+	case err == nil:
+		if q.afterGrant != nil {
+			q.afterGrant()
+		}
+		return WaitResult{Outcome: WaitGranted, Lease: l}
+	case errors.As(err, &nm):
+		return WaitResult{Outcome: WaitNoMatch, Counts: *nm, Err: err}
 	}
-	return l, err
+	return WaitResult{Outcome: WaitRefused, Err: err}
 }
-
-// queueLimit is a refusal by a queue limit, as flowcontrol.RejectedError
-// says it: a RetryAfter method.
-type queueLimit struct{ after time.Duration }
-
-func (q queueLimit) Error() string             { return "band queue full" }
-func (q queueLimit) RetryAfter() time.Duration { return q.after }
 
 type countingRecorder struct{ got []string }
 
@@ -153,30 +156,30 @@ func TestAcquireAlwaysQueues(t *testing.T) {
 func TestAcquireErrorsHaveOneVocabulary(t *testing.T) {
 	tests := []struct {
 		name    string
-		err     error
+		res     WaitResult
 		reason  Reason
 		outcome string
 		check   func(*Error) string
 	}{
-		{"deadline with counts", fmt.Errorf("deadline: %w", &lease.NoMatchError{Considered: 3, AtCapacity: 2, Unhealthy: 1}), ReasonNoMatch, OutcomeNoMatch,
+		{"deadline with counts", WaitResult{Outcome: WaitNoMatch, Counts: lease.NoMatchError{Considered: 3, AtCapacity: 2, Unhealthy: 1}, QueuedAhead: 2}, ReasonNoMatch, OutcomeNoMatch,
 			func(e *Error) string {
-				return cmp.Diff(lease.NoMatchError{Considered: 3, AtCapacity: 2, Unhealthy: 1}, e.Counts)
+				return cmp.Diff(lease.NoMatchError{Considered: 3, AtCapacity: 2, Unhealthy: 1}, e.Counts) + cmp.Diff(2, e.QueuedAhead)
 			}},
-		{"no match without counts", lease.ErrNoMatch, ReasonNoMatch, OutcomeNoMatch, nil},
-		{"queue full", fmt.Errorf("enqueue: %w", queueLimit{3 * time.Second}), ReasonQueueFull, OutcomeRejected,
+		{"queue full", WaitResult{Outcome: WaitQueueFull, RetryAfter: 3 * time.Second, Err: errors.New("band queue full")}, ReasonQueueFull, OutcomeRejected,
 			func(e *Error) string { return cmp.Diff(3*time.Second, e.RetryAfter) }},
-		{"caller left", fmt.Errorf("waiting: %w", context.Canceled), ReasonCancelled, OutcomeCancelled, nil},
-		{"request timed out", fmt.Errorf("waiting: %w", context.DeadlineExceeded), ReasonCancelled, OutcomeCancelled, nil},
-		{"shutting down", ErrShuttingDown, ReasonShuttingDown, OutcomeError, nil},
-		{"name taken", &lease.AlreadyExistsError{Namespace: "ns", Name: "x"}, ReasonAlreadyExists, OutcomeBadRequest, nil},
-		{"store's ttl bound", &lease.TTLError{Requested: 2 * time.Hour, Max: time.Hour}, ReasonInvalid, OutcomeBadRequest,
+		{"caller left", WaitResult{Outcome: WaitCancelled, Err: context.Canceled}, ReasonCancelled, OutcomeCancelled, nil},
+		{"shutting down", WaitResult{Outcome: WaitShuttingDown, Err: ErrShuttingDown}, ReasonShuttingDown, OutcomeError, nil},
+		{"the store refuses: name taken", WaitResult{Outcome: WaitRefused, Err: &lease.AlreadyExistsError{Namespace: "ns", Name: "x"}}, ReasonAlreadyExists, OutcomeBadRequest, nil},
+		{"the store refuses: ttl bound", WaitResult{Outcome: WaitRefused, Err: &lease.TTLError{Requested: 2 * time.Hour, Max: time.Hour}}, ReasonInvalid, OutcomeBadRequest,
 			func(e *Error) string { return cmp.Diff(time.Hour, e.MaxTTL) }},
-		{"a bug", errors.New("boom"), ReasonInternal, OutcomeError, nil},
+		{"the store refuses: frozen", WaitResult{Outcome: WaitRefused, Err: fmt.Errorf("acquire: %w", lease.ErrFrozen)}, ReasonShuttingDown, OutcomeError, nil},
+		{"the store refuses: a bug", WaitResult{Outcome: WaitRefused, Err: errors.New("boom")}, ReasonInternal, OutcomeError, nil},
+		{"an outcome nobody knows", WaitResult{Outcome: 99, Err: errors.New("?")}, ReasonInternal, OutcomeError, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newServiceEnv(t, time.Minute)
-			e.queue.err = tt.err
+			e.queue.next = &tt.res
 			_, err := e.svc.Acquire(context.Background(), request(0, time.Second))
 			if got := ReasonOf(err); got != tt.reason {
 				t.Fatalf("reason %q (%v), want %q", got, err, tt.reason)

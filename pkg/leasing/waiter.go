@@ -11,7 +11,7 @@ import (
 )
 
 // Waiter serves the lease requests of both lease APIs through the wait
-// queue, translating its outcomes into the errors the Queue contract names.
+// queue, answering each with a WaitResult (the Queue contract).
 type Waiter struct {
 	ctl   *LeaseController
 	store LeaseStore
@@ -26,24 +26,14 @@ func NewWaiter(ctl *LeaseController, store LeaseStore) *Waiter {
 // holder (the HTTP API with authentication off).
 const AnonymousFlow = "anonymous"
 
-// ErrShuttingDown answers requests that meet a queue shutting down
-// (ReasonShuttingDown). It is not a flowcontrol.RejectedError: that type has
-// a RetryAfter method, which would make it ReasonQueueFull.
+// ErrShuttingDown is the cause of a WaitShuttingDown: the queue is shutting
+// down.
 var ErrShuttingDown = errors.New("the lease wait queue is shutting down")
 
-// Wait grants req now or when capacity appears before deadline. Errors, as
-// Queue requires:
-//   - the deadline passed: a ReasonNoMatch *Error with the counts of that
-//     moment and how many requests of its flow for the same proxies waited
-//     ahead of it;
-//   - a queue limit: the *flowcontrol.RejectedError, whose RetryAfter method
-//     the APIs answer with 429 and Retry-After;
-//   - ctx ended: ctx.Err(), wrapped (flowcontrol gives back a lease granted
-//     in that instant);
-//   - the store refused the request as it stands (TTL, name taken): the
-//     store's error, wrapped, without the RetryAfter method;
-//   - shutting down: ErrShuttingDown.
-func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
+// Wait grants req now or when capacity appears before deadline, and says
+// how it ended (see WaitOutcome). A grant made as ctx ended is given back by
+// the queue, never returned.
+func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) WaitResult {
 	flow := req.Flow
 	if flow == "" {
 		flow = req.Holder
@@ -57,23 +47,23 @@ func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority in
 		Payload:  req,
 		Deadline: deadline,
 	})
-	if err == nil {
-		return l, nil
-	}
 	switch {
-	case outcome == flowcontrol.OutcomeRejectedCapacity:
-		return nil, err
+	case outcome == flowcontrol.OutcomeDispatched:
+		return WaitResult{Outcome: WaitGranted, Lease: l}
 	case ctx.Err() != nil:
-		return nil, fmt.Errorf("waiting for a proxy: %w", ctx.Err())
-	case flowcontrol.IsShutdown(err):
-		return nil, ErrShuttingDown
-	case flowcontrol.IsDeadline(err):
+		return WaitResult{Outcome: WaitCancelled, Err: fmt.Errorf("waiting for a proxy: %w", ctx.Err())}
+	case outcome == flowcontrol.OutcomeRejectedCapacity:
+		after, _ := flowcontrol.RetryAfter(err)
+		return WaitResult{Outcome: WaitQueueFull, RetryAfter: after, Err: err}
+	case outcome == flowcontrol.OutcomeEvictedShutdown, flowcontrol.IsShutdown(err):
+		return WaitResult{Outcome: WaitShuttingDown, Err: ErrShuttingDown}
+	case outcome == flowcontrol.OutcomeEvictedDeadline, flowcontrol.IsDeadline(err):
 		nm := w.store.Diagnose(req)
-		return nil, &Error{Reason: ReasonNoMatch, Counts: *nm, QueuedAhead: flowcontrol.QueuedAhead(err),
-			err: fmt.Errorf("no proxy became free before the wait ended: %w", nm)}
+		return WaitResult{Outcome: WaitNoMatch, Counts: *nm, QueuedAhead: flowcontrol.QueuedAhead(err),
+			Err: fmt.Errorf("no proxy became free before the wait ended: %w", nm)}
 	}
-	// Other: the store's own error (or an invalid request), without the
-	// flowcontrol error around it.
+	// The store refused the request as it stands (TTL, name taken): its own
+	// error, without the queue's around it.
 	var rejected *flowcontrol.RejectedError
 	var evicted *flowcontrol.EvictedError
 	cause := err
@@ -82,5 +72,5 @@ func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority in
 	} else if errors.As(err, &evicted) {
 		cause = evicted.Cause
 	}
-	return nil, fmt.Errorf("waiting for a proxy: %w", cause)
+	return WaitResult{Outcome: WaitRefused, Err: cause}
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
 
-type retryAfterer interface{ RetryAfter() time.Duration }
 
 // waiterEnv is a real lease store with one healthy proxy, on a fake clock,
 // behind the wait queue as Run wires it.
@@ -60,10 +59,15 @@ type waitResult struct {
 	err error
 }
 
+// wait is Wait as the Service answers it (waitAnswer).
+func (e *waiterEnv) wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
+	return waitAnswer(e.w.Wait(ctx, req, priority, deadline))
+}
+
 func (e *waiterEnv) waitAsync(ctx context.Context, req lease.AcquireRequest, deadline time.Time) <-chan waitResult {
 	ch := make(chan waitResult, 1)
 	go func() {
-		l, err := e.w.Wait(ctx, req, 0, deadline)
+		l, err := e.wait(ctx, req, 0, deadline)
 		ch <- waitResult{l, err}
 	}()
 	return ch
@@ -124,18 +128,15 @@ func TestLeaseWaiterErrors(t *testing.T) {
 		AtCapacity                                              int
 	}
 	classify := func(err error) verdict {
-		var v verdict
-		var ra retryAfterer
-		var nm *lease.NoMatchError
-		v.NoMatch = lease.IsNoMatch(err)
-		v.RetryAfter = errors.As(err, &ra)
-		v.Canceled = errors.Is(err, context.Canceled)
-		v.TTLTooLong = lease.IsTTLTooLong(err)
-		v.ShuttingDown = errors.Is(err, ErrShuttingDown)
-		if errors.As(err, &nm) {
-			v.AtCapacity = nm.AtCapacity
+		e := AsError(err)
+		return verdict{
+			NoMatch:      e.Reason == ReasonNoMatch,
+			RetryAfter:   e.Reason == ReasonQueueFull && e.RetryAfter > 0,
+			Canceled:     e.Reason == ReasonCancelled && errors.Is(err, context.Canceled),
+			TTLTooLong:   e.Reason == ReasonInvalid && e.MaxTTL > 0,
+			ShuttingDown: e.Reason == ReasonShuttingDown,
+			AtCapacity:   e.Counts.AtCapacity,
 		}
-		return v
 	}
 	tests := []struct {
 		name string
@@ -160,7 +161,7 @@ func TestLeaseWaiterErrors(t *testing.T) {
 				e.hold(t)
 				e.waitAsync(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b"}, e.clk.Now().Add(time.Minute))
 				e.waitQueued(t, 1)
-				_, err := e.w.Wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b"}, 0, e.clk.Now().Add(time.Minute))
+				_, err := e.wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b"}, 0, e.clk.Now().Add(time.Minute))
 				return err
 			},
 			want: verdict{RetryAfter: true},
@@ -185,7 +186,7 @@ func TestLeaseWaiterErrors(t *testing.T) {
 		{
 			name: "the store refuses the request: its own error, not a 429",
 			run: func(t *testing.T, e *waiterEnv) error {
-				_, err := e.w.Wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b", TTL: 2 * time.Hour}, 0, e.clk.Now().Add(time.Minute))
+				_, err := e.wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b", TTL: 2 * time.Hour}, 0, e.clk.Now().Add(time.Minute))
 				return err
 			},
 			want: verdict{TTLTooLong: true},
@@ -220,37 +221,13 @@ func TestLeaseWaiterErrors(t *testing.T) {
 	}
 }
 
-// Negative control for the shutdown case above: the queue's own rejection
-// carries a RetryAfter method, which both APIs would answer with 429 — the
-// reason Wait translates it.
-func TestQueueShutdownRejectionLooksLikeQueueFull(t *testing.T) {
-	e := newWaiterEnv(t, flowcontrol.Options{MaxQueuedPerFlow: 1, MaxQueuedPerBand: 8, MaxQueued: 8})
-	e.hold(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := e.ctl.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	_, _, raw := e.ctl.EnqueueAndWait(context.Background(), flowcontrol.Request[lease.AcquireRequest]{
-		Flow: "http:b", Payload: lease.AcquireRequest{Namespace: "ns"}, Deadline: e.clk.Now().Add(time.Minute),
-	})
-	var ra retryAfterer
-	if !errors.As(raw, &ra) {
-		t.Fatalf("raw shutdown rejection %q has no RetryAfter method; the translation in Wait may be unnecessary", raw)
-	}
-	_, err := e.w.Wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Flow: "http:b"}, 0, e.clk.Now().Add(time.Minute))
-	if errors.As(err, &ra) || !errors.Is(err, ErrShuttingDown) {
-		t.Errorf("Wait after shutdown = %v, want ErrShuttingDown without RetryAfter", err)
-	}
-}
-
 // A request without a wait (a deadline of now) is granted at once when a
 // proxy is free, answered no match at once when none is, and never queued:
 // not even a full queue makes it a 429.
 func TestLeaseWaiterWithoutAWait(t *testing.T) {
 	e := newWaiterEnv(t, flowcontrol.Options{MaxQueuedPerFlow: 1, MaxQueuedPerBand: 1, MaxQueued: 1})
 	now := e.clk.Now()
-	l, err := e.w.Wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Holder: "http:a", Flow: "http:a"}, 0, now)
+	l, err := e.wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Holder: "http:a", Flow: "http:a"}, 0, now)
 	if err != nil {
 		t.Fatalf("Wait without a wait on a free proxy: %v", err)
 	}
@@ -258,10 +235,8 @@ func TestLeaseWaiterWithoutAWait(t *testing.T) {
 	ch := e.waitAsync(context.Background(), lease.AcquireRequest{Namespace: "ns", Holder: "http:b", Flow: "http:b"}, now.Add(time.Minute))
 	e.waitQueued(t, 1)
 
-	_, err = e.w.Wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Holder: "http:c", Flow: "http:c"}, 0, now)
-	var nm *lease.NoMatchError
-	var ra retryAfterer
-	if !errors.As(err, &nm) || nm.AtCapacity != 1 || errors.As(err, &ra) {
+	_, err = e.wait(context.Background(), lease.AcquireRequest{Namespace: "ns", Holder: "http:c", Flow: "http:c"}, 0, now)
+	if e := AsError(err); e.Reason != ReasonNoMatch || e.Counts.AtCapacity != 1 {
 		t.Errorf("Wait without a wait, proxy taken, queue full = %v; want no match with the counts, not queue full", err)
 	}
 	if n := e.ctl.Stats().Waiting; n != 1 {
@@ -315,14 +290,14 @@ func TestHeldChangesReachTheQueue(t *testing.T) {
 			req := func(flow string) lease.AcquireRequest {
 				return lease.AcquireRequest{Namespace: "ns", Holder: flow, Flow: flow}
 			}
-			a1, err := w.Wait(context.Background(), req("http:a"), 0, now)
+			a1, err := waitAnswer(w.Wait(context.Background(), req("http:a"), 0, now))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := w.Wait(context.Background(), req("http:a"), 0, now); err != nil {
+			if _, err := waitAnswer(w.Wait(context.Background(), req("http:a"), 0, now)); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := w.Wait(context.Background(), req("http:b"), 0, now); err != nil {
+			if _, err := waitAnswer(w.Wait(context.Background(), req("http:b"), 0, now)); err != nil {
 				t.Fatal(err)
 			}
 			type result struct {
@@ -332,7 +307,7 @@ func TestHeldChangesReachTheQueue(t *testing.T) {
 			got := make(chan result, 2)
 			for _, flow := range []string{"http:a", "http:b"} {
 				go func() {
-					l, err := w.Wait(context.Background(), req(flow), 0, now.Add(time.Minute))
+					l, err := waitAnswer(w.Wait(context.Background(), req(flow), 0, now.Add(time.Minute)))
 					got <- result{l, err}
 				}()
 				deadline := time.Now().Add(5 * time.Second)
@@ -376,20 +351,20 @@ func TestWaitingTargetDoesNotBlockItsFlowsOtherTargets(t *testing.T) {
 	ch := e.waitAsync(ctx, req("a.test"), now.Add(time.Minute))
 	e.waitQueued(t, 1)
 
-	l, err := e.w.Wait(context.Background(), req("b.test"), 0, now)
+	l, err := e.wait(context.Background(), req("b.test"), 0, now)
 	if err != nil {
 		t.Fatalf("the flow's request for b.test behind its waiting a.test: %v", err)
 	}
 	e.store.Release(l.ID)
 
-	_, err = e.w.Wait(context.Background(), req("a.test"), 0, now)
+	_, err = e.wait(context.Background(), req("a.test"), 0, now)
 	want := &Error{Reason: ReasonNoMatch, Counts: lease.NoMatchError{Considered: 1, InCooldown: 1}, QueuedAhead: 1}
-	got := AsError(classify(context.Background(), "", err))
+	got := AsError(err)
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Error{})); diff != "" {
 		t.Errorf("second request for a.test (-want +got):\n%s", diff)
 	}
 	cancel()
-	if r := receive(t, ch); !IsCancelled(classify(ctx, "", r.err)) {
+	if r := receive(t, ch); !IsCancelled(r.err) {
 		t.Errorf("the cancelled waiter: %v", r.err)
 	}
 }

@@ -22,31 +22,28 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing/leasingtest"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
-type queueFull struct{}
-
-func (queueFull) Error() string             { return "band queue full" }
-func (queueFull) RetryAfter() time.Duration { return 4 * time.Second }
-
 // fullWaiter is a wait queue that is full: a request that would wait is
-// rejected; one without a wait (deadline now) is answered by the store.
+// refused at once with a retry hint; one without a wait (deadline now) is
+// answered by the store.
 type fullWaiter struct {
 	calls int
-	store *lease.Store
+	inner *leasingtest.Queue
 	clock *clocktesting.FakeClock
 }
 
 var _ leasing.Queue = (*fullWaiter)(nil)
 
-func (w *fullWaiter) Wait(_ context.Context, req lease.AcquireRequest, _ int, deadline time.Time) (*lease.Lease, error) {
+func (w *fullWaiter) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) leasing.WaitResult {
 	if !deadline.After(w.clock.Now()) {
-		return w.store.Acquire(req)
+		return w.inner.Wait(ctx, req, priority, deadline)
 	}
 	w.calls++
-	return nil, queueFull{}
+	return leasing.WaitResult{Outcome: leasing.WaitQueueFull, RetryAfter: 4 * time.Second, Err: errors.New("band queue full")}
 }
 
 // newServer runs the real discovery server over a real store.
@@ -61,7 +58,7 @@ func newServer(t *testing.T) (*httptest.Server, *lease.Store, *clocktesting.Fake
 	store.UpsertProxy(lease.ProxyInfo{Namespace: "a", Name: "p1", URL: "http://127.0.0.1:3128", Host: "127.0.0.1", Port: 3128,
 		Attributes: map[string]string{"region": "eu"}, LatencyMillis: 3, Healthy: true})
 	store.UpsertProxy(lease.ProxyInfo{Namespace: "a", Name: "p2", Attributes: map[string]string{"region": "us"}, Healthy: false})
-	w := &fullWaiter{store: store, clock: fc}
+	w := &fullWaiter{inner: &leasingtest.Queue{Store: store}, clock: fc}
 	svc, err := leasing.NewService(leasing.APIHTTP, discovery.DefaultMaxWait, leasing.ServiceDeps{Store: store, Queue: w, Clock: fc})
 	if err != nil {
 		t.Fatal(err)

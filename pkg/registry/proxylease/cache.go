@@ -81,7 +81,7 @@ func newLeaseCache(svc *leasing.Service, clk clock.PassiveClock, historySize int
 	// Subscribe before reading the revision, hold events back until it is
 	// known, then drop those at or below it: every change is seen once.
 	cancel := svc.Watch(c.onEvent)
-	rev := svc.Revision()
+	rev := svc.FeedRevision()
 	c.mu.Lock()
 	c.rev, c.floor = rev, rev
 	c.ready = true
@@ -170,13 +170,14 @@ func (c *leaseCache) awaitLocked(rev uint64) {
 	}
 }
 
-// get renders the live lease namespace/name.
-func (c *leaseCache) get(namespace, name string) (leasing.Lease, *leasingv1alpha1.ProxyLease, bool) {
-	l, ok := c.svc.GetByName(namespace, name)
-	if !ok {
-		return leasing.Lease{}, nil, false
+// get renders the live lease namespace/name. Errors: the leasing
+// Service's (ReasonNotLeader).
+func (c *leaseCache) get(ctx context.Context, namespace, name string) (leasing.Lease, *leasingv1alpha1.ProxyLease, bool, error) {
+	l, ok, err := c.svc.GetByName(ctx, namespace, name)
+	if err != nil || !ok {
+		return leasing.Lease{}, nil, false, err
 	}
-	return l, buildObject(&l, c.rvBase.Load()), true
+	return l, buildObject(&l, c.rvBase.Load()), true, nil
 }
 
 // render is the object of a lease the service just returned.
@@ -186,8 +187,12 @@ func (c *leaseCache) render(l *leasing.Lease) *leasingv1alpha1.ProxyLease {
 
 // list renders the live leases of namespace ("" = all) that pred accepts,
 // sorted by namespace and name, and the resourceVersion they reflect.
-func (c *leaseCache) list(namespace string, pred func(*leasingv1alpha1.ProxyLease) bool) ([]leasingv1alpha1.ProxyLease, uint64) {
-	leases, rev := c.svc.List(namespace)
+// Errors: the leasing Service's (ReasonNotLeader).
+func (c *leaseCache) list(ctx context.Context, namespace string, pred func(*leasingv1alpha1.ProxyLease) bool) ([]leasingv1alpha1.ProxyLease, uint64, error) {
+	leases, rev, err := c.svc.List(ctx, namespace)
+	if err != nil {
+		return nil, 0, err
+	}
 	var out []leasingv1alpha1.ProxyLease
 	for i := range leases {
 		if obj := buildObject(&leases[i], c.rvBase.Load()); pred(obj) {
@@ -197,7 +202,7 @@ func (c *leaseCache) list(namespace string, pred func(*leasingv1alpha1.ProxyLeas
 	c.mu.Lock()
 	c.awaitLocked(rev)
 	c.mu.Unlock()
-	return out, c.rvBase.Load() + rev
+	return out, c.rvBase.Load() + rev, nil
 }
 
 // resourceVersion is the resourceVersion of the last event applied.
@@ -269,9 +274,15 @@ func (c *leaseCache) watch(ctx context.Context, namespace string, opts *metainte
 	var initial []leasing.Lease
 	var initialRev uint64
 	if sendInitial {
-		initial, initialRev = c.svc.List(namespace)
+		var err error
+		if initial, initialRev, err = c.svc.List(ctx, namespace); err != nil {
+			return nil, err
+		}
 	}
-	newest := c.svc.Revision()
+	newest, err := c.svc.Revision(ctx)
+	if err != nil {
+		return nil, err
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -454,7 +465,7 @@ func (w *cacheWatcher) ResultChan() <-chan watch.Event { return w.result }
 // revision, and the history starts there, so a watch from a resourceVersion
 // of the previous process resumes.
 func (c *leaseCache) restored(rvBase uint64) {
-	rev := c.svc.Revision()
+	rev := c.svc.FeedRevision()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rvBase.Store(rvBase)

@@ -246,7 +246,10 @@ func TestCacheSeesLeasesThatExistedBeforeIt(t *testing.T) {
 	}
 	late, closeLate := newLeaseCache(f.rest.svc, f.clock, 8)
 	defer closeLate()
-	items, rev := late.list("ns", predicateFor(nil))
+	items, rev, err := late.list(context.Background(), "ns", predicateFor(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(items) != 1 || items[0].Name != "old" || rev != f.cache.resourceVersion() {
 		t.Errorf("late cache: %v at %d, want [old] at %d", leaseNames(items), rev, f.cache.resourceVersion())
 	}

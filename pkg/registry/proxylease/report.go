@@ -39,9 +39,6 @@ func (r *ReportREST) NamespaceScoped() bool { return true }
 
 // Create records the report on lease name.
 func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
-	if err := serving(ctx, r.svc, name); err != nil {
-		return nil, err
-	}
 	rep, ok := obj.(*leasingv1alpha1.ProxyLeaseReport)
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a ProxyLeaseReport: %T", obj))
@@ -62,7 +59,9 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		}
 	}
 	if options != nil && dryrun.IsDryRun(options.DryRun) {
-		if _, _, ok := r.svc.LookupName(namespace, name); !ok {
+		if ok, err := r.svc.Reportable(ctx, namespace, name); err != nil {
+			return nil, statusFor(reportKind, name, nil, err, nil)
+		} else if !ok {
 			return nil, apierrors.NewNotFound(proxyLeaseResource, name)
 		}
 		return reportStatus(name, rep, true), nil

@@ -1,7 +1,6 @@
 package proxylease
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -16,15 +15,6 @@ import (
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
-
-// serving is nil when this replica serves leases, else the 503 naming the
-// leader: a standby's store is empty, so it must not answer reads either.
-func serving(ctx context.Context, svc *leasing.Service, name string) error {
-	if err := svc.Serving(ctx); err != nil {
-		return statusFor(proxyLeaseKind, name, nil, err, nil)
-	}
-	return nil
-}
 
 // leaseStatus is the answer to a failed request on ProxyLease pl.
 func leaseStatus(pl *leasingv1alpha1.ProxyLease, err error) error {

@@ -210,10 +210,10 @@ func (r *REST) acquire(ctx context.Context, namespace, holder string, pl *leasin
 
 // Get returns a live lease.
 func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
-	if err := serving(ctx, r.svc, name); err != nil {
-		return nil, err
+	_, obj, ok, err := r.cache.get(ctx, genericapirequest.NamespaceValue(ctx), name)
+	if err != nil {
+		return nil, statusFor(proxyLeaseKind, name, nil, err, nil)
 	}
-	_, obj, ok := r.cache.get(genericapirequest.NamespaceValue(ctx), name)
 	if !ok {
 		return nil, apierrors.NewNotFound(proxyLeaseResource, name)
 	}
@@ -225,10 +225,10 @@ func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runt
 // the newest state: limit is ignored (the whole list is one page) and an
 // Exact resourceVersionMatch other than the newest is 410 Gone.
 func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
-	if err := serving(ctx, r.svc, ""); err != nil {
-		return nil, err
+	items, rev, err := r.cache.list(ctx, genericapirequest.NamespaceValue(ctx), predicateFor(options))
+	if err != nil {
+		return nil, statusFor(proxyLeaseKind, "", nil, err, nil)
 	}
-	items, rev := r.cache.list(genericapirequest.NamespaceValue(ctx), predicateFor(options))
 	if options != nil && options.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
 		want, err := parseResourceVersion(options.ResourceVersion)
 		if err != nil {
@@ -248,10 +248,11 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 
 // Watch streams lease events; see leaseCache.watch.
 func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
-	if err := serving(ctx, r.svc, ""); err != nil {
-		return nil, err
+	w, err := r.cache.watch(ctx, genericapirequest.NamespaceValue(ctx), options)
+	if err != nil {
+		return nil, statusFor(proxyLeaseKind, "", nil, err, nil)
 	}
-	return r.cache.watch(ctx, genericapirequest.NamespaceValue(ctx), options)
+	return w, nil
 }
 
 // Update renews the lease for spec.ttlSeconds from now; labels and
@@ -260,12 +261,9 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 // TTL is unchanged.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	if err := serving(ctx, r.svc, name); err != nil {
-		return nil, false, err
-	}
 	namespace := genericapirequest.NamespaceValue(ctx)
 	r.updateMu.Lock()
-	cur, old, ok, err := r.lookup(namespace, name)
+	cur, old, ok, err := r.lookup(ctx, namespace, name)
 	if err != nil {
 		r.updateMu.Unlock()
 		return nil, false, statusFor(proxyLeaseKind, name, nil, err, nil)
@@ -363,9 +361,9 @@ func (r *REST) createFromUpdate(ctx context.Context, name string, objInfo rest.U
 // back first if name is its signed ID (leasing.Service.Reclaim). ok false:
 // no such lease; err: one that cannot come back (the leasing error: ended,
 // no room).
-func (r *REST) lookup(namespace, name string) (leasing.Lease, *leasingv1alpha1.ProxyLease, bool, error) {
-	if l, obj, ok := r.cache.get(namespace, name); ok {
-		return l, obj, true, nil
+func (r *REST) lookup(ctx context.Context, namespace, name string) (leasing.Lease, *leasingv1alpha1.ProxyLease, bool, error) {
+	if l, obj, ok, err := r.cache.get(ctx, namespace, name); err != nil || ok {
+		return l, obj, ok, err
 	}
 	l, err := r.svc.Reclaim(leasing.AnyHolder, namespace, name)
 	switch {
@@ -379,10 +377,7 @@ func (r *REST) lookup(namespace, name string) (leasing.Lease, *leasingv1alpha1.P
 
 // Delete releases the lease.
 func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
-	if err := serving(ctx, r.svc, name); err != nil {
-		return nil, false, err
-	}
-	cur, obj, ok, err := r.lookup(genericapirequest.NamespaceValue(ctx), name)
+	cur, obj, ok, err := r.lookup(ctx, genericapirequest.NamespaceValue(ctx), name)
 	if err != nil && !leasing.IsEnded(err) && !leasing.IsNoRoom(err) {
 		return nil, false, statusFor(proxyLeaseKind, name, nil, err, nil)
 	}
@@ -423,10 +418,10 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 // DeleteCollection releases every lease the list options select.
 func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions,
 	listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
-	if err := serving(ctx, r.svc, ""); err != nil {
-		return nil, err
+	items, rev, err := r.cache.list(ctx, genericapirequest.NamespaceValue(ctx), predicateFor(listOptions))
+	if err != nil {
+		return nil, statusFor(proxyLeaseKind, "", nil, err, nil)
 	}
-	items, rev := r.cache.list(genericapirequest.NamespaceValue(ctx), predicateFor(listOptions))
 	out := &leasingv1alpha1.ProxyLeaseList{Items: []leasingv1alpha1.ProxyLease{}}
 	out.ResourceVersion = fmt.Sprint(rev)
 	for i := range items {

@@ -27,6 +27,7 @@ import (
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing/leasingtest"
 )
 
 var epoch = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -35,7 +36,7 @@ type fixture struct {
 	t      testing.TB
 	clock  *clocktesting.FakeClock
 	store  *lease.Store
-	queue  *fakeQueue
+	queue  *leasingtest.Queue
 	rec    *outcomes
 	rest   *REST
 	report *ReportREST
@@ -52,7 +53,7 @@ func newFixture(t testing.TB, opts lease.Options, proxies ...lease.ProxyInfo) *f
 	for _, p := range proxies {
 		store.UpsertProxy(p)
 	}
-	q, rec := &fakeQueue{store: store}, &outcomes{}
+	q, rec := &leasingtest.Queue{Store: store}, &outcomes{}
 	svc, err := leasing.NewService(leasing.APIKubernetes, 30*time.Second, leasing.ServiceDeps{Store: store, Queue: q, Clock: clk, Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
@@ -311,13 +312,13 @@ func TestNamespaceIsolation(t *testing.T) {
 
 func TestCreateRefusesAProxyOfAnotherNamespace(t *testing.T) {
 	f := newFixture(t, lease.Options{}, proxy("team-a", "px-a", nil))
-	f.queue.crossNamespace = true // a queue that wrongly grants another namespace's proxy
+	f.queue.Mutate = func(r *lease.AcquireRequest) { r.Namespace = "" } // a queue that wrongly grants another namespace's proxy
 	_, err := f.create(ctxFor("team-b", "u"), newLease("b1"))
 	if err == nil || !apierrors.IsInternalError(err) {
 		t.Fatalf("err = %v, want an internal error", err)
 	}
-	if len(f.queue.calls) != 1 || len(f.store.List("")) != 0 {
-		t.Errorf("the wrongly granted lease was not released: calls %v, live %d", f.queue.calls, len(f.store.List("")))
+	if calls := f.queue.Calls(); len(calls) != 1 || len(f.store.List("")) != 0 {
+		t.Errorf("the wrongly granted lease was not released: calls %v, live %d", calls, len(f.store.List("")))
 	}
 }
 

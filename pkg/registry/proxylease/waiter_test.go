@@ -19,42 +19,8 @@ import (
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing/leasingtest"
 )
-
-type waitCall struct {
-	Req      lease.AcquireRequest
-	Priority int
-	Deadline time.Time
-}
-
-// fakeQueue grants from the store at once, records calls and can fail the
-// next call.
-type fakeQueue struct {
-	store   *lease.Store
-	calls   []waitCall
-	nextErr error
-	// crossNamespace drops the request's namespace (a broken queue).
-	crossNamespace bool
-}
-
-var _ leasing.Queue = (*fakeQueue)(nil)
-
-func (w *fakeQueue) Wait(_ context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
-	w.calls = append(w.calls, waitCall{Req: req, Priority: priority, Deadline: deadline})
-	if err := w.nextErr; err != nil {
-		w.nextErr = nil
-		return nil, err
-	}
-	if w.crossNamespace {
-		req.Namespace = ""
-	}
-	return w.store.Acquire(req)
-}
-
-type retryAfterError struct{ d time.Duration }
-
-func (e retryAfterError) Error() string             { return "queue full" }
-func (e retryAfterError) RetryAfter() time.Duration { return e.d }
 
 func TestWaitingCreateGoesThroughTheWaiter(t *testing.T) {
 	f := newFixture(t, lease.Options{MaxLeasesPerProxy: 10}, proxy("ns", "px", nil))
@@ -71,19 +37,19 @@ func TestWaitingCreateGoesThroughTheWaiter(t *testing.T) {
 	if got.Status.Proxy == nil || got.Status.Proxy.Name != "px" {
 		t.Fatalf("status %+v", got.Status)
 	}
-	want := []waitCall{{
+	want := []leasingtest.Call{{
 		Req:      lease.AcquireRequest{Namespace: "ns", Name: "w1", Target: "example.com", TTL: 5 * time.Minute, Holder: "carol", Flow: "carol"},
 		Priority: 3, Deadline: epoch.Add(5 * time.Second),
 	}}
 	// The metadata the store keeps is checked where it is rendered.
-	if diff := cmp.Diff(want, w.calls, cmpopts.IgnoreFields(lease.AcquireRequest{}, "Meta")); diff != "" {
+	if diff := cmp.Diff(want, w.Calls(), cmpopts.IgnoreFields(lease.AcquireRequest{}, "Meta")); diff != "" {
 		t.Errorf("waiter calls (-want +got):\n%s", diff)
 	}
 	// Without waitSeconds the request goes through the waiter too, with a
 	// deadline of now: no create bypasses the queue's fairness.
 	f.mustCreate(ctx, newLease("direct"))
-	if len(w.calls) != 2 || !w.calls[1].Deadline.Equal(epoch) {
-		t.Errorf("waiter calls %+v, want a second one with deadline %s", w.calls, epoch)
+	if calls := w.Calls(); len(calls) != 2 || !calls[1].Deadline.Equal(epoch) {
+		t.Errorf("waiter calls %+v, want a second one with deadline %s", calls, epoch)
 	}
 	// Over the server's maximum wait: 422.
 	_, err := f.create(ctx, newLease("long", func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.WaitSeconds = 31 }))
@@ -91,29 +57,30 @@ func TestWaitingCreateGoesThroughTheWaiter(t *testing.T) {
 		t.Errorf("waitSeconds over the maximum: %v", err)
 	}
 
+	queueFull := leasing.WaitResult{Outcome: leasing.WaitQueueFull, RetryAfter: 2500 * time.Millisecond, Err: errors.New("queue full")}
 	tests := []struct {
-		err   error
+		res   leasing.WaitResult
 		check func(error) bool
 		text  string
 	}{
-		{retryAfterError{2500 * time.Millisecond}, apierrors.IsTooManyRequests, "wait queue"},
-		{lease.ErrNoMatch, apierrors.IsConflict, "within waitSeconds (5)"},
-		{&lease.NoMatchError{Considered: 2, AtCapacity: 2}, apierrors.IsConflict, "at capacity 2"},
-		{fmt.Errorf("waiting: %w", context.Canceled), apierrors.IsTimeout, "gave up"},
-		{fmt.Errorf("waiting: %w", leasing.ErrShuttingDown), apierrors.IsServiceUnavailable, "shutting down"},
-		{errors.New("a bug"), apierrors.IsInternalError, "a bug"},
+		{queueFull, apierrors.IsTooManyRequests, "wait queue"},
+		{leasing.WaitResult{Outcome: leasing.WaitNoMatch, Err: lease.ErrNoMatch}, apierrors.IsConflict, "within waitSeconds (5)"},
+		{leasing.WaitResult{Outcome: leasing.WaitNoMatch, Counts: lease.NoMatchError{Considered: 2, AtCapacity: 2}}, apierrors.IsConflict, "at capacity 2"},
+		{leasing.WaitResult{Outcome: leasing.WaitCancelled, Err: fmt.Errorf("waiting: %w", context.Canceled)}, apierrors.IsTimeout, "gave up"},
+		{leasing.WaitResult{Outcome: leasing.WaitShuttingDown, Err: leasing.ErrShuttingDown}, apierrors.IsServiceUnavailable, "shutting down"},
+		{leasing.WaitResult{Outcome: leasing.WaitRefused, Err: errors.New("a bug")}, apierrors.IsInternalError, "a bug"},
 	}
 	for i, tt := range tests {
-		w.nextErr = tt.err
+		w.Next(tt.res)
 		_, err := f.create(ctx, waiting(fmt.Sprintf("e%d", i)))
 		if !tt.check(err) || !strings.Contains(err.Error(), tt.text) {
-			t.Errorf("waiter error %v answered %v", tt.err, err)
+			t.Errorf("waiter result %+v answered %v", tt.res, err)
 		}
 		if _, gerr := f.rest.Get(ctx, fmt.Sprintf("e%d", i), nil); !apierrors.IsNotFound(gerr) {
 			t.Errorf("failed wait left a lease: %v", gerr)
 		}
 	}
-	w.nextErr = retryAfterError{2500 * time.Millisecond}
+	w.Next(queueFull)
 	_, err = f.create(ctx, waiting("retry"))
 	if d, ok := apierrors.SuggestsClientDelay(err); !ok || d != 3 {
 		t.Errorf("429 suggests a delay of %d (%v), want 3s", d, ok)
