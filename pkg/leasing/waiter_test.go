@@ -15,7 +15,6 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
 
-
 // waiterEnv is a real lease store with one healthy proxy, on a fake clock,
 // behind the wait queue as Run wires it.
 type waiterEnv struct {
