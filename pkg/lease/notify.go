@@ -55,12 +55,21 @@ func (s *Store) emitLocked(p *pending, t EventType, r Reason, le *leaseEntry) {
 
 // OnCapacity registers a hook called whenever capacity may have appeared: a
 // release, an expiry, a cooldown end, a proxy added, turned healthy or with
-// new attributes. Hooks run after the store lock is released, on the
-// goroutine of the store call that observed the change — which may be any
-// store call, including one the hook's owner makes while holding its own
-// locks. So a hook must not block and must not take locks: signal (a
-// non-blocking send on a buffered channel) and do the work elsewhere.
-// Spurious calls are possible. The returned func unregisters the hook.
+// new attributes. Hooks run after the store lock is released (and after the
+// events of the same change are delivered), on the goroutine of the store
+// call that observed the change — which may be any store call, including one
+// the hook's owner makes while holding its own locks.
+//
+// So a hook must never wait: not for a lock, a channel or I/O. It may call
+// the store (its lock is free), and it may take a lock with TryLock, leaving
+// the work to the holder when that fails. The wait queue's hook
+// (flowcontrol.Core.OnCapacity) does exactly that: it runs the dispatch
+// round on this goroutine when its mutex is free, so a release is granted to
+// a waiter before the release returns, and otherwise flags the round for the
+// goroutine that holds the mutex. (The contract used to forbid every lock;
+// it now forbids what can deadlock, waiting, and allows the TryLock the
+// queue relies on.) Spurious calls are possible. The returned func
+// unregisters the hook.
 func (s *Store) OnCapacity(fn func()) (cancel func()) {
 	s.mu.Lock()
 	s.nextID++
@@ -83,7 +92,8 @@ func (s *Store) OnCapacity(fn func()) (cancel func()) {
 // held, on the goroutine of the store call that caused them. fn must not
 // block and must not call the store: delivery is serialised, so a blocked fn
 // stalls every store call that produces events, and a store call from fn
-// deadlocks. Enqueue without blocking (e.g. a buffered channel; on overflow,
+// deadlocks. It may take a leaf lock that is held only briefly and never
+// around a store call (the wait queue's list of flows whose Held changed). Enqueue without blocking (e.g. a buffered channel; on overflow,
 // end the watch and let the client re-list). A watch that calls Subscribe
 // first and Snapshot second sees every change once: drop events whose
 // Revision is not above the snapshot's. A cancelled subscriber may still get

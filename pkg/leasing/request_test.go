@@ -1,0 +1,75 @@
+package leasing
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+)
+
+// The report results are one list (lease.Results); the two APIs' enums, which
+// cannot import it (apis/ imports nothing of pkg/, wire only the standard
+// library), are held to it here.
+func TestReportResultsAreOneList(t *testing.T) {
+	apiEnum := []string{string(leasingv1alpha1.ResultOK), string(leasingv1alpha1.ResultRateLimited), string(leasingv1alpha1.ResultBanned)}
+	wireEnum := []string{wire.ResultOK, wire.ResultRateLimited, wire.ResultBanned}
+	if d := cmp.Diff(lease.Results(), apiEnum); d != "" {
+		t.Errorf("ProxyLeaseReport results (-server +api):\n%s", d)
+	}
+	if d := cmp.Diff(lease.Results(), wireEnum); d != "" {
+		t.Errorf("HTTP API results (-server +wire):\n%s", d)
+	}
+	for _, r := range lease.Results() {
+		if !lease.ValidResult(r) {
+			t.Errorf("%q is listed but not valid", r)
+		}
+	}
+	if lease.ValidResult("") || lease.ValidResult("OK") {
+		t.Error("a result outside the list is valid")
+	}
+}
+
+// One set of request limits: Validate names the field of each broken rule,
+// relative to the request, and takes what the ProxyLease API takes.
+func TestRequestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		req  Request
+		want []string // the fields named
+	}{
+		{"empty request", Request{}, nil},
+		{"everything at its limit", Request{Namespace: strings.Repeat("n", 63), Target: strings.Repeat("t", 253),
+			Selector: map[string]string{strings.Repeat("k", 253): strings.Repeat("v", 253)}}, nil},
+		{"namespace not a DNS label", Request{Namespace: "Team_A"}, []string{"namespace"}},
+		{"target over 253 bytes", Request{Target: strings.Repeat("t", 254)}, []string{"target"}},
+		{"target with a space", Request{Target: "a b"}, []string{"target"}},
+		{"target with a control character", Request{Target: "a\x00b"}, []string{"target"}},
+		{"target not UTF-8", Request{Target: "a\xffb"}, []string{"target"}},
+		{"empty selector key", Request{Selector: map[string]string{"": "x"}}, []string{"selector"}},
+		{"selector value over 253 bytes", Request{Selector: map[string]string{"k": strings.Repeat("v", 254)}}, []string{"selector[k]"}},
+		{"selector value with a newline", Request{Selector: map[string]string{"k": "a\nb"}}, []string{"selector[k]"}},
+		{"two broken fields", Request{Namespace: "-", Target: "a b"}, []string{"namespace", "target"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, e := range tc.req.Validate() {
+				got = append(got, e.Field)
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("fields (-want +got):\n%s", d)
+			}
+		})
+	}
+	many := map[string]string{}
+	for i := range leasingv1alpha1.MaxSelectorEntries + 1 {
+		many[strings.Repeat("k", i+1)] = "v"
+	}
+	if errs := (Request{Selector: many}).Validate(); len(errs) != 1 || errs[0].Field != "selector" {
+		t.Errorf("33 selector pairs: %v", errs)
+	}
+}
