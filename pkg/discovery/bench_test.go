@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
@@ -54,10 +54,11 @@ func benchServerWith(b *testing.B, noop http.HandlerFunc) (*httptest.Server, *ht
 		// Same middleware chain (recover, log, body limit, auth), no work.
 		h = s.wrap(noop)
 	}
-	// Requests carry a discarding logger, as under the manager (which sets one).
-	inner := h
+	// Requests carry the operator's logger (JSON at info, as
+	// cmd/proxy-operator sets it up), writing nowhere.
+	inner, logger := h, zap.New(zap.WriteTo(io.Discard))
 	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		inner.ServeHTTP(w, r.WithContext(log.IntoContext(r.Context(), logr.Discard())))
+		inner.ServeHTTP(w, r.WithContext(log.IntoContext(r.Context(), logger)))
 	})
 	srv := httptest.NewServer(h)
 	b.Cleanup(srv.Close)

@@ -95,13 +95,17 @@ func (s *Server) requestLog(next http.Handler) http.Handler {
 			status = rec.status
 		}
 		logger := log.FromContext(r.Context())
-		kv := []any{"method", r.Method, "path", r.URL.Path, "status", status,
-			"durationMillis", time.Since(start).Milliseconds(), "identity", ri.identity, "remoteAddr", r.RemoteAddr}
-		if status >= 500 {
-			logger.Info("discovery request failed", kv...)
-			return
+		msg := "discovery request failed"
+		if status < 500 {
+			// Successes are logged at V(1), usually off: then nothing is
+			// built for them.
+			if logger = logger.V(1); !logger.Enabled() {
+				return
+			}
+			msg = "discovery request"
 		}
-		logger.V(1).Info("discovery request", kv...)
+		logger.Info(msg, "method", r.Method, "path", r.URL.Path, "status", status,
+			"durationMillis", time.Since(start).Milliseconds(), "identity", ri.identity, "remoteAddr", r.RemoteAddr)
 	})
 }
 

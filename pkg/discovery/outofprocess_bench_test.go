@@ -4,12 +4,19 @@ package discovery
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,20 +28,39 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 )
 
-// The out-of-process HTTP benchmark: the server (the real one, or the same
-// middleware over a no-op handler) runs in this process, the clients in a
-// child process (this test binary, re-executed as TestHTTPLoadProcess), so
-// the two do not share a Go runtime and this process's CPU is the server's.
+// The out-of-process HTTP benchmark: the server runs in this process, the
+// clients in a child process (this test binary, re-executed as
+// TestHTTPLoadProcess), so the two do not share a Go runtime and this
+// process's CPU is the server's. Every server speaks TLS, as the operator's
+// API does.
 const httpLoadEnv = "PROXY_OPERATOR_HTTP_LOAD"
 
+// An operator to measure instead of the in-process API (for example the one
+// `make dev` runs): its base URL, bearer token and CA certificate file
+// (.dev/discovery-url, .dev/discovery-token, .dev/ca.crt).
+const (
+	benchURLEnv   = "PROXY_OPERATOR_BENCH_URL"
+	benchTokenEnv = "PROXY_OPERATOR_BENCH_TOKEN"
+	benchCAEnv    = "PROXY_OPERATOR_BENCH_CA"
+)
+
 type httpLoad struct {
-	URL   string
-	Conns int
-	Pairs int
+	URL    string
+	Token  string
+	CAFile string
+	Conns  int
+	Pairs  int
 }
 
-// noopLeaseBody is what the no-op handler answers a POST: a body of the size
-// of a real lease answer, so both sides move the same bytes.
+// benchTarget is one server the load generator drives.
+type benchTarget struct {
+	name, url, token, caFile string
+	// own: the server runs in this process, whose CPU is then its.
+	own bool
+}
+
+// noopLeaseBody is what the no-op handlers answer a POST: a body of the size
+// of a real lease answer, so every server moves the same bytes.
 func noopLeaseBody(b *testing.B, srvURL string, c *http.Client) []byte {
 	b.Helper()
 	data := benchDo(b, c, "POST", srvURL+"/v1/leases", `{"selector":{"zone":"z1"},"ttlSeconds":60}`)
@@ -46,17 +72,10 @@ func noopLeaseBody(b *testing.B, srvURL string, c *http.Client) []byte {
 	return data
 }
 
-// BenchmarkHTTPOutOfProcess: acquire+release pairs (POST /v1/leases, DELETE
-// /v1/leases/{id}) from a load generator in its own process, 16 and 64
-// keep-alive connections, against the real API and against the same stack
-// (recover, request log, body limit, bearer auth) over a handler that only
-// answers (a body of the same size for the POST). b.N is the pairs per run.
-//
-//	go test ./pkg/discovery -run '^$' -bench OutOfProcess -benchtime 20000x -count 3
-func BenchmarkHTTPOutOfProcess(b *testing.B) {
-	real, c := benchServer(b, false)
-	body := noopLeaseBody(b, real.URL, c)
-	noop, _ := benchServerWith(b, func(w http.ResponseWriter, r *http.Request) {
+// answerOnly answers as the API does (a lease-sized body for the POST, 204
+// for the DELETE) and does nothing else.
+func answerOnly(body []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		if r.Method == http.MethodPost {
 			w.Header().Set("Content-Type", "application/json")
@@ -65,13 +84,78 @@ func BenchmarkHTTPOutOfProcess(b *testing.B) {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
-	})
+	}
+}
+
+// bareHandler is the true limit of the stack: the bearer check and the
+// same answers as the API, no middleware, no store.
+func bareHandler(body []byte) http.HandlerFunc {
+	want := sha256.Sum256([]byte("bench-token"))
+	answer := answerOnly(body)
+	return func(w http.ResponseWriter, r *http.Request) {
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got := sha256.Sum256([]byte(token))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		answer(w, r)
+	}
+}
+
+// tlsServer serves h over TLS on loopback and writes its certificate where
+// the load generator can trust it.
+func tlsServer(b *testing.B, h http.Handler) (url, caFile string) {
+	b.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.StartTLS()
+	b.Cleanup(srv.Close)
+	caFile = filepath.Join(b.TempDir(), "ca.crt")
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(caFile, pemBytes, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return srv.URL, caFile
+}
+
+// BenchmarkHTTPOutOfProcess: acquire+release pairs (POST /v1/leases, DELETE
+// /v1/leases/{id}) from a load generator in its own process, over 16 and 64
+// keep-alive TLS connections, against
+//   - lease: the real API (middleware, leasing Service, wait queue, store),
+//     with the operator's JSON logger at info;
+//   - chain: the same middleware (recover, request log, body limit, bearer
+//     auth) over a handler that only answers;
+//   - bare: a handler that checks the bearer token and answers the same
+//     bodies, nothing else (the true limit);
+//   - external: with PROXY_OPERATOR_BENCH_URL, _TOKEN and _CA set, that
+//     operator (for example `make dev`'s), beside bare.
+//
+// b.N is the pairs per run.
+//
+//	go test ./pkg/discovery -run '^$' -bench OutOfProcess -benchtime 20000x -count 3
+func BenchmarkHTTPOutOfProcess(b *testing.B) {
+	real, c := benchServer(b, false)
+	body := noopLeaseBody(b, real.URL, c)
+	leaseURL, leaseCA := tlsServer(b, real.Config.Handler)
+	chain, _ := benchServerWith(b, answerOnly(body))
+	chainURL, chainCA := tlsServer(b, chain.Config.Handler)
+	bareURL, bareCA := tlsServer(b, bareHandler(body))
+	targets := []benchTarget{
+		{name: "lease", url: leaseURL, token: "bench-token", caFile: leaseCA, own: true},
+		{name: "chain", url: chainURL, token: "bench-token", caFile: chainCA, own: true},
+		{name: "bare", url: bareURL, token: "bench-token", caFile: bareCA, own: true},
+	}
+	if u := os.Getenv(benchURLEnv); u != "" {
+		token, err := os.ReadFile(os.Getenv(benchTokenEnv))
+		if err != nil {
+			b.Fatalf("%s: %v", benchTokenEnv, err)
+		}
+		targets = append(targets, benchTarget{name: "external", url: strings.TrimSpace(u), token: strings.TrimSpace(string(token)), caFile: os.Getenv(benchCAEnv)})
+	}
 	for _, conns := range []int{16, 64} {
-		for _, target := range []struct {
-			name, url string
-		}{{"lease", real.URL}, {"noop", noop.URL}} {
+		for _, target := range targets {
 			b.Run(fmt.Sprintf("%s/conns=%d", target.name, conns), func(b *testing.B) {
-				spec, err := json.Marshal(httpLoad{URL: target.url, Conns: conns, Pairs: b.N})
+				spec, err := json.Marshal(httpLoad{URL: target.url, Token: target.token, CAFile: target.caFile, Conns: conns, Pairs: b.N})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -93,7 +177,9 @@ func BenchmarkHTTPOutOfProcess(b *testing.B) {
 					b.Fatalf("load generator printed no rate:\n%s", out)
 				}
 				b.ReportMetric(rate, "pairs/s")
-				b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "server-µs/pair")
+				if target.own {
+					b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "server-µs/pair")
+				}
 			})
 		}
 	}
@@ -110,7 +196,13 @@ func TestHTTPLoadProcess(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		t.Fatal(err)
 	}
-	tr := &http.Transport{MaxIdleConns: spec.Conns, MaxIdleConnsPerHost: spec.Conns, MaxConnsPerHost: spec.Conns}
+	pool := x509.NewCertPool()
+	caPEM, err := os.ReadFile(spec.CAFile)
+	if err != nil || !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("reading the server's CA %s: %v", spec.CAFile, err)
+	}
+	tr := &http.Transport{MaxIdleConns: spec.Conns, MaxIdleConnsPerHost: spec.Conns, MaxConnsPerHost: spec.Conns,
+		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	do := func(ctx context.Context, method, url, body string) ([]byte, error) {
@@ -118,7 +210,7 @@ func TestHTTPLoadProcess(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		req.Header.Set("Authorization", "Bearer bench-token")
+		req.Header.Set("Authorization", "Bearer "+spec.Token)
 		resp, err := c.Do(req)
 		if err != nil {
 			return nil, err

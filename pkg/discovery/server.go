@@ -69,10 +69,12 @@ func SingleToken(token string) map[string]string {
 type Server struct {
 	opts Options
 	// tokens are swapped whole by SetTokens (a reloaded token Secret).
-	tokens  atomic.Pointer[[]tokenEntry]
-	mux     *http.ServeMux
-	handler http.Handler
-	stopped chan struct{}
+	tokens atomic.Pointer[[]tokenEntry]
+	// mux serves the routes and, for anything else, notRouted; routed holds
+	// the routes alone, for notRouted to learn the 404 or 405.
+	mux, routed *http.ServeMux
+	handler     http.Handler
+	stopped     chan struct{}
 }
 
 type tokenEntry struct {
@@ -97,7 +99,7 @@ func New(opts Options) (*Server, error) {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	s := &Server{opts: opts, mux: http.NewServeMux(), stopped: make(chan struct{})}
+	s := &Server{opts: opts, mux: http.NewServeMux(), routed: http.NewServeMux(), stopped: make(chan struct{})}
 	entries, err := tokenEntries(opts.Tokens)
 	if err != nil {
 		return nil, err
@@ -105,8 +107,12 @@ func New(opts Options) (*Server, error) {
 	s.tokens.Store(&entries)
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.method+" "+rt.path, rt.handler)
+		s.routed.HandleFunc(rt.method+" "+rt.path, rt.handler)
 	}
-	s.handler = s.wrap(http.HandlerFunc(s.dispatch))
+	// Whatever no route takes is answered in JSON (notRouted); a route's
+	// request costs one lookup.
+	s.mux.HandleFunc("/", s.notRouted)
+	s.handler = s.wrap(s.mux)
 	return s, nil
 }
 
@@ -228,15 +234,11 @@ func (s *Server) routes() []route {
 	}
 }
 
-// dispatch serves the mux, answering unknown routes and methods in JSON.
-func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
-	h, pattern := s.mux.Handler(r)
-	if pattern != "" {
-		s.mux.ServeHTTP(w, r) // (not h: only the mux sets r.PathValue)
-		return
-	}
-	// The mux's own 404/405 answer is plain text: learn its status and Allow
-	// header, answer in JSON.
+// notRouted answers in JSON what no route takes. The mux of the routes
+// alone (routed) would answer 404 or 405 in plain text: learn its status
+// and Allow header from it.
+func (s *Server) notRouted(w http.ResponseWriter, r *http.Request) {
+	h, _ := s.routed.Handler(r)
 	probe := &headerProbe{header: http.Header{}}
 	h.ServeHTTP(probe, r)
 	switch probe.status {

@@ -90,9 +90,6 @@ func (c *Controller[R, G]) HeldChanged(flow string) { c.core.HeldChanged(flow) }
 // Core.Waiting).
 func (c *Controller[R, G]) Waiting(match func(R) bool) int { return c.core.Waiting(match) }
 
-// Stats returns a snapshot of the core's counters.
-func (c *Controller[R, G]) Stats() Stats { return c.core.Stats() }
-
 // Shutdown evicts every waiting request with OutcomeEvictedShutdown, rejects
 // later ones, stops the timer, and waits until every EnqueueAndWait that was
 // queued has returned, or ctx ends.

@@ -425,14 +425,6 @@ func (c *Core[R, G]) Shutdown() int {
 	return n
 }
 
-// Stats returns a snapshot of the counters.
-func (c *Core[R, G]) Stats() Stats {
-	c.mu.Lock()
-	st := c.stats
-	c.unlock()
-	return st
-}
-
 // Waiting counts the queued requests whose payload match accepts (match
 // runs under the core's lock and must not call the core). A ProxyPool sizes
 // itself from it: requests waiting for a proxy it could provide.

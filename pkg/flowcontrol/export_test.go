@@ -33,3 +33,14 @@ func pausesFor[R, G any](c *Core[R, G]) *testPauses[R, G] {
 	c.pauses = p
 	return p
 }
+
+// Stats returns a snapshot of the counters.
+func (c *Core[R, G]) Stats() Stats {
+	c.mu.Lock()
+	st := c.stats
+	c.unlock()
+	return st
+}
+
+// Stats returns a snapshot of the core's counters.
+func (c *Controller[R, G]) Stats() Stats { return c.core.Stats() }

@@ -2,7 +2,6 @@ package leasing
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,19 +39,6 @@ type Leasing struct {
 type Clock interface {
 	clock.WithTicker
 	AfterFunc(d time.Duration, f func()) clock.Timer
-}
-
-// New builds the store and the queue for opts on clk. Nothing runs until
-// the Runnables are started.
-func New(opts Options, clk Clock) (*Leasing, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, fmt.Errorf("leasing: %w", err)
-	}
-	store, err := lease.New(opts.StoreOptions(), clk)
-	if err != nil {
-		return nil, fmt.Errorf("creating lease store: %w", err)
-	}
-	return NewWithStore(store, opts, clk), nil
 }
 
 // NewWithStore puts the wait queue of opts (its Queue… fields) in front of

@@ -72,13 +72,15 @@ func (e *waiterEnv) waitAsync(ctx context.Context, req lease.AcquireRequest, dea
 	return ch
 }
 
+func anyRequest(lease.AcquireRequest) bool { return true }
+
 // waitQueued blocks until n requests wait in the queue.
 func (e *waiterEnv) waitQueued(t *testing.T, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for e.ctl.Stats().Waiting != n {
+	for e.ctl.Waiting(anyRequest) != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d requests waiting, want %d", e.ctl.Stats().Waiting, n)
+			t.Fatalf("%d requests waiting, want %d", e.ctl.Waiting(anyRequest), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -238,7 +240,7 @@ func TestLeaseWaiterWithoutAWait(t *testing.T) {
 	if e := AsError(err); e.Reason != ReasonNoMatch || e.Counts.AtCapacity != 1 {
 		t.Errorf("Wait without a wait, proxy taken, queue full = %v; want no match with the counts, not queue full", err)
 	}
-	if n := e.ctl.Stats().Waiting; n != 1 {
+	if n := e.ctl.Waiting(anyRequest); n != 1 {
 		t.Errorf("%d requests waiting, want 1: a request without a wait must not queue", n)
 	}
 	// The waiter, not a later request without a wait, gets the release.
@@ -310,7 +312,7 @@ func TestHeldChangesReachTheQueue(t *testing.T) {
 					got <- result{l, err}
 				}()
 				deadline := time.Now().Add(5 * time.Second)
-				for ctl.Stats().Waiting != map[string]int{"http:a": 1, "http:b": 2}[flow] {
+				for ctl.Waiting(anyRequest) != map[string]int{"http:a": 1, "http:b": 2}[flow] {
 					if time.Now().After(deadline) {
 						t.Fatal("requests did not queue")
 					}

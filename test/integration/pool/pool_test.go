@@ -64,10 +64,11 @@ func start(t *testing.T, drainTimeout time.Duration) *env {
 	c, ns := suite.Namespace(t, "pool")
 	opts := leasing.DefaultOptions()
 	opts.MaxLeasesPerProxy = 1
-	l, err := leasing.New(opts, clock.RealClock{})
+	store, err := lease.New(opts.StoreOptions(), clock.RealClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := leasing.NewWithStore(store, opts, clock.RealClock{})
 	// The operator is bound to its ClusterRole in this namespace only.
 	mgr, err := ctrl.NewManager(suite.Operator, ctrl.Options{Scheme: suite.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
