@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -42,7 +43,64 @@ const (
 	benchURLEnv   = "PROXY_OPERATOR_BENCH_URL"
 	benchTokenEnv = "PROXY_OPERATOR_BENCH_TOKEN"
 	benchCAEnv    = "PROXY_OPERATOR_BENCH_CA"
+	// benchWrkEnv, set to a number of seconds, drives each server with wrk
+	// (a C load generator, far cheaper per request than Go's client, so the
+	// server rather than the client sets the rate) for that long instead
+	// of with the Go child.
+	benchWrkEnv = "PROXY_OPERATOR_BENCH_WRK_SECONDS"
 )
+
+// wrkPairs is the wrk script: each thread alternates acquires and releases
+// of the leases its connections were granted; a non-2xx answer is counted
+// by wrk and fails the run.
+const wrkPairs = `
+local token = os.getenv("BENCH_TOKEN")
+local body = '{"selector":{"zone":"z1"},"ttlSeconds":60}'
+local granted = {}
+request = function()
+  local id = table.remove(granted)
+  if id then
+    return wrk.format("DELETE", "/v1/leases/" .. id, {["Authorization"] = "Bearer " .. token})
+  end
+  return wrk.format("POST", "/v1/leases", {["Authorization"] = "Bearer " .. token, ["Content-Type"] = "application/json"}, body)
+end
+response = function(status, headers, body)
+  if status == 201 then
+    table.insert(granted, body:match('"leaseID":"([^"]+)"'))
+  end
+end
+`
+
+// runWrk drives target with wrk over conns connections for secs seconds
+// and returns acquire+release pairs per second.
+func runWrk(b *testing.B, target benchTarget, conns int, secs string) float64 {
+	b.Helper()
+	script := filepath.Join(b.TempDir(), "pairs.lua")
+	if err := os.WriteFile(script, []byte(wrkPairs), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command("wrk", "-t", "2", "-c", strconv.Itoa(conns), "-d", secs+"s", "-s", script, target.url)
+	cmd.Env = append(os.Environ(), "BENCH_TOKEN="+target.token)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Fatalf("wrk: %v\n%s", err, out)
+	}
+	rate := 0.0
+	for line := range strings.Lines(string(out)) {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "Requests/sec:"); ok {
+			rate, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+		if strings.HasPrefix(line, "Non-2xx") || strings.HasPrefix(line, "Socket errors") {
+			b.Fatalf("wrk saw failures:\n%s", out)
+		}
+	}
+	if rate == 0 {
+		b.Fatalf("wrk printed no rate:\n%s", out)
+	}
+	return rate / 2
+}
 
 type httpLoad struct {
 	URL    string
@@ -108,6 +166,8 @@ func bareHandler(body []byte) http.HandlerFunc {
 func tlsServer(b *testing.B, h http.Handler) (url, caFile string) {
 	b.Helper()
 	srv := httptest.NewUnstartedServer(h)
+	// wrk ends its connections abruptly: not worth a log line each.
+	srv.Config.ErrorLog = stdlog.New(io.Discard, "", 0)
 	srv.StartTLS()
 	b.Cleanup(srv.Close)
 	caFile = filepath.Join(b.TempDir(), "ca.crt")
@@ -130,9 +190,11 @@ func tlsServer(b *testing.B, h http.Handler) (url, caFile string) {
 //   - external: with PROXY_OPERATOR_BENCH_URL, _TOKEN and _CA set, that
 //     operator (for example `make dev`'s), beside bare.
 //
-// b.N is the pairs per run.
+// b.N is the pairs per run; with PROXY_OPERATOR_BENCH_WRK_SECONDS, wrk
+// drives each server for that long instead (run -benchtime 1x).
 //
 //	go test ./pkg/discovery -run '^$' -bench OutOfProcess -benchtime 20000x -count 3
+//	PROXY_OPERATOR_BENCH_WRK_SECONDS=10 go test ./pkg/discovery -run '^$' -bench OutOfProcess -benchtime 1x -count 3
 func BenchmarkHTTPOutOfProcess(b *testing.B) {
 	real, c := benchServer(b, false)
 	body := noopLeaseBody(b, real.URL, c)
@@ -155,11 +217,18 @@ func BenchmarkHTTPOutOfProcess(b *testing.B) {
 	for _, conns := range []int{16, 64} {
 		for _, target := range targets {
 			b.Run(fmt.Sprintf("%s/conns=%d", target.name, conns), func(b *testing.B) {
+				cpu0, start := cpuTime(), time.Now()
+				if secs := os.Getenv(benchWrkEnv); secs != "" {
+					b.ReportMetric(runWrk(b, target, conns, secs), "pairs/s")
+					if target.own {
+						b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/time.Since(start).Seconds()/1e4, "server-cpu-%")
+					}
+					return
+				}
 				spec, err := json.Marshal(httpLoad{URL: target.url, Token: target.token, CAFile: target.caFile, Conns: conns, Pairs: b.N})
 				if err != nil {
 					b.Fatal(err)
 				}
-				cpu0 := cpuTime()
 				cmd := exec.Command(os.Args[0], "-test.run=^TestHTTPLoadProcess$", "-test.bench=^$", "-test.v")
 				cmd.Env = append(os.Environ(), httpLoadEnv+"="+string(spec))
 				cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
