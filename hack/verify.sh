@@ -51,7 +51,7 @@ echo "== go vet"
 go vet ./... || failed=1
 
 echo "== staticcheck"
-hack/tools/lint/install.sh
+hack/tools/install.sh lint
 # Generated clients follow their generator's API choices (client-go's
 # deprecated ListFunc), so they are not ours to lint.
 mapfile -t pkgs < <(go list ./... | grep -v '/pkg/generated/')

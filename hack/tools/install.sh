@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds the pinned control-plane binaries into bin/ (etcd, kube-apiserver,
-# kubectl) from Go modules. A binary whose stamp names the pinned version is
+# Builds pinned tools into bin/ from Go modules: with no argument the
+# control-plane binaries (etcd, kube-apiserver, kubectl, pinned in this
+# module); with "lint" the linters (staticcheck, pinned in hack/tools/lint,
+# a module of its own). A binary whose stamp names the pinned version is
 # kept, so only the first run pays the ~10 minute cold build.
 set -euo pipefail
 
@@ -14,17 +16,23 @@ etcd_version=v3.7.0
 pkg=k8s.io/component-base/version
 k8s_ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=37"
 
-build() { # name version import-path ldflags
-	local name=$1 version=$2 path=$3 ldflags=$4
+build() { # name version import-path ldflags [module-dir]
+	local name=$1 version=$2 path=$3 ldflags=$4 dir=${5:-$here}
 	local stamp="$bin/.$name.version"
 	if [[ -x "$bin/$name" && -f "$stamp" && "$(cat "$stamp")" == "$version" ]]; then
 		echo "bin/$name $version is up to date"
 		return
 	fi
 	echo "building bin/$name $version (slow the first time)"
-	(cd "$here" && go build -trimpath -ldflags "$ldflags" -o "$bin/$name" "$path")
+	(cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$name" "$path")
 	echo "$version" >"$stamp"
 }
+
+if [[ ${1:-} == lint ]]; then
+	staticcheck_version=$(cd "$here/lint" && go list -m -f '{{.Version}}' honnef.co/go/tools)
+	build staticcheck "$staticcheck_version" honnef.co/go/tools/cmd/staticcheck "" "$here/lint"
+	exit 0
+fi
 
 build etcd "$etcd_version" go.etcd.io/etcd/server/v3 "-s -w"
 build kube-apiserver "$k8s_version" k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"

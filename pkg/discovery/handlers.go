@@ -19,9 +19,6 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
-// HolderPrefix marks leases made over HTTP (leasing.HTTPIdentity).
-const HolderPrefix = leasing.HTTPHolderPrefix
-
 // readBody reads the (size-limited) body; false means an answer was sent.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	data, err := io.ReadAll(r.Body)

@@ -35,7 +35,7 @@ type Options struct {
 	// Addr to listen on (default ":8090").
 	Addr string
 	// Tokens maps each accepted bearer token to the identity it stands for:
-	// its leases are held by HolderPrefix+identity, which is also their
+	// its leases are held by leasing.HTTPHolderPrefix+identity, which is also their
 	// default fairness flow, so each identity is a client of its own (the
 	// operator reads the map from --discovery-token-file). Empty disables
 	// auth: the server logs a loud warning at start.

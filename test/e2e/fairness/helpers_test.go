@@ -43,7 +43,7 @@ const selectorKey, selector = "pool", "fairness"
 
 // The identities of the discovery API's two bearer tokens (the token file's
 // "token,identity" lines). Each is a fairness flow of its own, named
-// "http:<identity>" (discovery.HolderPrefix), like the holder of its leases.
+// "http:<identity>" (leasing.HTTPHolderPrefix), like the holder of its leases.
 const (
 	identityA = "crawler-a"
 	identityB = "crawler-b"

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
-	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // TestHTTPCrawlersAlternate: two crawlers of the HTTP discovery API, each
@@ -58,7 +58,7 @@ func checkHolders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := map[string]string{identityA: discovery.HolderPrefix + identityA, identityB: discovery.HolderPrefix + identityB}
+	want := map[string]string{identityA: leasing.HTTPHolderPrefix + identityA, identityB: leasing.HTTPHolderPrefix + identityB}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("holders of the leases acquired with each token (-want +got):\n%s", d)
 	}
