@@ -12,6 +12,7 @@ import (
 	kjson "sigs.k8s.io/json"
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/plainjson"
 )
 
 // decodeBodies are request bodies at the edges of what the serializer
@@ -179,7 +180,7 @@ func TestScanPlainTakesClientGoBodies(t *testing.T) {
 	// A body with more keys than the scanner checks for repeats is the
 	// strict decoder's.
 	many := `{"kind":"ProxyLease","spec":{"selector":{` + ""
-	for i := range maxPlainKeys + 1 {
+	for i := range plainjson.MaxKeys + 1 {
 		if i > 0 {
 			many += ","
 		}
@@ -187,7 +188,7 @@ func TestScanPlainTakesClientGoBodies(t *testing.T) {
 	}
 	many += `}}}`
 	if scanPlain([]byte(many), &leasingv1alpha1.ProxyLease{}) {
-		t.Errorf("scanPlain took %d keys in one object", maxPlainKeys+1)
+		t.Errorf("scanPlain took %d keys in one object", plainjson.MaxKeys+1)
 	}
 	if d := decodeDifferences(t, (*leanPath).decode, many); len(d) > 0 {
 		t.Error(d)

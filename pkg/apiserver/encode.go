@@ -1,14 +1,12 @@
 package apiserver
 
 import (
-	"encoding/json"
-	"slices"
-	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/plainjson"
 )
 
 // appendProxyLeaseJSON appends pl as the generic server's JSON codec writes a
@@ -40,147 +38,102 @@ func fastEncodable(pl *leasingv1alpha1.ProxyLease) bool {
 	return len(pl.OwnerReferences) == 0 && len(pl.ManagedFields) == 0
 }
 
-// jsonFields writes the members of one JSON object, a comma before all but
-// the first.
-type jsonFields struct {
-	b     []byte
-	count int
-}
-
-// key starts member name (a constant of plain ASCII: no escaping needed).
-func (f *jsonFields) key(name string) {
-	if f.count > 0 {
-		f.b = append(f.b, ',')
-	}
-	f.count++
-	f.b = append(f.b, '"')
-	f.b = append(f.b, name...)
-	f.b = append(f.b, '"', ':')
-}
-
-// str writes a string member; omitempty leaves out "".
-func (f *jsonFields) str(name, v string, omitempty bool) {
-	if omitempty && v == "" {
-		return
-	}
-	f.key(name)
-	f.b = appendJSONString(f.b, v)
-}
-
-// int writes an integer member; omitempty leaves out 0.
-func (f *jsonFields) int(name string, v int64, omitempty bool) {
-	if omitempty && v == 0 {
-		return
-	}
-	f.key(name)
-	f.b = strconv.AppendInt(f.b, v, 10)
-}
-
-// strMap writes a map[string]string member with omitempty.
-func (f *jsonFields) strMap(name string, m map[string]string) {
-	if len(m) == 0 {
-		return
-	}
-	f.key(name)
-	f.b = appendStringMap(f.b, m)
-}
-
 // timePtr writes a *metav1.Time member with omitempty.
-func (f *jsonFields) timePtr(name string, t *metav1.Time) {
+func timePtr(f *plainjson.Fields, name string, t *metav1.Time) {
 	if t == nil {
 		return
 	}
-	f.key(name)
-	f.b = appendTime(f.b, *t)
+	f.Key(name)
+	f.B = appendTime(f.B, *t)
 }
 
 func appendObjectMeta(b []byte, m *metav1.ObjectMeta) []byte {
-	f := jsonFields{b: append(b, '{')}
-	f.str("name", m.Name, true)
-	f.str("generateName", m.GenerateName, true)
-	f.str("namespace", m.Namespace, true)
+	f := plainjson.Fields{B: append(b, '{')}
+	f.String("name", m.Name, true)
+	f.String("generateName", m.GenerateName, true)
+	f.String("namespace", m.Namespace, true)
 	//lint:ignore SA1019 the serializer still writes selfLink when set; the bytes must match it
-	f.str("selfLink", m.SelfLink, true)
-	f.str("uid", string(m.UID), true)
-	f.str("resourceVersion", m.ResourceVersion, true)
-	f.int("generation", m.Generation, true)
+	f.String("selfLink", m.SelfLink, true)
+	f.String("uid", string(m.UID), true)
+	f.String("resourceVersion", m.ResourceVersion, true)
+	f.Int("generation", m.Generation, true)
 	if !m.CreationTimestamp.IsZero() { // omitzero
-		f.key("creationTimestamp")
-		f.b = appendTime(f.b, m.CreationTimestamp)
+		f.Key("creationTimestamp")
+		f.B = appendTime(f.B, m.CreationTimestamp)
 	}
-	f.timePtr("deletionTimestamp", m.DeletionTimestamp)
+	timePtr(&f, "deletionTimestamp", m.DeletionTimestamp)
 	if m.DeletionGracePeriodSeconds != nil {
-		f.int("deletionGracePeriodSeconds", *m.DeletionGracePeriodSeconds, false)
+		f.Int("deletionGracePeriodSeconds", *m.DeletionGracePeriodSeconds, false)
 	}
-	f.strMap("labels", m.Labels)
-	f.strMap("annotations", m.Annotations)
+	f.StringMap("labels", m.Labels)
+	f.StringMap("annotations", m.Annotations)
 	if len(m.Finalizers) > 0 {
-		f.key("finalizers")
-		f.b = append(f.b, '[')
+		f.Key("finalizers")
+		f.B = append(f.B, '[')
 		for i, s := range m.Finalizers {
 			if i > 0 {
-				f.b = append(f.b, ',')
+				f.B = append(f.B, ',')
 			}
-			f.b = appendJSONString(f.b, s)
+			f.B = plainjson.AppendString(f.B, s)
 		}
-		f.b = append(f.b, ']')
+		f.B = append(f.B, ']')
 	}
-	return append(f.b, '}')
+	return append(f.B, '}')
 }
 
 func appendSpec(b []byte, s *leasingv1alpha1.ProxyLeaseSpec) []byte {
-	f := jsonFields{b: append(b, '{')}
-	f.strMap("selector", s.Selector)
-	f.str("target", s.Target, true)
+	f := plainjson.Fields{B: append(b, '{')}
+	f.StringMap("selector", s.Selector)
+	f.String("target", s.Target, true)
 	if s.TTLSeconds != nil {
-		f.int("ttlSeconds", int64(*s.TTLSeconds), false)
+		f.Int("ttlSeconds", int64(*s.TTLSeconds), false)
 	}
-	f.int("waitSeconds", int64(s.WaitSeconds), true)
-	f.int("priority", int64(s.Priority), true)
-	return append(f.b, '}')
+	f.Int("waitSeconds", int64(s.WaitSeconds), true)
+	f.Int("priority", int64(s.Priority), true)
+	return append(f.B, '}')
 }
 
 func appendStatus(b []byte, s *leasingv1alpha1.ProxyLeaseStatus) []byte {
-	f := jsonFields{b: append(b, '{')}
-	f.str("leaseID", s.LeaseID, true)
+	f := plainjson.Fields{B: append(b, '{')}
+	f.String("leaseID", s.LeaseID, true)
 	if p := s.Proxy; p != nil {
-		f.key("proxy")
-		pf := jsonFields{b: append(f.b, '{')}
-		pf.str("name", p.Name, false)
-		pf.str("url", p.URL, false)
-		pf.str("host", p.Host, true)
-		pf.int("port", int64(p.Port), true)
-		pf.strMap("attributes", p.Attributes)
+		f.Key("proxy")
+		pf := plainjson.Fields{B: append(f.B, '{')}
+		pf.String("name", p.Name, false)
+		pf.String("url", p.URL, false)
+		pf.String("host", p.Host, true)
+		pf.Int("port", int64(p.Port), true)
+		pf.StringMap("attributes", p.Attributes)
 		if p.LatencyMillis != nil {
-			pf.int("latencyMillis", *p.LatencyMillis, false)
+			pf.Int("latencyMillis", *p.LatencyMillis, false)
 		}
-		f.b = append(pf.b, '}')
+		f.B = append(pf.B, '}')
 	}
-	f.str("holderIdentity", s.HolderIdentity, true)
-	f.timePtr("acquireTime", s.AcquireTime)
-	f.timePtr("expireTime", s.ExpireTime)
-	f.str("lastResult", string(s.LastResult), true)
+	f.String("holderIdentity", s.HolderIdentity, true)
+	timePtr(&f, "acquireTime", s.AcquireTime)
+	timePtr(&f, "expireTime", s.ExpireTime)
+	f.String("lastResult", string(s.LastResult), true)
 	if len(s.Conditions) > 0 {
-		f.key("conditions")
-		f.b = append(f.b, '[')
+		f.Key("conditions")
+		f.B = append(f.B, '[')
 		for i := range s.Conditions {
 			if i > 0 {
-				f.b = append(f.b, ',')
+				f.B = append(f.B, ',')
 			}
 			c := &s.Conditions[i]
-			cf := jsonFields{b: append(f.b, '{')}
-			cf.str("type", c.Type, false)
-			cf.str("status", string(c.Status), false)
-			cf.int("observedGeneration", c.ObservedGeneration, true)
-			cf.key("lastTransitionTime")
-			cf.b = appendTime(cf.b, c.LastTransitionTime)
-			cf.str("reason", c.Reason, false)
-			cf.str("message", c.Message, false)
-			f.b = append(cf.b, '}')
+			cf := plainjson.Fields{B: append(f.B, '{')}
+			cf.String("type", c.Type, false)
+			cf.String("status", string(c.Status), false)
+			cf.Int("observedGeneration", c.ObservedGeneration, true)
+			cf.Key("lastTransitionTime")
+			cf.B = appendTime(cf.B, c.LastTransitionTime)
+			cf.String("reason", c.Reason, false)
+			cf.String("message", c.Message, false)
+			f.B = append(cf.B, '}')
 		}
-		f.b = append(f.b, ']')
+		f.B = append(f.B, ']')
 	}
-	return append(f.b, '}')
+	return append(f.B, '}')
 }
 
 // appendTime is metav1.Time's MarshalJSON without its allocation.
@@ -190,44 +143,5 @@ func appendTime(b []byte, t metav1.Time) []byte {
 	}
 	b = append(b, '"')
 	b = t.UTC().AppendFormat(b, time.RFC3339)
-	return append(b, '"')
-}
-
-// appendStringMap writes m with its keys sorted, as encoding/json does.
-func appendStringMap(b []byte, m map[string]string) []byte {
-	var stack [16]string
-	keys := stack[:0]
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	b = append(b, '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, k)
-		b = append(b, ':')
-		b = appendJSONString(b, m[k])
-	}
-	return append(b, '}')
-}
-
-// appendJSONString writes s quoted. Printable ASCII other than what
-// encoding/json escapes (the quote, the backslash, and <, > and & as HTML
-// escaping does) is copied; any other string — rare in a lease — is written
-// by encoding/json itself, so its escaping rules stay the one source.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			quoted, err := json.Marshal(s)
-			if err != nil { // unreachable: every Go string encodes
-				return strconv.AppendQuote(b, s)
-			}
-			return append(b, quoted...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
 	return append(b, '"')
 }

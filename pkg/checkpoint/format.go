@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/plainjson"
 )
 
 // formatVersion is the document's version; a reader refuses others.
@@ -100,22 +102,27 @@ func fromUnixNano(n int64) time.Time {
 }
 
 // encoder writes checkpoints, reusing its buffers from one to the next. It
-// streams the document into the compressor one lease at a time, so that
-// what it keeps between writes is the compressed payload, the distinct
-// proxies and a proxy index per lease, not a second copy of every lease.
+// streams the document into the compressor a chunk at a time, so that what
+// it keeps between writes is the compressed payload, the distinct proxies
+// and a proxy index per lease, not a second copy of every lease. Leases,
+// cooldowns and ended leases are written without reflection (the writer
+// takes the whole state every second, and encoding/json was half of its
+// CPU); TestRecordsAreEncodingJSONs holds them to json.Marshal.
 type encoder struct {
 	buf bytes.Buffer
 	zw  *gzip.Writer
-	// je encodes one value at a time into zw.
-	je *json.Encoder
+	// chunk collects what goes into zw next.
+	chunk []byte
 	// proxies, proxyIndex and leaseProxy are reused: the distinct proxies
 	// and each lease's index into them.
 	proxies    []lease.ProxyInfo
 	proxyIndex map[lease.ProxyKey][]int
 	leaseProxy []int
-	num        []byte
 	err        error
 }
+
+// chunkBytes is how much the encoder collects before compressing it.
+const chunkBytes = 64 << 10
 
 // encode writes st as a gzip-compressed document, its leases in st's order
 // (a reader needs none); the result is valid until the next call.
@@ -134,27 +141,33 @@ func (enc *encoder) encode(st *lease.State, rvBase uint64, codec ExtraCodec) ([]
 		if err != nil {
 			return nil, err
 		}
-		enc.zw, enc.je = zw, json.NewEncoder(zw)
+		enc.zw = zw
 	} else {
 		enc.zw.Reset(&enc.buf)
 	}
+	enc.chunk = enc.chunk[:0]
 	// The document's fields in order (see document), its arrays element by
 	// element.
-	enc.raw(`{"version":`)
-	enc.uint(formatVersion)
-	enc.raw(`,"rvBase":`)
-	enc.uint(rvBase)
-	enc.raw(`,"revision":`)
-	enc.uint(st.Revision)
+	enc.chunk = append(enc.chunk, `{"version":`...)
+	enc.chunk = strconv.AppendUint(enc.chunk, formatVersion, 10)
+	enc.chunk = append(enc.chunk, `,"rvBase":`...)
+	enc.chunk = strconv.AppendUint(enc.chunk, rvBase, 10)
+	enc.chunk = append(enc.chunk, `,"revision":`...)
+	enc.chunk = strconv.AppendUint(enc.chunk, st.Revision, 10)
 	if t := unixNano(st.TakenAt); t != 0 {
-		enc.raw(`,"takenAt":`)
-		enc.uint(uint64(t)) // after 1970
+		enc.chunk = append(enc.chunk, `,"takenAt":`...)
+		enc.chunk = strconv.AppendInt(enc.chunk, t, 10)
 	}
 	if len(enc.proxies) > 0 {
-		enc.raw(`,"proxies":`)
-		enc.value(enc.proxies)
+		// A few per lease at most: encoding/json's.
+		enc.chunk = append(enc.chunk, `,"proxies":`...)
+		b, err := json.Marshal(enc.proxies)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the lease checkpoint: %w", err)
+		}
+		enc.chunk = append(enc.chunk, b...)
 	}
-	enc.raw(`,"leases":[`)
+	enc.chunk = append(enc.chunk, `,"leases":[`...)
 	var sl storedLease
 	for i := range st.Leases {
 		l := &st.Leases[i]
@@ -176,27 +189,33 @@ func (enc *encoder) encode(st *lease.State, rvBase uint64, codec ExtraCodec) ([]
 			sl.Extra = b
 		}
 		enc.comma(i)
-		enc.value(&sl)
+		enc.chunk = sl.appendJSON(enc.chunk)
+		enc.flushFull()
 	}
-	enc.raw(`]`)
+	enc.chunk = append(enc.chunk, ']')
 	if len(st.Cooldowns) > 0 {
-		enc.raw(`,"cooldowns":[`)
+		enc.chunk = append(enc.chunk, `,"cooldowns":[`...)
 		for i, c := range st.Cooldowns {
 			enc.comma(i)
-			enc.value(storedCooldown{Namespace: c.Proxy.Namespace, Proxy: c.Proxy.Name, Target: c.Target, Until: unixNano(c.Until)})
+			sc := storedCooldown{Namespace: c.Proxy.Namespace, Proxy: c.Proxy.Name, Target: c.Target, Until: unixNano(c.Until)}
+			enc.chunk = sc.appendJSON(enc.chunk)
+			enc.flushFull()
 		}
-		enc.raw(`]`)
+		enc.chunk = append(enc.chunk, ']')
 	}
 	if len(st.Ended) > 0 {
-		enc.raw(`,"ended":[`)
+		enc.chunk = append(enc.chunk, `,"ended":[`...)
 		for i, e := range st.Ended {
 			enc.comma(i)
-			enc.value(storedEnded{ID: e.ID, Namespace: e.Name.Namespace, Name: e.Name.Name, ProxyNamespace: e.Proxy.Namespace,
-				Proxy: e.Proxy.Name, Target: e.Target, Holder: e.Holder, Reason: e.Reason, Until: unixNano(e.Until)})
+			se := storedEnded{ID: e.ID, Namespace: e.Name.Namespace, Name: e.Name.Name, ProxyNamespace: e.Proxy.Namespace,
+				Proxy: e.Proxy.Name, Target: e.Target, Holder: e.Holder, Reason: e.Reason, Until: unixNano(e.Until)}
+			enc.chunk = se.appendJSON(enc.chunk)
+			enc.flushFull()
 		}
-		enc.raw(`]`)
+		enc.chunk = append(enc.chunk, ']')
 	}
-	enc.raw("}\n")
+	enc.chunk = append(enc.chunk, "}\n"...)
+	enc.flush()
 	if enc.err != nil {
 		err := enc.err
 		enc.err = nil
@@ -222,31 +241,77 @@ func (enc *encoder) proxyOf(p lease.ProxyInfo) int {
 	return i
 }
 
-// raw, uint, comma and value write into the compressor; the first error is
-// kept in enc.err and reported once the document is done.
-func (enc *encoder) raw(s string) {
-	if enc.err == nil {
-		_, enc.err = io.WriteString(enc.zw, s)
-	}
-}
-
-func (enc *encoder) uint(n uint64) {
-	enc.num = strconv.AppendUint(enc.num[:0], n, 10)
-	if enc.err == nil {
-		_, enc.err = enc.zw.Write(enc.num)
-	}
-}
-
 func (enc *encoder) comma(i int) {
 	if i > 0 {
-		enc.raw(",")
+		enc.chunk = append(enc.chunk, ',')
 	}
 }
 
-func (enc *encoder) value(v any) {
-	if enc.err == nil {
-		enc.err = enc.je.Encode(v)
+// flushFull compresses the chunk once it is full; flush compresses it. The
+// first error is kept in enc.err and reported once the document is done.
+func (enc *encoder) flushFull() {
+	if len(enc.chunk) >= chunkBytes {
+		enc.flush()
 	}
+}
+
+func (enc *encoder) flush() {
+	if enc.err == nil {
+		_, enc.err = enc.zw.Write(enc.chunk)
+	}
+	enc.chunk = enc.chunk[:0]
+}
+
+// appendJSON appends l as json.Marshal writes it.
+func (l *storedLease) appendJSON(b []byte) []byte {
+	f := plainjson.Fields{B: append(b, '{')}
+	f.String("id", l.ID, false)
+	f.String("ns", l.Namespace, false)
+	f.String("name", l.Name, true)
+	f.String("holder", l.Holder, true)
+	f.String("flow", l.Flow, true)
+	f.String("target", l.Target, true)
+	f.Int("proxy", int64(l.Proxy), false)
+	f.Int("acquired", l.AcquiredAt, false)
+	f.Int("proxyChanged", l.ProxyChangedAt, true)
+	f.Int("expires", l.ExpiresAt, false)
+	f.Int("ttl", int64(l.TTL), false)
+	f.String("lastResult", l.LastResult, true)
+	f.Uint("rev", l.Revision, false)
+	f.StringMap("labels", l.Labels)
+	f.StringMap("annotations", l.Annotations)
+	if len(l.Extra) > 0 {
+		f.Key("extra")
+		f.B = append(f.B, '"')
+		f.B = base64.StdEncoding.AppendEncode(f.B, l.Extra)
+		f.B = append(f.B, '"')
+	}
+	return append(f.B, '}')
+}
+
+// appendJSON appends c as json.Marshal writes it.
+func (c *storedCooldown) appendJSON(b []byte) []byte {
+	f := plainjson.Fields{B: append(b, '{')}
+	f.String("ns", c.Namespace, false)
+	f.String("proxy", c.Proxy, false)
+	f.String("target", c.Target, true)
+	f.Int("until", c.Until, false)
+	return append(f.B, '}')
+}
+
+// appendJSON appends e as json.Marshal writes it.
+func (e *storedEnded) appendJSON(b []byte) []byte {
+	f := plainjson.Fields{B: append(b, '{')}
+	f.String("id", e.ID, false)
+	f.String("ns", e.Namespace, false)
+	f.String("name", e.Name, false)
+	f.String("proxyNs", e.ProxyNamespace, false)
+	f.String("proxy", e.Proxy, false)
+	f.String("target", e.Target, true)
+	f.String("holder", e.Holder, true)
+	f.String("reason", string(e.Reason), false)
+	f.Int("until", e.Until, false)
+	return append(f.B, '}')
 }
 
 func sameProxy(a, b lease.ProxyInfo) bool {

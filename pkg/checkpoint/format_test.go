@@ -5,11 +5,13 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/randfill"
 
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
@@ -184,5 +186,86 @@ func TestStreamedDocumentIsTheDocument(t *testing.T) {
 	}
 	if d := cmp.Diff(want, doc); d != "" {
 		t.Errorf("document (-want +got):\n%s", d)
+	}
+}
+
+// trickyStrings are strings whose JSON encoding has rules (HTML escaping,
+// control characters, line separators, invalid UTF-8, multi-byte runes).
+var trickyStrings = []string{"", "plain", "<a>&</a>", "q\"b\\", "\x00\x1f", "\u2028", "\xff", "é☃𝄞"}
+
+func recordFiller() *randfill.Filler {
+	return randfill.NewWithSeed(1).NilChance(0.25).NumElements(0, 4).Funcs(
+		func(s *string, c randfill.Continue) {
+			if c.Intn(3) == 0 {
+				*s = trickyStrings[c.Intn(len(trickyStrings))]
+				return
+			}
+			*s = c.String(12)
+		},
+		func(i *int64, c randfill.Continue) { *i = (c.Int63n(3) - 1) * c.Int63() },
+		func(d *time.Duration, c randfill.Continue) { *d = time.Duration((c.Int63n(3) - 1) * c.Int63()) },
+		func(i *int, c randfill.Continue) { *i = int(c.Int63n(3)-1) * c.Int() },
+	)
+}
+
+// recordMismatches fills n of each record and lists where write (the hand
+// encoder of a record) differs from json.Marshal.
+func recordMismatches(write func(v any, b []byte) []byte, n int) []string {
+	var out []string
+	f := recordFiller()
+	for i := range n {
+		var l storedLease
+		var c storedCooldown
+		var e storedEnded
+		f.Fill(&l)
+		f.Fill(&c)
+		f.Fill(&e)
+		for _, v := range []any{&l, &c, &e} {
+			want, err := json.Marshal(v)
+			if err != nil {
+				out = append(out, err.Error())
+				continue
+			}
+			if got := write(v, []byte("x")); !bytes.Equal(got[1:], want) {
+				out = append(out, fmt.Sprintf("record %d:\n got %s\nwant %s", i, got[1:], want))
+			}
+		}
+	}
+	return out
+}
+
+func appendRecord(v any, b []byte) []byte {
+	switch r := v.(type) {
+	case *storedLease:
+		return r.appendJSON(b)
+	case *storedCooldown:
+		return r.appendJSON(b)
+	case *storedEnded:
+		return r.appendJSON(b)
+	}
+	panic(fmt.Sprintf("not a record: %T", v))
+}
+
+// The hand encoders of the records write what json.Marshal writes, so that
+// the document stays the one TestStreamedDocumentIsTheDocument describes
+// for every value (metadata maps, any strings, negative times, extra bytes).
+func TestRecordsAreEncodingJSONs(t *testing.T) {
+	if d := recordMismatches(appendRecord, 2000); len(d) > 0 {
+		t.Errorf("%d records differ from json.Marshal; first:\n%s", len(d), d[0])
+	}
+}
+
+// Negative control: the comparison catches an encoder that breaks one rule
+// (here, a lease's name written even when empty).
+func TestRecordCheckCatchesADifference(t *testing.T) {
+	broken := func(v any, b []byte) []byte {
+		out := appendRecord(v, b)
+		if l, ok := v.(*storedLease); ok && l.Name == "" {
+			out = bytes.Replace(out, []byte(`,"holder"`), []byte(`,"name":"","holder"`), 1)
+		}
+		return out
+	}
+	if d := recordMismatches(broken, 300); len(d) == 0 {
+		t.Error("an encoder that writes empty names passed the comparison")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/pkg/plainjson"
 )
 
 // maxFlowLen bounds the flow suffix, this API's own field. The selector,
@@ -66,10 +67,62 @@ func describeJSONError(err error) string {
 // bounds of ttlSeconds and waitSeconds, are the leasing Service's to check.
 func DecodeAcquireRequest(data []byte) (wire.AcquireRequest, error) {
 	var req wire.AcquireRequest
-	if err := decodeStrict(data, &req, true); err != nil {
-		return req, err
+	if !scanPlain(data, &req, acquireMember) {
+		if err := decodeStrict(data, &req, true); err != nil {
+			return req, err
+		}
 	}
 	return req, ValidateAcquireRequest(req)
+}
+
+// scanPlain decodes a plain body (plainjson's subset: what clients send)
+// into *v with member, without reflection, and reports true; or reports
+// false with *v as it was, and decodeStrict decodes the body instead. A
+// strict decode that succeeds on a plain body matched each key once and
+// exactly (an inexact case, a repeat or an unknown key is not plain), so
+// the two agree on every body the scan takes (FuzzDecodeIsTheStrictDecoders).
+func scanPlain[T any](data []byte, v *T, member func(s *plainjson.Scanner, v *T, key string) bool) bool {
+	var out T
+	s := plainjson.NewScanner(data)
+	if !s.Object(func(key string) bool { return member(&s, &out, key) }) || !s.End() {
+		return false
+	}
+	*v = out
+	return true
+}
+
+func acquireMember(s *plainjson.Scanner, req *wire.AcquireRequest, key string) bool {
+	switch key {
+	case "selector":
+		return s.StringMap(&req.Selector)
+	case "namespace":
+		return s.SetString(&req.Namespace)
+	case "target":
+		return s.SetString(&req.Target)
+	case "ttlSeconds":
+		return s.SetInt64(&req.TTLSeconds)
+	case "waitSeconds":
+		return s.SetInt64(&req.WaitSeconds)
+	case "flow":
+		return s.SetString(&req.Flow)
+	case "priority":
+		return s.SetInt32(&req.Priority)
+	}
+	return false
+}
+
+func reportMember(s *plainjson.Scanner, req *wire.ReportRequest, key string) bool {
+	switch key {
+	case "result":
+		return s.SetString(&req.Result)
+	case "target":
+		return s.SetString(&req.Target)
+	}
+	return false
+}
+
+func renewMember(s *plainjson.Scanner, req *wire.RenewRequest, key string) bool {
+	return key == "ttlSeconds" && s.SetInt64(&req.TTLSeconds)
 }
 
 // ValidateAcquireRequest checks the field of an acquire request that is
@@ -96,8 +149,10 @@ func validateText(field, s string, max int) error {
 // invalid_request), so an empty or unknown result passes here.
 func DecodeReportRequest(data []byte) (wire.ReportRequest, error) {
 	var req wire.ReportRequest
-	if err := decodeStrict(data, &req, false); err != nil {
-		return req, err
+	if !scanPlain(data, &req, reportMember) {
+		if err := decodeStrict(data, &req, false); err != nil {
+			return req, err
+		}
 	}
 	return req, validateText("result", req.Result, 64)
 }
@@ -105,5 +160,8 @@ func DecodeReportRequest(data []byte) (wire.ReportRequest, error) {
 // DecodeRenewRequest decodes a POST /v1/leases/{id}/renew body (empty = {}).
 func DecodeRenewRequest(data []byte) (wire.RenewRequest, error) {
 	var req wire.RenewRequest
+	if scanPlain(data, &req, renewMember) {
+		return req, nil
+	}
 	return req, decodeStrict(data, &req, true)
 }

@@ -10,7 +10,9 @@
 //
 // It owns the HTTP surface only: the leasing Service (pkg/leasing) decides,
 // and writeServiceError maps its error vocabulary to status codes in one
-// place. The Server is a manager Runnable that every replica runs
+// place. Plain request bodies and the lease answer are read and written
+// without reflection (decode.go, encode.go, through pkg/plainjson), held by
+// tests to what encoding/json reads and writes. The Server is a manager Runnable that every replica runs
 // (NeedLeaderElection false).
 //
 // This package must not import pkg/lease, pkg/flowcontrol, pkg/apiserver,

@@ -1,9 +1,9 @@
 package discovery
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -19,10 +19,13 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
-// readBody reads the (size-limited) body; false means an answer was sent.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	data, err := io.ReadAll(r.Body)
-	if err != nil {
+// readBody reads the (size-limited) body into a buffer of s.buffers; false
+// means an answer was sent. Give the buffer back with s.recycle once what
+// was decoded from it (which holds none of its bytes) is no longer needed.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, bool) {
+	buf := s.buffer()
+	if _, err := buf.ReadFrom(r.Body); err != nil {
+		s.recycle(buf)
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			writeError(w, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge,
@@ -32,7 +35,25 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidJSON, "reading the body: "+err.Error())
 		return nil, false
 	}
-	return data, true
+	return buf, true
+}
+
+// buffer is an empty buffer of s.buffers.
+func (s *Server) buffer() *bytes.Buffer {
+	if buf, ok := s.buffers.Get().(*bytes.Buffer); ok {
+		buf.Reset()
+		return buf
+	}
+	return bytes.NewBuffer(make([]byte, 0, 1024))
+}
+
+// maxPooledBuffer: a buffer grown past it (a large body) is left to the GC.
+const maxPooledBuffer = 16 << 10
+
+func (s *Server) recycle(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledBuffer {
+		s.buffers.Put(buf)
+	}
 }
 
 func writeDecodeError(w http.ResponseWriter, err error) {
@@ -118,12 +139,13 @@ func (s *Server) listProxies(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
-	data, ok := readBody(w, r)
+	buf, ok := s.readBody(w, r)
 	if !ok {
 		s.opts.Service.Invalid()
 		return
 	}
-	req, err := DecodeAcquireRequest(data)
+	defer s.recycle(buf)
+	req, err := DecodeAcquireRequest(buf.Bytes())
 	if err != nil {
 		s.opts.Service.Invalid()
 		writeDecodeError(w, err)
@@ -143,7 +165,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/leases/"+l.ID)
-	writeJSON(w, http.StatusCreated, toWireLease(l))
+	writeLease(w, http.StatusCreated, toWireLease(l), buf)
 }
 
 // writeServiceError is the one place the leasing Service's error vocabulary
@@ -224,7 +246,9 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request) {
 		writeServiceError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toWireLease(&l))
+	buf := s.buffer()
+	defer s.recycle(buf)
+	writeLease(w, http.StatusOK, toWireLease(&l), buf)
 }
 
 // release is idempotent: an unknown or ended lease is 204 too.
@@ -237,11 +261,12 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) report(w http.ResponseWriter, r *http.Request) {
-	data, ok := readBody(w, r)
+	buf, ok := s.readBody(w, r)
 	if !ok {
 		return
 	}
-	req, err := DecodeReportRequest(data)
+	defer s.recycle(buf)
+	req, err := DecodeReportRequest(buf.Bytes())
 	if err != nil {
 		writeDecodeError(w, err)
 		return
@@ -254,11 +279,12 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
-	data, ok := readBody(w, r)
+	buf, ok := s.readBody(w, r)
 	if !ok {
 		return
 	}
-	req, err := DecodeRenewRequest(data)
+	defer s.recycle(buf)
+	req, err := DecodeRenewRequest(buf.Bytes())
 	if err != nil {
 		writeDecodeError(w, err)
 		return
@@ -268,5 +294,5 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 		writeServiceError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toWireLease(l))
+	writeLease(w, http.StatusOK, toWireLease(l), buf)
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
@@ -94,7 +96,12 @@ func (s *Server) requestLog(next http.Handler) http.Handler {
 		if rec, ok := w.(*recorder); ok {
 			status = rec.status
 		}
-		logger := log.FromContext(r.Context())
+		// logr's lookup, not controller-runtime's FromContext: that one adds
+		// (empty) values to the logger, an allocation per request.
+		logger, err := logr.FromContext(r.Context())
+		if err != nil {
+			logger = log.Log
+		}
 		msg := "discovery request failed"
 		if status < 500 {
 			// Successes are logged at V(1), usually off: then nothing is

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,6 +76,9 @@ type Server struct {
 	mux, routed *http.ServeMux
 	handler     http.Handler
 	stopped     chan struct{}
+	// buffers hold a request's body, then its answer (*bytes.Buffer): the
+	// lease path allocates neither.
+	buffers sync.Pool
 }
 
 type tokenEntry struct {

@@ -97,7 +97,9 @@ func (s *Store) StateInto(st *State) uint64 {
 	}
 	changes := s.revision + s.coolings
 	s.unlockAndNotify(&p)
-	slices.SortFunc(st.Ended, func(a, b EndedLease) int { return strings.Compare(a.ID, b.ID) })
+	// Oldest first, the order the store ended them in (and Restore keeps):
+	// the same state gives the same list without sorting 10,000 IDs.
+	slices.Reverse(st.Ended)
 	// Compared field by field: a key built per comparison allocated
 	// millions of strings per checkpoint at 100,000 cooldowns.
 	slices.SortFunc(st.Cooldowns, func(a, b Cooldown) int {
@@ -168,8 +170,10 @@ func (s *Store) Restore(st State) error {
 			s.coolLocked(s.entryLocked(c.Proxy), c.Target, c.Until)
 		}
 	}
+	// In the order they ended (StateInto writes them so; a state of another
+	// order is sorted, keeping the order of equal times).
 	ended := slices.Clone(st.Ended)
-	slices.SortFunc(ended, func(a, b EndedLease) int { return a.Until.Compare(b.Until) })
+	slices.SortStableFunc(ended, func(a, b EndedLease) int { return a.Until.Compare(b.Until) })
 	for _, t := range ended {
 		if !t.Until.After(now) {
 			continue

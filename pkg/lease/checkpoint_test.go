@@ -294,3 +294,41 @@ func TestStateIntoReuses(t *testing.T) {
 		t.Errorf("StateInto over a used State (-want +got):\n%s", d)
 	}
 }
+
+// The ended leases come in the order they ended (oldest first, equal times
+// in the order of their ending), the same each time and after a Restore, so
+// that an unchanged store writes an unchanged checkpoint without sorting
+// them.
+func TestEndedOrderIsStableAcrossRestore(t *testing.T) {
+	a, fc := newTestStore(t, Options{CooldownWindow: time.Hour})
+	a.UpsertProxy(px("a", "p1", 1))
+	var order []string
+	for i := range 12 {
+		l := mustAcquire(t, a, AcquireRequest{})
+		a.Release(l.ID)
+		order = append(order, l.ID)
+		if i%4 == 3 { // four leases end at each instant
+			fc.Step(time.Second)
+		}
+	}
+	st, _ := a.State()
+	var got []string
+	for _, e := range st.Ended {
+		got = append(got, e.ID)
+	}
+	if d := cmp.Diff(order, got); d != "" {
+		t.Errorf("ended leases (-in the order they ended +in the state):\n%s", d)
+	}
+	again, _ := a.State()
+	if d := cmp.Diff(st.Ended, again.Ended); d != "" {
+		t.Errorf("a second state of the same store (-first +second):\n%s", d)
+	}
+	b, _ := newTestStore(t, Options{CooldownWindow: time.Hour})
+	if err := b.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	restored, _ := b.State()
+	if d := cmp.Diff(st.Ended, restored.Ended); d != "" {
+		t.Errorf("after a restore (-before +after):\n%s", d)
+	}
+}

@@ -60,8 +60,10 @@ type leaseCache struct {
 	advanced *sync.Cond
 	rev      uint64
 	// floor: history holds every event with a revision above it.
-	floor    uint64
-	history  []*cacheEvent // ring of historySize
+	floor uint64
+	// history is a ring of historySize events, kept by value: one event per
+	// lease change, allocated once (pointers into it live under mu only).
+	history  []cacheEvent
 	histHead int
 	histLen  int
 	watchers map[*cacheWatcher]struct{}
@@ -73,7 +75,7 @@ func newLeaseCache(svc *leasing.Service, clk clock.PassiveClock, historySize int
 	c := &leaseCache{
 		svc:         svc,
 		historySize: historySize,
-		history:     make([]*cacheEvent, historySize),
+		history:     make([]cacheEvent, historySize),
 		watchers:    map[*cacheWatcher]struct{}{},
 	}
 	c.rvBase.Store(uint64(clk.Now().UnixMicro()))
@@ -117,16 +119,16 @@ func (c *leaseCache) applyLocked(ev leasing.Event) {
 		return
 	}
 	c.rev = ev.Revision
-	ce := &cacheEvent{rev: ev.Revision, lease: ev.Lease, prev: ev.Previous}
+	var typ watch.EventType
 	switch ev.Type {
 	case leasing.Added:
-		ce.typ = watch.Added
+		typ = watch.Added
 	case leasing.Modified:
-		ce.typ = watch.Modified
+		typ = watch.Modified
 	case leasing.Deleted:
-		ce.typ = watch.Deleted
+		typ = watch.Deleted
 	}
-	c.publishLocked(ce)
+	c.publishLocked(cacheEvent{rev: ev.Revision, typ: typ, lease: ev.Lease, prev: ev.Previous})
 	c.advanced.Broadcast()
 }
 
@@ -141,14 +143,14 @@ func (c *leaseCache) objectsLocked(ev *cacheEvent) (obj, prev *leasingv1alpha1.P
 	return ev.obj, ev.prevObj
 }
 
-func (c *leaseCache) publishLocked(ev *cacheEvent) {
+func (c *leaseCache) publishLocked(e cacheEvent) {
 	if c.histLen == c.historySize {
 		c.floor = c.history[c.histHead].rev
-		c.history[c.histHead] = nil
 		c.histHead = (c.histHead + 1) % c.historySize
 		c.histLen--
 	}
-	c.history[(c.histHead+c.histLen)%c.historySize] = ev
+	ev := &c.history[(c.histHead+c.histLen)%c.historySize]
+	*ev = e
 	c.histLen++
 	for w := range c.watchers {
 		if ev.rev <= w.startRev {
@@ -321,7 +323,7 @@ func (c *leaseCache) watch(ctx context.Context, namespace string, opts *metainte
 		}
 	}
 	for i := 0; i < c.histLen; i++ {
-		ev := c.history[(c.histHead+i)%c.historySize]
+		ev := &c.history[(c.histHead+i)%c.historySize]
 		if ev.rev <= from {
 			continue
 		}
@@ -470,9 +472,7 @@ func (c *leaseCache) restored(rvBase uint64) {
 	defer c.mu.Unlock()
 	c.rvBase.Store(rvBase)
 	c.rev, c.floor = rev, rev
-	for i := range c.history {
-		c.history[i] = nil
-	}
+	clear(c.history)
 	c.histHead, c.histLen = 0, 0
 	c.advanced.Broadcast()
 }
