@@ -18,6 +18,7 @@ import (
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/utils/clock"
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
@@ -228,20 +229,33 @@ var _ authorizer.Authorizer = frontProxyAuthorizer{}
 
 const frontProxyAllowed = "authorized by kube-apiserver before it proxied the request"
 
-// proxiedLeaseRequest: a ProxyLease resource request from the front proxy.
-func proxiedLeaseRequest(a authorizer.Attributes) bool {
-	return isFrontProxied(a.GetUser()) && a.IsResourceRequest() && a.GetAPIGroup() == leasingv1alpha1.GroupName
+// authorizedByFrontProxy: a ProxyLease resource request from the front
+// proxy, and a question about that very request (its verb, resource,
+// subresource, namespace and name, as its RequestInfo says). The handler
+// asks questions of its own too, which kube-apiserver never answered: an
+// update or a server-side apply of a lease that does not exist creates it,
+// and the handler then asks for "create" while kube-apiserver authorized
+// only "update" or "patch". Those go to the delegate (a SubjectAccessReview),
+// so a Role of get and patch cannot create.
+func authorizedByFrontProxy(ctx context.Context, a authorizer.Attributes) bool {
+	if !isFrontProxied(a.GetUser()) || !a.IsResourceRequest() || a.GetAPIGroup() != leasingv1alpha1.GroupName {
+		return false
+	}
+	ri, ok := request.RequestInfoFrom(ctx)
+	return ok && ri.IsResourceRequest && ri.Verb == a.GetVerb() && ri.APIGroup == a.GetAPIGroup() &&
+		ri.Resource == a.GetResource() && ri.Subresource == a.GetSubresource() &&
+		ri.Namespace == a.GetNamespace() && ri.Name == a.GetName()
 }
 
 func (z frontProxyAuthorizer) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-	if proxiedLeaseRequest(a) {
+	if authorizedByFrontProxy(ctx, a) {
 		return authorizer.DecisionAllow, frontProxyAllowed, nil
 	}
 	return z.delegate.Authorize(ctx, a)
 }
 
 func (z frontProxyAuthorizer) ConditionsAwareAuthorize(ctx context.Context, a authorizer.Attributes) authorizer.ConditionsAwareDecision {
-	if proxiedLeaseRequest(a) {
+	if authorizedByFrontProxy(ctx, a) {
 		return authorizer.ConditionsAwareDecisionAllow(frontProxyAllowed, nil)
 	}
 	return z.delegate.ConditionsAwareAuthorize(ctx, a)

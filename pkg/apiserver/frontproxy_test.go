@@ -27,6 +27,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -188,23 +189,44 @@ func (r *recordingAuthorizer) ConditionsAwareAuthorize(ctx context.Context, a au
 func TestFrontProxyAuthorizer(t *testing.T) {
 	proxied := &frontProxyUser{Info: &user.DefaultInfo{Name: "alice"}}
 	direct := &user.DefaultInfo{Name: "alice"}
+	lease := func(u user.Info, verb, name string) authorizer.AttributesRecord {
+		return authorizer.AttributesRecord{User: u, ResourceRequest: true, APIGroup: leasingv1alpha1.GroupName,
+			Resource: "proxyleases", Namespace: "ns", Name: name, Verb: verb}
+	}
+	// The request kube-apiserver authorized and proxied.
+	requested := func(verb, name string) *request.RequestInfo {
+		return &request.RequestInfo{IsResourceRequest: true, Verb: verb, APIGroup: leasingv1alpha1.GroupName,
+			APIVersion: "v1alpha1", Resource: "proxyleases", Namespace: "ns", Name: name}
+	}
+	report := lease(proxied, "create", "l1")
+	report.Subresource = "report"
 	tests := []struct {
-		name  string
-		attrs authorizer.AttributesRecord
-		want  authorizer.Decision
+		name    string
+		request *request.RequestInfo
+		attrs   authorizer.AttributesRecord
+		want    authorizer.Decision
 	}{
-		{"proxied ProxyLease request", authorizer.AttributesRecord{User: proxied, ResourceRequest: true, APIGroup: leasingv1alpha1.GroupName, Resource: "proxyleases", Verb: "delete"}, authorizer.DecisionAllow},
-		{"direct ProxyLease request", authorizer.AttributesRecord{User: direct, ResourceRequest: true, APIGroup: leasingv1alpha1.GroupName, Resource: "proxyleases", Verb: "delete"}, authorizer.DecisionDeny},
-		{"proxied impersonation", authorizer.AttributesRecord{User: proxied, ResourceRequest: true, APIGroup: "", Resource: "users", Verb: "impersonate"}, authorizer.DecisionDeny},
-		{"proxied non-resource request", authorizer.AttributesRecord{User: proxied, Path: "/openapi/v2", Verb: "get"}, authorizer.DecisionDeny},
+		{"the proxied request itself", requested("delete", "l1"), lease(proxied, "delete", "l1"), authorizer.DecisionAllow},
+		{"a direct request", requested("delete", "l1"), lease(direct, "delete", "l1"), authorizer.DecisionDeny},
+		{"the create of an apply that creates", requested("patch", "l1"), lease(proxied, "create", "l1"), authorizer.DecisionDeny},
+		{"the create of an update that creates", requested("update", "l1"), lease(proxied, "create", "l1"), authorizer.DecisionDeny},
+		{"another lease than the request's", requested("delete", "l1"), lease(proxied, "delete", "l2"), authorizer.DecisionDeny},
+		{"a subresource the request did not name", requested("create", "l1"), report, authorizer.DecisionDeny},
+		{"no request information", nil, lease(proxied, "delete", "l1"), authorizer.DecisionDeny},
+		{"proxied impersonation", requested("impersonate", ""), authorizer.AttributesRecord{User: proxied, ResourceRequest: true, APIGroup: "", Resource: "users", Verb: "impersonate"}, authorizer.DecisionDeny},
+		{"proxied non-resource request", &request.RequestInfo{Verb: "get", Path: "/openapi/v2"}, authorizer.AttributesRecord{User: proxied, Path: "/openapi/v2", Verb: "get"}, authorizer.DecisionDeny},
 	}
 	for _, tt := range tests {
+		ctx := context.Background()
+		if tt.request != nil {
+			ctx = request.WithRequestInfo(ctx, tt.request)
+		}
 		for _, conditionsAware := range []bool{false, true} {
 			delegate := &recordingAuthorizer{}
 			z := frontProxyAuthorizer{delegate: delegate}
 			var got authorizer.Decision
 			if conditionsAware {
-				d := z.ConditionsAwareAuthorize(context.Background(), tt.attrs)
+				d := z.ConditionsAwareAuthorize(ctx, tt.attrs)
 				got = authorizer.DecisionNoOpinion
 				if d.IsAllow() {
 					got = authorizer.DecisionAllow
@@ -212,7 +234,7 @@ func TestFrontProxyAuthorizer(t *testing.T) {
 					got = authorizer.DecisionDeny
 				}
 			} else {
-				got, _, _ = z.Authorize(context.Background(), tt.attrs)
+				got, _, _ = z.Authorize(ctx, tt.attrs)
 			}
 			if got != tt.want {
 				t.Errorf("%s (conditions-aware %v): %v, want %v", tt.name, conditionsAware, got, tt.want)
