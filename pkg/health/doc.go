@@ -9,7 +9,9 @@
 // in .status. The engine therefore never writes to the API server: it reads
 // Proxies from the manager's cache (Reader), publishes Snapshots, and sends
 // transition events only on the first verdict, a threshold flip, or — while
-// healthy — a significant, rate-limited latency change.
+// healthy — a significant, rate-limited latency change. A failed probe is
+// described in its own words (ProbeError, describe.go): whoever may read a
+// Proxy must not read through it what an address it points at sends.
 //
 // It depends on the API types, controller-runtime's client (read-only) and
 // event packages, and k8s.io/utils/clock. It must not import pkg/controller,

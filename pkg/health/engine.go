@@ -76,8 +76,10 @@ type Options struct {
 	Clock clock.WithTicker
 	// Reader lists Proxies (the manager's cache). Required.
 	Reader Reader
-	// Prober sends probes (default NewHTTPProber).
+	// Prober sends probes (default NewHTTPProber with Denied).
 	Prober Prober
+	// Denied is what the default Prober may not reach.
+	Denied Denylist
 	// Metrics receives every probe (default none).
 	Metrics ProbeMetrics
 }
@@ -102,7 +104,7 @@ func (o Options) withDefaults() Options {
 		o.Clock = clock.RealClock{}
 	}
 	if o.Prober == nil {
-		o.Prober = NewHTTPProber(o.Clock)
+		o.Prober = NewHTTPProber(o.Clock, o.Denied)
 	}
 	if o.Metrics == nil {
 		o.Metrics = noMetrics{}

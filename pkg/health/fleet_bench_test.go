@@ -93,7 +93,7 @@ func benchFleet(b *testing.B, https bool) {
 	}
 	reader.set(proxies...)
 
-	rec := &recordingProber{next: NewHTTPProber(nil), last: map[types.NamespacedName]time.Time{}}
+	rec := &recordingProber{next: NewHTTPProber(nil, Denylist{}), last: map[types.NamespacedName]time.Time{}}
 	e, err := New(Options{Workers: workers, Clock: clock.RealClock{}, Reader: reader, Prober: rec})
 	if err != nil {
 		b.Fatal(err)

@@ -36,8 +36,10 @@ type Prober interface {
 	// t.HealthCheck.ExpectedStatus within t.HealthCheck.TimeoutSeconds. A
 	// failed probe returns an error wrapping one of ErrInvalidTarget,
 	// ErrTimeout, ErrUnexpectedStatus or ErrTransport (the latency is then
-	// the time spent, possibly zero). It must honour ctx, never panic, and be
-	// safe for concurrent use.
+	// the time spent, possibly zero) whose message quotes nothing the proxy
+	// or the target sent (it reaches the Proxy's status and Events; see
+	// ProbeError). It must honour ctx, never panic, and be safe for
+	// concurrent use.
 	Probe(ctx context.Context, t Target) (time.Duration, error)
 }
 
@@ -55,18 +57,19 @@ const userAgent = "proxy-operator-healthcheck/1"
 // CONNECT paths again, so a proxy that stopped accepting would stay healthy
 // while its old tunnel lived.
 type HTTPProber struct {
-	clock clock.PassiveClock
+	clock  clock.PassiveClock
+	denied Denylist
 }
 
 var _ Prober = (*HTTPProber)(nil)
 
-// NewHTTPProber returns the real prober; a nil clock means the real clock
-// (it only measures latency).
-func NewHTTPProber(c clock.PassiveClock) *HTTPProber {
+// NewHTTPProber returns the real prober, which reaches nothing denied; a
+// nil clock means the real clock (it only measures latency).
+func NewHTTPProber(c clock.PassiveClock, denied Denylist) *HTTPProber {
 	if c == nil {
 		c = clock.RealClock{}
 	}
-	return &HTTPProber{clock: c}
+	return &HTTPProber{clock: c, denied: denied}
 }
 
 // Probe implements Prober.
@@ -87,13 +90,16 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) (time.Duration, error)
 	timeout := time.Duration(hc.TimeoutSeconds) * time.Second
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if err := p.denied.checkURLHost(ctx, target); err != nil {
+		return 0, err
+	}
 
 	tr := &http.Transport{
 		// With Proxy set, Go's transport sends plain http as an
 		// absolute-form GET to the proxy and tunnels https through CONNECT,
 		// then does TLS with the target inside the tunnel.
 		Proxy:             http.ProxyURL(proxyURL),
-		DialContext:       (&net.Dialer{Timeout: timeout, KeepAlive: -1}).DialContext,
+		DialContext:       (&net.Dialer{Timeout: timeout, KeepAlive: -1, Control: p.denied.control}).DialContext,
 		TLSClientConfig:   tlsConfig,
 		DisableKeepAlives: true,
 		// Compression would only hide what the proxy returned.
@@ -118,10 +124,13 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) (time.Duration, error)
 	resp, err := client.Do(req)
 	latency := p.clock.Since(start)
 	if err != nil {
-		if ctx.Err() != nil || isNetTimeout(err) {
-			return latency, fmt.Errorf("%w after %s: %w", ErrTimeout, timeout, err)
+		if denied, ok := deniedProxy(err); ok {
+			return latency, denied
 		}
-		return latency, fmt.Errorf("%w: %w", ErrTransport, err)
+		if ctx.Err() != nil || isNetTimeout(err) {
+			return latency, &ProbeError{Class: ErrTimeout, Summary: "no answer within " + timeout.String(), Cause: err}
+		}
+		return latency, &ProbeError{Class: ErrTransport, Summary: transportSummary(err), Cause: err}
 	}
 	// Drain a little so the proxy sees a complete exchange, then close: the
 	// transport is discarded anyway.

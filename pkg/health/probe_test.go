@@ -3,8 +3,12 @@ package health_test
 import (
 	"context"
 	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -75,7 +79,7 @@ func target(proxyURL, url string, tls *crawlv1alpha1.HealthCheckTLS) health.Targ
 func TestProbeHTTPThroughProxy(t *testing.T) {
 	o, srv := newOrigin(t, false)
 	fp := newForwardProxy(t)
-	p := health.NewHTTPProber(nil)
+	p := health.NewHTTPProber(nil, health.Denylist{})
 	for i := range 3 {
 		lat, err := p.Probe(context.Background(), target(fp.URL, srv.URL+"/", nil))
 		if err != nil {
@@ -95,7 +99,7 @@ func TestProbeHTTPThroughProxy(t *testing.T) {
 func TestProbeHTTPSThroughConnect(t *testing.T) {
 	o, srv := newOrigin(t, true)
 	fp := newForwardProxy(t)
-	p := health.NewHTTPProber(nil)
+	p := health.NewHTTPProber(nil, health.Denylist{})
 	tests := []struct {
 		name    string
 		url     string
@@ -145,7 +149,7 @@ func TestProbeHTTPSThroughConnect(t *testing.T) {
 func TestProbeStatus(t *testing.T) {
 	o, srv := newOrigin(t, false)
 	fp := newForwardProxy(t)
-	p := health.NewHTTPProber(nil)
+	p := health.NewHTTPProber(nil, health.Denylist{})
 
 	o.status.Store(http.StatusServiceUnavailable)
 	_, err := p.Probe(context.Background(), target(fp.URL, srv.URL+"/", nil))
@@ -187,7 +191,7 @@ func TestProbeTimeout(t *testing.T) {
 	fp := newForwardProxy(t)
 	tg := target(fp.URL, srv.URL+"/", nil)
 	tg.HealthCheck.TimeoutSeconds = 1
-	lat, err := health.NewHTTPProber(nil).Probe(context.Background(), tg)
+	lat, err := health.NewHTTPProber(nil, health.Denylist{}).Probe(context.Background(), tg)
 	if !health.IsTimeout(err) {
 		t.Fatalf("error %v, want a timeout", err)
 	}
@@ -204,14 +208,14 @@ func TestProbeProxyDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The origin is up: only going through the (dead) proxy can fail.
-	_, err := health.NewHTTPProber(nil).Probe(context.Background(), target(url, srv.URL+"/", nil))
-	if !health.IsTransport(err) || !strings.Contains(err.Error(), "proxyconnect") {
+	_, err := health.NewHTTPProber(nil, health.Denylist{}).Probe(context.Background(), target(url, srv.URL+"/", nil))
+	if !health.IsTransport(err) || !strings.Contains(err.Error(), "connecting to the proxy: connection refused") {
 		t.Fatalf("error %v, want a transport error reaching the proxy", err)
 	}
 }
 
 func TestProbeInvalidTarget(t *testing.T) {
-	p := health.NewHTTPProber(nil)
+	p := health.NewHTTPProber(nil, health.Denylist{})
 	for _, tg := range []health.Target{
 		target("", "http://example.com/", nil),
 		target("http://[::1", "http://example.com/", nil),
@@ -220,6 +224,134 @@ func TestProbeInvalidTarget(t *testing.T) {
 	} {
 		if _, err := p.Probe(context.Background(), tg); !health.IsInvalidTarget(err) {
 			t.Errorf("proxy %q url %q: error %v, want invalid target", tg.ProxyURL, tg.HealthCheck.URL, err)
+		}
+	}
+}
+
+// fakePeer accepts connections on loopback and answers each with reply,
+// whatever was asked, then closes it; it stops with the test.
+func fakePeer(t *testing.T, reply string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed by the cleanup
+			}
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 4096)
+			_, _ = c.Read(buf) // the request, unread beyond its start
+			_, _ = c.Write([]byte(reply))
+			_ = c.Close()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// A failed probe says what failed in this operator's words: what the remote
+// end sent (a banner of something that is not a proxy, a proxy's refusal
+// text) never reaches the message, which goes into the Proxy's status and
+// Events. Control: the library's error, kept as the cause for logs, does
+// quote it, so each case would leak without the rewording.
+func TestProbeErrorsQuoteNothingRemote(t *testing.T) {
+	_, tlsOrigin := newOrigin(t, true)
+	fp := newForwardProxy(t)
+	const secret = "secret-internal-banner"
+	for _, tc := range []struct {
+		name, proxy, url string
+		want             string
+		causeQuotes      bool
+	}{
+		{"not a proxy (an SSH banner)", fakePeer(t, "SSH-2.0-OpenSSH_9.6 "+secret+"\r\n"), "http://example.com/",
+			"the request through the proxy: no valid HTTP answer", true},
+		{"CONNECT refused with the proxy's own text", fakePeer(t, "HTTP/1.1 403 "+secret+"\r\nContent-Length: 0\r\n\r\n"), "https://example.com/",
+			"the request through the proxy: no valid HTTP answer", true},
+		{"an untrusted certificate", fp.URL, tlsOrigin.URL + "/", "the request through the proxy: TLS certificate not accepted", false},
+	} {
+		_, err := health.NewHTTPProber(nil, health.Denylist{}).Probe(context.Background(), target(tc.proxy, tc.url, nil))
+		if !health.IsTransport(err) {
+			t.Errorf("%s: %v, want a transport error", tc.name, err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, tc.want) || strings.Contains(msg, secret) || strings.Contains(msg, "SSH-2.0") {
+			t.Errorf("%s: message %q, want %q and nothing the peer sent", tc.name, msg, tc.want)
+		}
+		var pe *health.ProbeError
+		if !errors.As(err, &pe) || pe.Cause == nil {
+			t.Errorf("%s: %T keeps no cause", tc.name, err)
+			continue
+		}
+		if tc.causeQuotes && !strings.Contains(pe.Cause.Error(), secret) {
+			t.Errorf("%s: control: the library's error %q does not quote the peer; this case shows nothing", tc.name, pe.Cause)
+		}
+	}
+}
+
+// A probe reaches nothing the Denylist denies: not a proxy at a denied
+// address (no connection is made), not a health check URL whose host is or
+// resolves to one (the proxy is not asked). The refusal is an invalid
+// target naming the flag. Control: the same probes with an empty Denylist
+// succeed.
+func TestProbeReachesNothingDenied(t *testing.T) {
+	_, srv := newOrigin(t, false)
+	fp := newForwardProxy(t)
+	originAddr := netip.MustParseAddrPort(srv.Listener.Addr().String())
+	loopback := netip.MustParsePrefix("127.0.0.0/8")
+	for _, tc := range []struct {
+		name   string
+		denied health.Denylist
+		url    string
+	}{
+		// The URL's host (TEST-NET-1) is allowed: the dial to the proxy is
+		// what is refused.
+		{"a proxy in a denied network", health.Denylist{Prefixes: []netip.Prefix{loopback}}, "http://192.0.2.1/"},
+		{"a URL host in a denied network", health.Denylist{Prefixes: []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16")}}, "http://169.254.169.254/latest/meta-data/"},
+		{"a URL host name resolving to a denied endpoint", health.Denylist{Endpoints: []netip.AddrPort{originAddr}},
+			fmt.Sprintf("http://localhost:%d/", originAddr.Port())},
+	} {
+		conns := fp.Conns()
+		_, err := health.NewHTTPProber(nil, tc.denied).Probe(context.Background(), target(fp.URL, tc.url, nil))
+		if !health.IsInvalidTarget(err) || !strings.Contains(err.Error(), "--health-denied-cidrs") {
+			t.Errorf("%s: %v, want an invalid target naming --health-denied-cidrs", tc.name, err)
+		}
+		if got := fp.Conns() - conns; got != 0 {
+			t.Errorf("%s: the proxy got %d connections", tc.name, got)
+		}
+	}
+	for _, url := range []string{srv.URL + "/", fmt.Sprintf("http://localhost:%d/", originAddr.Port())} {
+		if _, err := health.NewHTTPProber(nil, health.Denylist{}).Probe(context.Background(), target(fp.URL, url, nil)); err != nil {
+			t.Errorf("control: %s with nothing denied: %v", url, err)
+		}
+	}
+}
+
+func TestDenylist(t *testing.T) {
+	var d health.Denylist
+	if err := d.AddServer(context.Background(), "https://127.0.0.1:6443"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AddServer(context.Background(), "https://localhost"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AddServer(context.Background(), "::not a url"); err == nil {
+		t.Error("a server that is not a URL was taken")
+	}
+	d.Prefixes = []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16")}
+	for ap, want := range map[string]bool{
+		"127.0.0.1:6443":          true,
+		"127.0.0.1:443":           true, // localhost, https's port
+		"127.0.0.1:3128":          false,
+		"[::ffff:127.0.0.1]:6443": true,
+		"169.254.169.254:80":      true,
+		"10.0.0.1:6443":           false,
+	} {
+		if got := d.Denies(netip.MustParseAddrPort(ap)); got != want {
+			t.Errorf("Denies(%s) = %v, want %v", ap, got, want)
 		}
 	}
 }

@@ -41,6 +41,11 @@ func (e *Engine) record(ctx context.Context, j job, latency time.Duration, probe
 		st.lastOKLatency = latency
 	} else {
 		st.consecOK, st.consecFail = 0, st.consecFail+1
+		if pe, isProbeErr := probeErr.(*ProbeError); isProbeErr {
+			// The library's words, for whoever runs the operator only: the
+			// status and Events get ours (ProbeError).
+			log.FromContext(ctx).V(1).Info("probe failed", "proxy", key, "error", pe.Error(), "cause", pe.Cause.Error())
+		}
 	}
 	switch {
 	case ok && (!st.hasVerdict || !st.healthy) && st.consecOK >= hc.SuccessThreshold:

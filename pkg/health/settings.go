@@ -3,6 +3,7 @@ package health
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -19,6 +20,8 @@ type Settings struct {
 	MinReportInterval time.Duration
 	// EventBuffer is the capacity of the engine → reconciler channel.
 	EventBuffer int
+	// DeniedCIDRs are networks probes may not reach (Denylist.Prefixes).
+	DeniedCIDRs []string
 }
 
 // DefaultSettings returns the engine's defaults.
@@ -28,6 +31,7 @@ func DefaultSettings() Settings {
 		Tick:              DefaultTick,
 		MinReportInterval: DefaultMinReportInterval,
 		EventBuffer:       DefaultEventBuffer,
+		DeniedCIDRs:       DefaultDeniedCIDRs(),
 	}
 }
 
@@ -37,6 +41,8 @@ func (o *Settings) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Tick, "health-tick", o.Tick, "How often the health engine looks for proxies due a probe.")
 	fs.DurationVar(&o.MinReportInterval, "health-min-report-interval", o.MinReportInterval, "Minimum time between two latency-only status updates of a healthy proxy.")
 	fs.IntVar(&o.EventBuffer, "health-event-buffer", o.EventBuffer, "Capacity of the health engine's transition channel (a full channel drops the event; the next probe retries).")
+	fs.StringSliceVar(&o.DeniedCIDRs, "health-denied-cidrs", o.DeniedCIDRs,
+		"Networks that Proxy endpoints and health check URLs may not use: a probe neither connects there nor asks a proxy to fetch from there (the API server's own address is always denied). Empty denies none.")
 }
 
 // Validate reports every invalid health option.
@@ -54,10 +60,22 @@ func (o *Settings) Validate() error {
 	if o.MinReportInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--health-min-report-interval: must be positive, got %s", o.MinReportInterval))
 	}
+	for _, c := range o.DeniedCIDRs {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			errs = append(errs, fmt.Errorf("--health-denied-cidrs: %q is not a CIDR (such as 169.254.0.0/16)", c))
+		}
+	}
 	return errors.Join(errs...)
 }
 
-// Apply copies the settings into o.
+// Apply copies the settings into o (DeniedCIDRs as validated: an invalid
+// one is skipped).
 func (s Settings) Apply(o *Options) {
 	o.Workers, o.Tick, o.MinReportInterval, o.EventBuffer = s.Workers, s.Tick, s.MinReportInterval, s.EventBuffer
+	o.Denied.Prefixes = o.Denied.Prefixes[:0]
+	for _, c := range s.DeniedCIDRs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			o.Denied.Prefixes = append(o.Denied.Prefixes, p.Masked())
+		}
+	}
 }

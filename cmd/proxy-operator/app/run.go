@@ -136,6 +136,10 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	// of status, over its event channel and snapshots.
 	hopts := health.Options{Clock: clock.RealClock{}, Reader: mgr.GetCache(), Metrics: m}
 	o.Health.Apply(&hopts)
+	// Probes never reach the API server on a Proxy author's behalf.
+	if err := hopts.Denied.AddServer(ctx, cfg.Host); err != nil {
+		return fmt.Errorf("denying the API server to health probes: %w", err)
+	}
 	engine, err := health.New(hopts)
 	if err != nil {
 		return fmt.Errorf("creating health engine: %w", err)

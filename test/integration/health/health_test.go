@@ -3,6 +3,7 @@ package health_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -62,7 +63,7 @@ func TestHealthFollowsSquid(t *testing.T) {
 		} else {
 			t.Logf("%s Unhealthy within %s of the kill (bound %s)", name, took.Round(time.Millisecond), unhealthyBound)
 		}
-		if c := healthCondition(p); c.Reason != crawlv1alpha1.ReasonProbeFailed || !strings.Contains(c.Message, "proxyconnect") {
+		if c := healthCondition(p); c.Reason != crawlv1alpha1.ReasonProbeFailed || !strings.Contains(c.Message, "connecting to the proxy: connection refused") {
 			t.Errorf("%s unhealthy condition %s/%q, want ProbeFailed naming the proxy connection", name, c.Reason, c.Message)
 		}
 		if p.Status.LatencyMillis != nil {
@@ -268,4 +269,54 @@ func sameCondition(a, b *metav1.Condition) bool {
 	}
 	return a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message &&
 		a.ObservedGeneration == b.ObservedGeneration && a.LastTransitionTime.Equal(&b.LastTransitionTime)
+}
+
+// A Proxy pointed at something that is not a proxy (here a listener that
+// sends an SSH banner, as an internal service would) turns Unhealthy with a
+// condition and a Warning Event in the operator's words: neither quotes what
+// the listener sent.
+func TestProbeFailuresQuoteNothingRemote(t *testing.T) {
+	e := newEnv(t)
+	o := startOrigins(t)
+	const banner = "SSH-2.0-OpenSSH_9.6 secret-internal-banner\r\n"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed by the cleanup
+			}
+			_, _ = c.Write([]byte(banner))
+			_ = c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	e.startOperator()
+	p := e.external("banner", startSquid(t), o.plain.URL+"/", nil)
+	p.Spec.Endpoint = &crawlv1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(port)}
+	e.create(p)
+	got, _ := e.waitProxy("banner", "Unhealthy", waitTimeout, isUnhealthy)
+	e.waitEvent("banner", corev1.EventTypeWarning, controller.EventReasonUnhealthy)
+	var list corev1.EventList
+	if err := e.c.List(context.Background(), &list, client.InNamespace(e.ns)); err != nil {
+		t.Fatal(err)
+	}
+	messages := []string{healthCondition(got).Message}
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Name == "banner" {
+			messages = append(messages, ev.Message)
+		}
+	}
+	for _, m := range messages {
+		if strings.Contains(m, "SSH-2.0") || strings.Contains(m, "secret-internal-banner") {
+			t.Errorf("a status or Event message quotes the listener: %q", m)
+		}
+	}
+	if c := healthCondition(got); !strings.Contains(c.Message, "no valid HTTP answer") {
+		t.Errorf("condition message %q does not say what failed", c.Message)
+	}
 }
