@@ -53,25 +53,36 @@ func (d *Denylist) AddServer(ctx context.Context, server string) error {
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("server %q is not a URL", server)
 	}
-	port := u.Port()
-	if port == "" {
-		port = "443"
-		if u.Scheme == "http" {
-			port = "80"
-		}
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
+	p, err := urlPort(u, "https")
 	if err != nil {
-		return fmt.Errorf("server %q: port %q: %w", server, port, err)
+		return fmt.Errorf("server %q: %w", server, err)
 	}
 	addrs, err := lookup(ctx, u.Hostname())
 	if err != nil {
 		return fmt.Errorf("resolving server %q: %w", server, err)
 	}
 	for _, a := range addrs {
-		d.Endpoints = append(d.Endpoints, netip.AddrPortFrom(a, uint16(p)))
+		d.Endpoints = append(d.Endpoints, netip.AddrPortFrom(a, p))
 	}
 	return nil
+}
+
+// urlPort is u's port, or its scheme's (def when the scheme is neither
+// http nor https).
+func urlPort(u *url.URL, def string) (uint16, error) {
+	port := u.Port()
+	if port == "" {
+		scheme := u.Scheme
+		if scheme != "http" && scheme != "https" {
+			scheme = def
+		}
+		port = map[string]string{"http": "80", "https": "443"}[scheme]
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("port %q: %w", port, err)
+	}
+	return uint16(p), nil
 }
 
 // lookup is host's addresses (itself when it is one).
@@ -118,16 +129,9 @@ func (d Denylist) checkURLHost(ctx context.Context, target *url.URL) error {
 	if len(d.Prefixes) == 0 && len(d.Endpoints) == 0 {
 		return nil
 	}
-	port := target.Port()
-	if port == "" {
-		port = "80"
-		if target.Scheme == "https" {
-			port = "443"
-		}
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
+	p, err := urlPort(target, "http")
 	if err != nil {
-		return fmt.Errorf("%w: health check URL port %q", ErrInvalidTarget, port)
+		return fmt.Errorf("%w: health check URL: %w", ErrInvalidTarget, err)
 	}
 	addrs, err := lookup(ctx, target.Hostname())
 	if err != nil {
@@ -136,7 +140,7 @@ func (d Denylist) checkURLHost(ctx context.Context, target *url.URL) error {
 		return nil
 	}
 	for _, a := range addrs {
-		if d.Denies(netip.AddrPortFrom(a, uint16(p))) {
+		if d.Denies(netip.AddrPortFrom(a, p)) {
 			return fmt.Errorf("%w: the health check URL's host %s (%s) is in a network probes may not reach (--health-denied-cidrs)",
 				ErrInvalidTarget, target.Hostname(), a)
 		}

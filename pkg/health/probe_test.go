@@ -5,7 +5,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -228,29 +227,15 @@ func TestProbeInvalidTarget(t *testing.T) {
 	}
 }
 
-// fakePeer accepts connections on loopback and answers each with reply,
-// whatever was asked, then closes it; it stops with the test.
+// fakePeer is a healthtest.ReplyPeer's URL; the peer stops with the test.
 func fakePeer(t *testing.T, reply string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := healthtest.NewReplyPeer(reply)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return // closed by the cleanup
-			}
-			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-			buf := make([]byte, 4096)
-			_, _ = c.Read(buf) // the request, unread beyond its start
-			_, _ = c.Write([]byte(reply))
-			_ = c.Close()
-		}
-	}()
-	return "http://" + ln.Addr().String()
+	t.Cleanup(func() { _ = p.Close() })
+	return "http://" + p.Addr
 }
 
 // A failed probe says what failed in this operator's words: what the remote

@@ -64,6 +64,22 @@ func serviceAccount(t testing.TB, ns, name string, bound bool) *rest.Config {
 	return cfg
 }
 
+// route is a way to the aggregated server with one client config.
+type route struct {
+	name string
+	cfg  *rest.Config
+}
+
+// routes are cfg through kube-apiserver, and the same credentials sent to
+// the aggregated server directly (as the aggregator dials it).
+func routes(cfg *rest.Config) []route {
+	direct := rest.CopyConfig(cfg)
+	direct.Host = shared.serverURL
+	direct.CAData = shared.server.CABundle()
+	direct.ServerName = "proxy-lease-api.proxy-operator-system.svc"
+	return []route{{"through kube-apiserver", cfg}, {"directly", direct}}
+}
+
 // Every ProxyLease request is authorized as its caller: through
 // kube-apiserver (which authorizes before it proxies), and sent to the
 // aggregated server directly with a ServiceAccount token (which the server
@@ -78,14 +94,7 @@ func TestEveryRequestIsAuthorizedAsTheCaller(t *testing.T) {
 		bound bool
 	}{{"crawler", true}, {"nobody", false}} {
 		cfg := serviceAccount(t, ns, tc.name, tc.bound)
-		direct := rest.CopyConfig(cfg)
-		direct.Host = shared.serverURL
-		direct.CAData = shared.server.CABundle()
-		direct.ServerName = "proxy-lease-api.proxy-operator-system.svc"
-		for _, via := range []struct {
-			name string
-			cfg  *rest.Config
-		}{{"through kube-apiserver", cfg}, {"directly", direct}} {
+		for _, via := range routes(cfg) {
 			leases := versioned.NewForConfigOrDie(via.cfg).LeasingV1alpha1().ProxyLeases(ns)
 			pl, err := leases.Create(ctx, newLease("authz-"), metav1.CreateOptions{})
 			if !tc.bound {

@@ -180,14 +180,7 @@ func TestEveryVerbIsAuthorizedAlike(t *testing.T) {
 	for i, c := range verbCases {
 		for _, allowed := range []bool{true, false} {
 			cfg := boundServiceAccount(t, ns, roleFor(ns, fmt.Sprintf("verbs-%d-%v", i, allowed), c, allowed))
-			direct := rest.CopyConfig(cfg)
-			direct.Host = shared.serverURL
-			direct.CAData = shared.server.CABundle()
-			direct.ServerName = "proxy-lease-api.proxy-operator-system.svc"
-			for _, via := range []struct {
-				name string
-				cfg  *rest.Config
-			}{{"through kube-apiserver", cfg}, {"directly", direct}} {
+			for _, via := range routes(cfg) {
 				cleanup()
 				name := fmt.Sprintf("verbs-%d", i)
 				if c.existing {

@@ -3,8 +3,8 @@ package health_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +17,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
+	"github.com/proxy-operator/proxy-operator/pkg/health/healthtest"
 )
 
 // TestHealthFollowsSquid: External proxies pointing at a real squid go Ready
@@ -279,22 +280,12 @@ func TestProbeFailuresQuoteNothingRemote(t *testing.T) {
 	e := newEnv(t)
 	o := startOrigins(t)
 	const banner = "SSH-2.0-OpenSSH_9.6 secret-internal-banner\r\n"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	peer, err := healthtest.NewReplyPeer(banner)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return // closed by the cleanup
-			}
-			_, _ = c.Write([]byte(banner))
-			_ = c.Close()
-		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	t.Cleanup(func() { _ = peer.Close() })
+	port := netip.MustParseAddrPort(peer.Addr).Port()
 	e.startOperator()
 	p := e.external("banner", startSquid(t), o.plain.URL+"/", nil)
 	p.Spec.Endpoint = &crawlv1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(port)}
