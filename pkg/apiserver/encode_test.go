@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/plainjson/plainjsontest"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/randfill"
@@ -15,27 +17,13 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
 
-// trickyStrings are the strings whose JSON encoding has rules: HTML
-// escaping, control characters, the JavaScript line separators, invalid
-// UTF-8, multi-byte runes.
-var trickyStrings = []string{
-	"", "plain", "<script>&amp;</script>", "quote\" backslash\\ slash/", "\x00\x01\x1f\x7f", "\b\f\n\r\t",
-	"\u2028\u2029", "\xff\xfe invalid", "héllo wörld ☃ 𝄞", "a\u0000b",
-}
-
 // leaseFiller fills every field of a ProxyLease: any runes in strings (a
 // tricky one a third of the time), times with nanoseconds in other zones or
 // zero, integers of either sign or zero, nil and empty maps and slices.
 func leaseFiller(seed int64) *randfill.Filler {
 	zones := []*time.Location{time.UTC, time.FixedZone("plus", 5*3600+1800), time.FixedZone("minus", -7*3600)}
 	return randfill.NewWithSeed(seed).NilChance(0.25).NumElements(0, 20).Funcs(
-		func(s *string, c randfill.Continue) {
-			if c.Intn(3) == 0 {
-				*s = trickyStrings[c.Intn(len(trickyStrings))]
-				return
-			}
-			*s = c.String(12)
-		},
+		plainjsontest.FillString,
 		func(t *metav1.Time, c randfill.Continue) {
 			switch c.Intn(4) {
 			case 0:
@@ -152,7 +140,7 @@ func TestProxyLeaseJSONOfARenderedLease(t *testing.T) {
 
 // FuzzProxyLeaseJSON: any strings in the fields a client sets, any time.
 func FuzzProxyLeaseJSON(f *testing.F) {
-	for _, s := range trickyStrings {
+	for _, s := range plainjsontest.TrickyStrings() {
 		f.Add(s, s, int64(1700000000123456789))
 	}
 	f.Fuzz(func(t *testing.T, name, value string, nanos int64) {

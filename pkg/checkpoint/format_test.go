@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/plainjson/plainjsontest"
+
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/randfill"
 
@@ -189,19 +191,9 @@ func TestStreamedDocumentIsTheDocument(t *testing.T) {
 	}
 }
 
-// trickyStrings are strings whose JSON encoding has rules (HTML escaping,
-// control characters, line separators, invalid UTF-8, multi-byte runes).
-var trickyStrings = []string{"", "plain", "<a>&</a>", "q\"b\\", "\x00\x1f", "\u2028", "\xff", "é☃𝄞"}
-
 func recordFiller() *randfill.Filler {
 	return randfill.NewWithSeed(1).NilChance(0.25).NumElements(0, 4).Funcs(
-		func(s *string, c randfill.Continue) {
-			if c.Intn(3) == 0 {
-				*s = trickyStrings[c.Intn(len(trickyStrings))]
-				return
-			}
-			*s = c.String(12)
-		},
+		plainjsontest.FillString,
 		func(i *int64, c randfill.Continue) { *i = (c.Int63n(3) - 1) * c.Int63() },
 		func(d *time.Duration, c randfill.Continue) { *d = time.Duration((c.Int63n(3) - 1) * c.Int63()) },
 		func(i *int, c randfill.Continue) { *i = int(c.Int63n(3)-1) * c.Int() },

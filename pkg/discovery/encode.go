@@ -19,9 +19,7 @@ func writeLease(w http.ResponseWriter, status int, l wire.Lease, buf *bytes.Buff
 		writeJSON(w, status, l)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
+	writeJSONHeader(w, status)
 	// A write error here means the client went away; nothing to do.
 	_, _ = w.Write(b)
 }

@@ -7,17 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/plainjson/plainjsontest"
+
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/randfill"
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 )
-
-// trickyStrings are strings whose JSON encoding has rules (HTML escaping,
-// control characters, line separators, invalid UTF-8, multi-byte runes).
-var trickyStrings = []string{
-	"", "plain", "<b>&amp;</b>", "quote\" backslash\\", "\x00\x1f\x7f", "\u2028\u2029", "\xff invalid", "héllo ☃ 𝄞",
-}
 
 // leaseFiller fills every field of a wire.Lease: tricky strings a third of
 // the time, times in other zones, out of RFC 3339's range or zero, nil and
@@ -25,13 +21,7 @@ var trickyStrings = []string{
 func leaseFiller(seed int64) *randfill.Filler {
 	zones := []*time.Location{time.UTC, time.FixedZone("plus", 5*3600+1800+7), time.FixedZone("far", 25*3600)}
 	return randfill.NewWithSeed(seed).NilChance(0.25).NumElements(0, 6).Funcs(
-		func(s *string, c randfill.Continue) {
-			if c.Intn(3) == 0 {
-				*s = trickyStrings[c.Intn(len(trickyStrings))]
-				return
-			}
-			*s = c.String(12)
-		},
+		plainjsontest.FillString,
 		func(t *time.Time, c randfill.Continue) {
 			switch c.Intn(6) {
 			case 0:

@@ -24,11 +24,16 @@ func badRequest(code, format string, args ...any) *RequestError {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeJSONHeader(w, status)
+	// An encoding error here means the client went away; nothing to do.
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeJSONHeader starts a JSON answer.
+func writeJSONHeader(w http.ResponseWriter, status int) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	// An encoding error here means the client went away; nothing to do.
-	_ = json.NewEncoder(w).Encode(v)
 }
 
 func writeError(w http.ResponseWriter, status int, code, message string) {

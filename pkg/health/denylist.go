@@ -111,13 +111,14 @@ func (d Denylist) control(_, address string, _ syscall.RawConn) error {
 	return nil
 }
 
-// deniedProxy is the ErrInvalidTarget of a proxy whose address is denied.
-func deniedProxy(err error) (error, bool) {
+// deniedProxy is the ErrInvalidTarget of a probe whose proxy's address
+// was denied (err is the transport's), or nil for any other error.
+func deniedProxy(err error) error {
 	var de *errDenied
 	if !errors.As(err, &de) {
-		return nil, false
+		return nil
 	}
-	return fmt.Errorf("%w: the proxy's address %s is in a network probes may not reach (--health-denied-cidrs)", ErrInvalidTarget, de.addr), true
+	return fmt.Errorf("%w: the proxy's address %s is in a network probes may not reach (--health-denied-cidrs)", ErrInvalidTarget, de.addr)
 }
 
 // checkURLHost refuses a health check URL whose host is, or resolves to, a

@@ -124,7 +124,7 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) (time.Duration, error)
 	resp, err := client.Do(req)
 	latency := p.clock.Since(start)
 	if err != nil {
-		if denied, ok := deniedProxy(err); ok {
+		if denied := deniedProxy(err); denied != nil {
 			return latency, denied
 		}
 		if ctx.Err() != nil || isNetTimeout(err) {

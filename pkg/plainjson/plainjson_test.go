@@ -10,19 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/plainjson/plainjsontest"
+
 	"github.com/google/go-cmp/cmp"
 )
 
-// trickyStrings are the strings whose JSON encoding has rules: HTML
-// escaping, control characters, the JavaScript line separators, invalid
-// UTF-8, multi-byte runes.
-var trickyStrings = []string{
-	"", "plain", "<script>&amp;</script>", "quote\" backslash\\ slash/", "\x00\x01\x1f\x7f", "\b\f\n\r\t",
-	"\u2028\u2029", "\xff\xfe invalid", "héllo wörld ☃ 𝄞", "a\u0000b", "~ !#$%'()*+,-./:;=?@[]^_`{|}",
-}
-
 func TestAppendStringIsEncodingJSONs(t *testing.T) {
-	for _, s := range trickyStrings {
+	for _, s := range plainjsontest.TrickyStrings() {
 		want, _ := json.Marshal(s)
 		if got := AppendString([]byte("x"), s); !bytes.Equal(got, append([]byte("x"), want...)) {
 			t.Errorf("AppendString(%q) = %s, encoding/json writes %s", s, got[1:], want)
@@ -31,7 +25,7 @@ func TestAppendStringIsEncodingJSONs(t *testing.T) {
 }
 
 func FuzzAppendString(f *testing.F) {
-	for _, s := range trickyStrings {
+	for _, s := range plainjsontest.TrickyStrings() {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
