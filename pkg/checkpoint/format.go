@@ -73,6 +73,7 @@ type storedCooldown struct {
 	Proxy     string `json:"proxy"`
 	Target    string `json:"target,omitempty"`
 	Until     int64  `json:"until"`
+	Holder    string `json:"holder,omitempty"`
 }
 
 type storedEnded struct {
@@ -197,7 +198,7 @@ func (enc *encoder) encode(st *lease.State, rvBase uint64, codec ExtraCodec) ([]
 		enc.chunk = append(enc.chunk, `,"cooldowns":[`...)
 		for i, c := range st.Cooldowns {
 			enc.comma(i)
-			sc := storedCooldown{Namespace: c.Proxy.Namespace, Proxy: c.Proxy.Name, Target: c.Target, Until: unixNano(c.Until)}
+			sc := storedCooldown{Namespace: c.Proxy.Namespace, Proxy: c.Proxy.Name, Target: c.Target, Until: unixNano(c.Until), Holder: c.Holder}
 			enc.chunk = sc.appendJSON(enc.chunk)
 			enc.flushFull()
 		}
@@ -296,6 +297,7 @@ func (c *storedCooldown) appendJSON(b []byte) []byte {
 	f.String("proxy", c.Proxy, false)
 	f.String("target", c.Target, true)
 	f.Int("until", c.Until, false)
+	f.String("holder", c.Holder, true)
 	return append(f.B, '}')
 }
 
@@ -370,7 +372,7 @@ func decode(data []byte, codec ExtraCodec) (lease.State, uint64, error) {
 		st.Leases = append(st.Leases, l)
 	}
 	for _, c := range doc.Cooldowns {
-		st.Cooldowns = append(st.Cooldowns, lease.Cooldown{Proxy: lease.ProxyKey{Namespace: c.Namespace, Name: c.Proxy}, Target: c.Target, Until: fromUnixNano(c.Until)})
+		st.Cooldowns = append(st.Cooldowns, lease.Cooldown{Proxy: lease.ProxyKey{Namespace: c.Namespace, Name: c.Proxy}, Target: c.Target, Until: fromUnixNano(c.Until), Holder: c.Holder})
 	}
 	for _, e := range doc.Ended {
 		st.Ended = append(st.Ended, lease.EndedLease{ID: e.ID, Name: lease.ProxyKey{Namespace: e.Namespace, Name: e.Name},

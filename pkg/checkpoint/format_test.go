@@ -46,7 +46,7 @@ func sampleState() lease.State {
 		}, {
 			ID: "b", Namespace: "crawl", Name: "b", Proxy: lease.ProxyInfo{Namespace: "crawl", Name: "p1"}, ExpiresAt: t0.Add(time.Minute),
 		}},
-		Cooldowns: []lease.Cooldown{{Proxy: key, Target: "site", Until: t0.Add(time.Minute)}},
+		Cooldowns: []lease.Cooldown{{Proxy: key, Target: "site", Until: t0.Add(time.Minute), Holder: "h"}},
 		Ended:     []lease.EndedLease{{ID: "c", Name: key, Proxy: key, Target: "t", Holder: "h", Reason: lease.Released, Until: t0.Add(time.Minute)}},
 	}
 }
@@ -183,7 +183,7 @@ func TestStreamedDocumentIsTheDocument(t *testing.T) {
 				Labels: map[string]string{"app": "x"}, Annotations: map[string]string{"n": "v"}, Extra: []byte("template")},
 			{ID: "b", Namespace: "crawl", Proxy: 1, ExpiresAt: t0.Add(time.Minute).UnixNano()},
 		},
-		Cooldowns: []storedCooldown{{Namespace: "crawl", Proxy: "p1", Target: "site", Until: t0.Add(time.Minute).UnixNano()}},
+		Cooldowns: []storedCooldown{{Namespace: "crawl", Proxy: "p1", Target: "site", Until: t0.Add(time.Minute).UnixNano(), Holder: "h"}},
 		Ended:     []storedEnded{{ID: "c", Namespace: "crawl", Name: "p1", ProxyNamespace: "crawl", Proxy: "p1", Target: "t", Holder: "h", Reason: lease.Released, Until: t0.Add(time.Minute).UnixNano()}},
 	}
 	if d := cmp.Diff(want, doc); d != "" {

@@ -363,7 +363,7 @@ func TestEndpoints(t *testing.T) {
 					t.Errorf("cooling pair granted: %v", err)
 				}
 			}},
-		{name: "report after release, within the window", method: "POST", path: "/v1/leases/{id}/report", body: `{"result":"banned"}`, status: 204,
+		{name: "report after release, within the window", method: "POST", path: "/v1/leases/{id}/report", body: `{"result":"banned","target":"site.example"}`, status: 204,
 			setup: func(e *env) string {
 				id := e.acquire(`{}`).LeaseID
 				e.do("DELETE", "/v1/leases/"+id, "", bearer)

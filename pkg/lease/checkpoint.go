@@ -35,6 +35,9 @@ type Cooldown struct {
 	Proxy  ProxyKey
 	Target string
 	Until  time.Time
+	// Holder is the holder whose report started it ("" in a state written
+	// before cooldowns were counted per holder: it counts to nobody).
+	Holder string
 }
 
 // EndedLease is an ended lease remembered until Until.
@@ -77,9 +80,9 @@ func (s *Store) StateInto(st *State) uint64 {
 		st.Leases = append(st.Leases, le.Lease)
 	}
 	for _, e := range s.proxies {
-		for target, until := range e.cooldowns {
-			if until.After(now) {
-				st.Cooldowns = append(st.Cooldowns, Cooldown{Proxy: e.key, Target: target, Until: until})
+		for target, c := range e.cooldowns {
+			if c.until.After(now) {
+				st.Cooldowns = append(st.Cooldowns, Cooldown{Proxy: e.key, Target: target, Until: c.until, Holder: c.holder})
 			}
 		}
 	}
@@ -167,7 +170,7 @@ func (s *Store) Restore(st State) error {
 	}
 	for _, c := range st.Cooldowns {
 		if c.Until.After(now) {
-			s.coolLocked(s.entryLocked(c.Proxy), c.Target, c.Until)
+			s.coolLocked(s.entryLocked(c.Proxy), c.Target, c.Holder, c.Until)
 		}
 	}
 	// In the order they ended (StateInto writes them so; a state of another

@@ -183,3 +183,31 @@ func IsNoRoom(err error) bool {
 	var e *NoRoomError
 	return errors.As(err, &e)
 }
+
+// ErrNoTarget: a rate_limited or banned report names no target and its lease
+// has none. Such a report would cool the proxy for every target, taking it
+// from every other tenant.
+var ErrNoTarget = errors.New("a rate_limited or banned report must name the target it is about when its lease has none")
+
+// IsNoTarget reports whether err is (or wraps) ErrNoTarget.
+func IsNoTarget(err error) bool { return errors.Is(err, ErrNoTarget) }
+
+// CooldownLimitError: a report would start a cooldown while the lease's
+// holder already runs Max (Options.MaxCooldownsPerHolder). Each of them ends
+// at most Window after the last report that extended it.
+type CooldownLimitError struct {
+	Holder string
+	Max    int
+	Window time.Duration
+}
+
+func (e *CooldownLimitError) Error() string {
+	return fmt.Sprintf("the reports on leases of %q already run %d cooldowns, the most one holder may (each ends at most %s after its last report)",
+		e.Holder, e.Max, e.Window)
+}
+
+// IsCooldownLimit reports whether err is (or wraps) a *CooldownLimitError.
+func IsCooldownLimit(err error) bool {
+	var e *CooldownLimitError
+	return errors.As(err, &e)
+}

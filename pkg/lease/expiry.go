@@ -42,10 +42,12 @@ func (s *Store) advanceLocked(now time.Time, p *pending) {
 	for len(s.cools) > 0 && !s.cools[0].until.After(now) {
 		it := heap.Pop(&s.cools).(*cooldownItem)
 		e := it.e
-		if cur, ok := e.cooldowns[it.target]; !ok || !cur.Equal(it.until) {
+		cur, ok := e.cooldowns[it.target]
+		if !ok || !cur.until.Equal(it.until) {
 			continue // superseded by a later cooldown for the same pair
 		}
 		delete(e.cooldowns, it.target)
+		s.uncountCoolingLocked(cur.holder)
 		if it.target == "" {
 			e.globalCooling = false
 			s.indexLocked(e)
@@ -103,14 +105,22 @@ func (s *Store) endLocked(le *leaseEntry, endedAt time.Time, reason Reason, p *p
 	s.emitLocked(p, Deleted, reason, le)
 }
 
-func (s *Store) coolLocked(e *proxyEntry, target string, until time.Time) {
-	if cur, ok := e.cooldowns[target]; ok && !until.After(cur) {
+// coolLocked puts (e, target) in cooldown until until, extending (never
+// shortening) a running one, which keeps the holder that started it.
+func (s *Store) coolLocked(e *proxyEntry, target, holder string, until time.Time) {
+	cur, running := e.cooldowns[target]
+	if running && !until.After(cur.until) {
 		return
 	}
 	if e.cooldowns == nil {
-		e.cooldowns = map[string]time.Time{}
+		e.cooldowns = map[string]cooling{}
 	}
-	e.cooldowns[target] = until
+	if running {
+		holder = cur.holder
+	} else if holder != "" {
+		s.cooledBy[holder]++
+	}
+	e.cooldowns[target] = cooling{until: until, holder: holder}
 	s.coolings++
 	heap.Push(&s.cools, &cooldownItem{e: e, target: target, until: until})
 	s.scheduledLocked(until)
@@ -130,7 +140,7 @@ func (s *Store) NextChange() time.Time {
 	s.advanceLocked(s.now(), &p)
 	for len(s.cools) > 0 {
 		it := s.cools[0]
-		if cur, ok := it.e.cooldowns[it.target]; ok && cur.Equal(it.until) {
+		if cur, ok := it.e.cooldowns[it.target]; ok && cur.until.Equal(it.until) {
 			break
 		}
 		heap.Pop(&s.cools) // superseded

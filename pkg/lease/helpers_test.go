@@ -59,3 +59,12 @@ func mustAcquire(t testing.TB, s *Store, req AcquireRequest) *Lease {
 	}
 	return l
 }
+
+// coolEverywhere cools the proxy key for every target for the cooldown
+// window, as a checkpoint written before untargeted reports were refused
+// (ErrNoTarget) restores it: the store still honours such a cooldown.
+func coolEverywhere(s *Store, key ProxyKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.coolLocked(s.entryLocked(key), "", "", s.now().Add(s.opts.CooldownWindow))
+}

@@ -154,8 +154,8 @@ func (e *proxyEntry) coolingFor(target string, now time.Time) bool {
 	if len(e.cooldowns) == 0 {
 		return false
 	}
-	until, ok := e.cooldowns[target]
-	return ok && until.After(now)
+	c, ok := e.cooldowns[target]
+	return ok && c.until.After(now)
 }
 
 func matches(e *proxyEntry, selector map[string]string) bool {

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -111,6 +112,23 @@ func checkInvariants(s *Store) []string {
 	}
 	if total != indexed {
 		fail("index holds %d entries, indexed proxies account for %d", total, indexed)
+	}
+	// Cooldowns per holder: counted as they run, never over the limit.
+	cooling := map[string]int{}
+	for _, e := range s.proxies {
+		for _, c := range e.cooldowns {
+			if c.holder != "" {
+				cooling[c.holder]++
+			}
+		}
+	}
+	if !maps.Equal(cooling, s.cooledBy) {
+		fail("cooldowns per holder %v, counted %v", cooling, s.cooledBy)
+	}
+	for h, n := range cooling {
+		if n > s.opts.MaxCooldownsPerHolder {
+			fail("holder %q runs %d cooldowns, limit %d", h, n, s.opts.MaxCooldownsPerHolder)
+		}
 	}
 	return bad
 }

@@ -51,12 +51,15 @@ func mayChange(caller, holder string) bool { return caller == AnyHolder || calle
 // Report records how a request through the leased proxy went. rate_limited
 // and banned put the (proxy, target) pair in cooldown for CooldownWindow
 // (extending, never shortening, a running one). The target falls back from
-// the report to the lease's target to "" (every target of that proxy). A
+// the report to the lease's target; when both are empty the report is
+// refused (ErrNoTarget), and a holder runs at most MaxCooldownsPerHolder
+// cooldowns (*CooldownLimitError): see reportCoolLocked. A
 // lease that ended (released or expired) stays reportable for CooldownWindow
 // after it ended: a late report lands exactly when the proxy is being
 // rate-limited.
 //
-// Errors: ErrInvalidResult (checked first), ErrUnknownLease.
+// Errors: ErrInvalidResult (checked first), ErrUnknownLease, ErrNoTarget,
+// *CooldownLimitError; a refused report changes nothing.
 func (s *Store) Report(id, result, target string) error {
 	return s.ReportAs(AnyHolder, id, result, target)
 }
@@ -76,20 +79,20 @@ func (s *Store) ReportAs(holder, id, result, target string) error {
 		return ErrFrozen
 	}
 	var e *proxyEntry
-	var leaseTarget string
+	var leaseTarget, leaseHolder string
 	le := s.leases[id]
 	if le != nil {
 		if !mayChange(holder, le.Holder) {
 			s.unlockAndNotify(&p)
 			return &NotHolderError{ID: id}
 		}
-		e, leaseTarget = le.proxy, le.Target
+		e, leaseTarget, leaseHolder = le.proxy, le.Target, le.Holder
 	} else if t, ok := s.tombs[id]; ok && t.until.After(now) {
 		if !mayChange(holder, t.holder) {
 			s.unlockAndNotify(&p)
 			return &NotHolderError{ID: id}
 		}
-		e, leaseTarget = s.entryLocked(t.proxy), t.target
+		e, leaseTarget, leaseHolder = s.entryLocked(t.proxy), t.target, t.holder
 	} else {
 		s.unlockAndNotify(&p)
 		return fmt.Errorf("reporting on lease %s: %w", id, ErrUnknownLease)
@@ -98,7 +101,11 @@ func (s *Store) ReportAs(holder, id, result, target string) error {
 		target = leaseTarget
 	}
 	if result != ResultOK {
-		s.coolLocked(e, target, now.Add(s.opts.CooldownWindow))
+		if err := s.reportCoolLocked(e, leaseHolder, target, now); err != nil {
+			s.forgetIfUnusedLocked(e)
+			s.unlockAndNotify(&p)
+			return fmt.Errorf("reporting %q on lease %s: %w", result, id, err)
+		}
 	}
 	s.forgetIfUnusedLocked(e)
 	if le != nil {

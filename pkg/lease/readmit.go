@@ -86,7 +86,8 @@ func (s *Store) readmitLocked(l *Lease, now time.Time, p *pending) (*leaseEntry,
 // does (granted inside the window of leases the restored state could not
 // hold), and only until CooldownWindow after the lease's own expiry (the
 // latest it can have ended). A lease the store knows is reported on as by
-// ReportAs. Errors: ErrInvalidResult, ErrFrozen, ErrUnknownLease.
+// ReportAs. Errors: ErrInvalidResult, ErrFrozen, ErrUnknownLease, ErrNoTarget,
+// *CooldownLimitError.
 func (s *Store) ReportLost(l Lease, result, target string) error {
 	if !ValidResult(result) {
 		return fmt.Errorf("reporting %q on lease %s: %w", result, l.ID, ErrInvalidResult)
@@ -112,7 +113,9 @@ func (s *Store) ReportLost(l Lease, result, target string) error {
 		}
 		if result != ResultOK {
 			e := s.entryLocked(l.Proxy.Key())
-			s.coolLocked(e, target, now.Add(s.opts.CooldownWindow))
+			if cerr := s.reportCoolLocked(e, l.Holder, target, now); cerr != nil {
+				err = fmt.Errorf("reporting %q on lease %s: %w", result, l.ID, cerr)
+			}
 			s.forgetIfUnusedLocked(e)
 		}
 	}

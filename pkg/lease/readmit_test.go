@@ -210,7 +210,7 @@ func TestReportLostWindowAndKnownLeases(t *testing.T) {
 	if err := s.ReportLost(old, ResultBanned, ""); !IsUnknownLease(err) {
 		t.Errorf("a report 10 minutes after the lost lease expired: %v, want unknown", err)
 	}
-	if err := s.ReportLost(Lease{ID: kept.ID, AcquiredAt: t0.Add(-time.Hour)}, ResultRateLimited, ""); err != nil {
+	if err := s.ReportLost(Lease{ID: kept.ID, AcquiredAt: t0.Add(-time.Hour)}, ResultRateLimited, "site"); err != nil {
 		t.Fatal(err)
 	}
 	if l, ok := s.Get(kept.ID); !ok || l.LastResult != ResultRateLimited {

@@ -56,6 +56,9 @@ type Store struct {
 	// coolings counts cooldowns started (Changes: a checkpoint must see
 	// them, and a report on an ended lease starts one without a revision).
 	coolings uint64
+	// cooledBy counts the running cooldowns each holder's reports started
+	// (Options.MaxCooldownsPerHolder bounds it).
+	cooledBy map[string]int
 	// readmitFrom and readmitUntil bound the grant times of leases Readmit
 	// takes back: granted after the restored state was taken and before it
 	// was restored (zero: nothing was restored).
@@ -102,8 +105,15 @@ type proxyEntry struct {
 	removed       bool
 	indexed       bool
 	globalCooling bool
-	// cooldowns maps target ("" = every target) to the end of its cooldown.
-	cooldowns map[string]time.Time
+	// cooldowns maps target ("" = every target) to its cooldown.
+	cooldowns map[string]cooling
+}
+
+// cooling is one (proxy, target) cooldown: until when, and the holder whose
+// report started it (its count toward MaxCooldownsPerHolder).
+type cooling struct {
+	until  time.Time
+	holder string
 }
 
 type leaseEntry struct {
@@ -134,6 +144,7 @@ func New(opts Options, clk clock.WithTicker) (*Store, error) {
 		tombs:     map[string]tombstone{},
 		tombNames: map[ProxyKey]string{},
 		flows:     map[string]int{},
+		cooledBy:  map[string]int{},
 		wake:      make(chan struct{}, 1),
 	}
 	s.armed.Store(math.MaxInt64)

@@ -111,10 +111,8 @@ func TestNoMatchCountsAreAdditive(t *testing.T) {
 	if g.Proxy.Name != "globalcool" {
 		t.Fatalf("first lease on %s, want globalcool", g.Proxy.Name)
 	}
-	if err := s.Report(g.ID, ResultBanned, ""); err != nil { // no target anywhere: global
-		t.Fatal(err)
-	}
 	s.Release(g.ID)
+	coolEverywhere(s, g.Proxy.Key())
 	l := mustAcquire(t, s, AcquireRequest{Namespace: "a", Selector: sel, Target: "t"})
 	if l.Proxy.Name != "cool" {
 		t.Fatalf("second lease on %s, want cool", l.Proxy.Name)
@@ -172,8 +170,6 @@ func TestCooldownTargetFallback(t *testing.T) {
 			blockedFor: []string{"b.com"}, allowedFor: []string{"a.com", "c.com", ""}},
 		{name: "falls back to the lease target", leaseTarget: "a.com", result: ResultRateLimited,
 			blockedFor: []string{"a.com"}, allowedFor: []string{"b.com", ""}},
-		{name: "falls back to global: every target", result: ResultBanned,
-			blockedFor: []string{"a.com", "b.com", ""}},
 		{name: "banned shares the window", leaseTarget: "a.com", result: ResultBanned,
 			blockedFor: []string{"a.com"}, allowedFor: []string{"b.com"}},
 		{name: "ok starts nothing", leaseTarget: "a.com", result: ResultOK,
@@ -593,10 +589,8 @@ func TestOnCapacity(t *testing.T) {
 	expect("healthy proxy added", 1)
 	l := mustAcquire(t, s, AcquireRequest{TTL: time.Minute})
 	expect("acquire", 0)
-	if err := s.Report(l.ID, ResultBanned, ""); err != nil {
-		t.Fatal(err)
-	}
-	expect("report", 0)
+	coolEverywhere(s, l.Proxy.Key())
+	expect("cooling everywhere", 0)
 	s.Release(l.ID)
 	expect("release of a globally cooling proxy", 0)
 	fc.Step(time.Minute)

@@ -47,6 +47,10 @@ const (
 	// ReasonNoRoom: a lease lost in an operator crash cannot be taken back:
 	// its proxy has been leased to capacity since.
 	ReasonNoRoom Reason = "NoRoom"
+	// ReasonCooldownLimit: the report would start a cooldown while the
+	// lease's holder already runs as many as one holder may
+	// (--lease-max-cooldowns-per-holder); the lease itself is unchanged.
+	ReasonCooldownLimit Reason = "CooldownLimit"
 	// ReasonInternal: a bug; the message says what.
 	ReasonInternal Reason = "Internal"
 )
@@ -137,6 +141,7 @@ func IsAlreadyExists(err error) bool { return ReasonOf(err) == ReasonAlreadyExis
 func IsCancelled(err error) bool     { return ReasonOf(err) == ReasonCancelled }
 func IsNotLeader(err error) bool     { return ReasonOf(err) == ReasonNotLeader }
 func IsNoRoom(err error) bool        { return ReasonOf(err) == ReasonNoRoom }
+func IsCooldownLimit(err error) bool { return ReasonOf(err) == ReasonCooldownLimit }
 
 func invalid(errs ...*field.Error) *Error {
 	return &Error{Reason: ReasonInvalid, Fields: errs}
@@ -189,6 +194,13 @@ func storeError(id string, err error) error {
 		e := invalidResult("")
 		e.ID, e.err = id, err
 		return e
+	case lease.IsNoTarget(err):
+		e := invalid(field.Required(field.NewPath("target"),
+			"a rate_limited or banned report must name the site it is about when its lease names none (a proxy is never cooled for every site: that would take it from every tenant)"))
+		e.ID, e.err = id, err
+		return e
+	case lease.IsCooldownLimit(err):
+		return &Error{Reason: ReasonCooldownLimit, ID: id, err: err}
 	case lease.IsAlreadyExists(err):
 		return &Error{Reason: ReasonAlreadyExists, ID: id, err: err}
 	case lease.IsNoRoom(err):

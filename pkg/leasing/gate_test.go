@@ -37,12 +37,12 @@ func TestGateRefusesUntilOpen(t *testing.T) {
 		"Acquire": func() error { _, err := closed.Acquire(ctx, request(time.Minute, 0)); return err },
 		"Release": func() error { _, err := closed.Release("http:a", granted.ID); return err },
 		"Renew":   func() error { _, err := closed.Renew("http:a", granted.ID, time.Minute); return err },
-		"Report":  func() error { return closed.Report("http:a", granted.ID, lease.ResultBanned, "") },
+		"Report":  func() error { return closed.Report("http:a", granted.ID, lease.ResultBanned, "site.example") },
 		"Get":     func() error { _, err := closed.Get("http:a", granted.ID); return err },
 		"Update":  func() error { _, err := closed.Update("http:a", granted.ID, time.Minute, nil); return err },
 		"Reclaim": func() error { _, err := closed.Reclaim("http:a", "", granted.ID); return err },
 		"ReportByName": func() error {
-			return closed.ReportByName(granted.Namespace, granted.Name, lease.ResultBanned, "")
+			return closed.ReportByName(granted.Namespace, granted.Name, lease.ResultBanned, "site.example")
 		},
 		"GetByName":  func() error { _, _, err := closed.GetByName(ctx, granted.Namespace, granted.Name); return err },
 		"Reportable": func() error { _, err := closed.Reportable(ctx, granted.Namespace, granted.Name); return err },

@@ -30,6 +30,9 @@ type Options struct {
 	DefaultLeaseTTL   time.Duration
 	CooldownWindow    time.Duration
 	SweepInterval     time.Duration
+	// MaxCooldownsPerHolder bounds the cooldowns one holder's reports run
+	// at once (lease.Options.MaxCooldownsPerHolder).
+	MaxCooldownsPerHolder int
 
 	// QueueMaxPerFlow, QueueMaxPerBand and QueueMax bound waiting lease
 	// requests (flowcontrol.Options); over a limit a request is answered 429
@@ -43,15 +46,16 @@ type Options struct {
 // DefaultOptions returns the defaults.
 func DefaultOptions() Options {
 	return Options{
-		MaxLeasesPerProxy: lease.DefaultMaxLeasesPerProxy,
-		MaxLeaseTTL:       lease.DefaultMaxTTL,
-		DefaultLeaseTTL:   lease.DefaultDefaultTTL,
-		CooldownWindow:    lease.DefaultCooldownWindow,
-		SweepInterval:     lease.DefaultSweepInterval,
-		QueueMaxPerFlow:   DefaultQueueMaxPerFlow,
-		QueueMaxPerBand:   DefaultQueueMaxPerBand,
-		QueueMax:          DefaultQueueMax,
-		QueueRetryAfter:   flowcontrol.DefaultRetryAfter,
+		MaxLeasesPerProxy:     lease.DefaultMaxLeasesPerProxy,
+		MaxLeaseTTL:           lease.DefaultMaxTTL,
+		DefaultLeaseTTL:       lease.DefaultDefaultTTL,
+		CooldownWindow:        lease.DefaultCooldownWindow,
+		SweepInterval:         lease.DefaultSweepInterval,
+		MaxCooldownsPerHolder: lease.DefaultMaxCooldownsPerHolder,
+		QueueMaxPerFlow:       DefaultQueueMaxPerFlow,
+		QueueMaxPerBand:       DefaultQueueMaxPerBand,
+		QueueMax:              DefaultQueueMax,
+		QueueRetryAfter:       flowcontrol.DefaultRetryAfter,
 	}
 }
 
@@ -62,6 +66,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.DefaultLeaseTTL, "default-lease-ttl", o.DefaultLeaseTTL, "TTL of a lease that asks for none.")
 	fs.DurationVar(&o.CooldownWindow, "cooldown-window", o.CooldownWindow, "How long a (proxy, target) pair is skipped after a rate_limited or banned report, and how long an ended lease stays reportable.")
 	fs.DurationVar(&o.SweepInterval, "lease-sweep-interval", o.SweepInterval, "Longest sleep of the lease store's timer: expiries and cooldown ends fire at their instant; this bounds how long ended leases past their report window stay in memory.")
+	fs.IntVar(&o.MaxCooldownsPerHolder, "lease-max-cooldowns-per-holder", o.MaxCooldownsPerHolder, "Cooldowns the reports on one holder's leases (token identity or Kubernetes user) may run at once; a report that would start one more is refused (403 cooldown_limit) until one ends.")
 	fs.IntVar(&o.QueueMaxPerFlow, "lease-queue-max-per-flow", o.QueueMaxPerFlow, "Waiting lease requests one flow (token identity or Kubernetes user) may have in one priority band.")
 	fs.IntVar(&o.QueueMaxPerBand, "lease-queue-max-per-band", o.QueueMaxPerBand, "Waiting lease requests per priority band.")
 	fs.IntVar(&o.QueueMax, "lease-queue-max", o.QueueMax, "Waiting lease requests in all.")
@@ -95,6 +100,7 @@ func (o *Options) Validate() error {
 		flag string
 		v    int
 	}{
+		{"--lease-max-cooldowns-per-holder", o.MaxCooldownsPerHolder},
 		{"--lease-queue-max-per-flow", o.QueueMaxPerFlow},
 		{"--lease-queue-max-per-band", o.QueueMaxPerBand},
 		{"--lease-queue-max", o.QueueMax},
@@ -109,11 +115,12 @@ func (o *Options) Validate() error {
 // StoreOptions are the lease store's options.
 func (o *Options) StoreOptions() lease.Options {
 	return lease.Options{
-		MaxLeasesPerProxy: o.MaxLeasesPerProxy,
-		MaxTTL:            o.MaxLeaseTTL,
-		DefaultTTL:        o.DefaultLeaseTTL,
-		CooldownWindow:    o.CooldownWindow,
-		SweepInterval:     o.SweepInterval,
+		MaxLeasesPerProxy:     o.MaxLeasesPerProxy,
+		MaxTTL:                o.MaxLeaseTTL,
+		DefaultTTL:            o.DefaultLeaseTTL,
+		CooldownWindow:        o.CooldownWindow,
+		SweepInterval:         o.SweepInterval,
+		MaxCooldownsPerHolder: o.MaxCooldownsPerHolder,
 	}
 }
 

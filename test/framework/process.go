@@ -60,6 +60,9 @@ func StartOperatorProcess(binary, logPath string, args []string) (*OperatorProce
 	return o, nil
 }
 
+// Pid is the process's ID (to read its memory from /proc).
+func (o *OperatorProcess) Pid() int { return o.cmd.Process.Pid }
+
 // Done is closed when the process has exited.
 func (o *OperatorProcess) Done() <-chan struct{} { return o.done }
 

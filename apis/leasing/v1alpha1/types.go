@@ -163,7 +163,8 @@ type ProxyLeaseReport struct {
 	// Result is one of ok, rate_limited, banned.
 	Result ReportResult `json:"result"`
 	// Target is the site the result is about. Defaults to the lease's
-	// spec.target.
+	// spec.target; a rate_limited or banned report needs one or the other
+	// (a proxy is never cooled for every site).
 	// +optional
 	Target string `json:"target,omitempty"`
 }

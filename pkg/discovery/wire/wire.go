@@ -36,6 +36,10 @@ const (
 	CodeBodyTooLarge = "body_too_large"
 	// 429: the wait queue is full (Retry-After header).
 	CodeQueueFull = "queue_full"
+	// 403: the report would start a cooldown while the lease's holder
+	// already runs as many as one holder may; it changed nothing. Retry once
+	// one of them ends (at most a cooldown window).
+	CodeCooldownLimit = "cooldown_limit"
 	// 503: the server cannot answer now (proxy cache not ready, shutting down).
 	CodeUnavailable = "unavailable"
 	// 503: this replica is a standby (Retry-After header); leader names the

@@ -285,7 +285,7 @@ func schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseReport(ref common.Ref
 					},
 					"target": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Target is the site the result is about. Defaults to the lease's spec.target.",
+							Description: "Target is the site the result is about. Defaults to the lease's spec.target; a rate_limited or banned report needs one or the other (a proxy is never cooled for every site).",
 							Type:        []string{"string"},
 							Format:      "",
 						},

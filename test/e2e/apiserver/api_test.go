@@ -79,8 +79,26 @@ func TestReportThroughClientsetAndRaw(t *testing.T) {
 	// Negative control: another target is served.
 	other := newLease("r-")
 	other.Spec.Target = "other.example"
-	if _, err := leases.Create(ctx, other, metav1.CreateOptions{}); err != nil {
-		t.Errorf("lease for another target: %v", err)
+	got, err = leases.Create(ctx, other, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("lease for another target: %v", err)
+	}
+	// A cooling report must be about a site: on a lease without a target,
+	// one without a target is refused naming the field (#26 item 2).
+	if err := leases.Delete(ctx, got.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	untargeted := newLease("u-")
+	untargeted.Spec.Target = ""
+	if untargeted, err = leases.Create(ctx, untargeted, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = leases.Report(ctx, untargeted.Name, &leasingv1alpha1.ProxyLeaseReport{Result: leasingv1alpha1.ResultBanned}, metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "target: Required value") {
+		t.Errorf("a banned report without any target: %v, want 422 naming target", err)
+	}
+	if _, err := leases.Report(ctx, untargeted.Name, &leasingv1alpha1.ProxyLeaseReport{Result: leasingv1alpha1.ResultBanned, Target: "third.example"}, metav1.CreateOptions{}); err != nil {
+		t.Errorf("a banned report naming its target: %v", err)
 	}
 }
 

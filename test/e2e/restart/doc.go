@@ -18,5 +18,9 @@
 // a planned handover, only for leases granted just before a crash
 // (make failover runs 50 kill points; HISTORY_SEED repeats a run).
 //
+// TestReportsCannotGrowTheOperator sends 40,000 reports with distinct
+// targets from one token's leases and checks the operator's RSS and that the
+// checkpoint stays one Secret (the per-holder cooldown limit).
+//
 // This package holds tests only; nothing may import it.
 package restart

@@ -44,7 +44,9 @@ func (e *env) faultReplica(t *testing.T, identity string, seed uint64) *faultRep
 	if err := signer.SetKey([]byte(strings.Repeat("k", leaseid.KeySize))); err != nil {
 		t.Fatal(err)
 	}
-	store, err := lease.New(lease.Options{MaxLeasesPerProxy: 1, MaxTTL: 2 * time.Hour, CooldownWindow: 30 * time.Minute, IDs: signer}, clock.RealClock{})
+	store, err := lease.New(lease.Options{MaxLeasesPerProxy: 1, MaxTTL: 2 * time.Hour, CooldownWindow: 30 * time.Minute, IDs: signer,
+		// 20 holders run the cooldowns of a fleet-sized crawl between them.
+		MaxCooldownsPerHolder: 1 << 20}, clock.RealClock{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,8 @@ func scaleStore(b *testing.B, n int) *lease.Store { return scaleStoreIDs(b, n, t
 // the store's random ones.
 func scaleStoreIDs(b *testing.B, n int, signed bool) *lease.Store {
 	b.Helper()
-	opts := lease.Options{MaxLeasesPerProxy: 12, MaxTTL: 2 * time.Hour, CooldownWindow: time.Hour}
+	// 20 holders run the cooldowns of a fleet-sized crawl between them.
+	opts := lease.Options{MaxLeasesPerProxy: 12, MaxTTL: 2 * time.Hour, CooldownWindow: time.Hour, MaxCooldownsPerHolder: 1 << 20}
 	if signed {
 		signer := leaseid.NewSigner()
 		if err := signer.SetKey([]byte(strings.Repeat("k", leaseid.KeySize))); err != nil {
