@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/provider"
 )
 
 // CloudInitError says the cloud-init data of a Proxy cannot be resolved: the
@@ -70,4 +71,14 @@ func (r *ProxyReconciler) resolveCloudInit(ctx context.Context, p *crawlv1alpha1
 		return "", &CloudInitError{Secret: nn, Key: key, Err: fmt.Errorf("key %q not present", key)}
 	}
 	return string(data), nil
+}
+
+// cloudInitSecretOf names the Secret key p's user data comes from (nil when
+// inline or none), so that a provider can mount it instead of copying it.
+func cloudInitSecretOf(p *crawlv1alpha1.Proxy) *provider.SecretKeyRef {
+	ci := p.Spec.CloudInit
+	if ci == nil || ci.SecretRef == nil {
+		return nil
+	}
+	return &provider.SecretKeyRef{Name: ci.SecretRef.Name, Key: ci.SecretRef.KeyOrDefault()}
 }

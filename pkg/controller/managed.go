@@ -86,9 +86,10 @@ func (r *ProxyReconciler) createInstance(ctx context.Context, rc *reconcileCtx, 
 		Tag:       r.tag(),
 		OwnerUID:  p.UID,
 		Namespace: p.Namespace,
-		CloudInit: cloudInit,
-		Proxy:     p.Spec.DeepCopy(),
-		SpecHash:  instanceSpecHash(hash),
+		CloudInit:       cloudInit,
+		CloudInitSecret: cloudInitSecretOf(p),
+		Proxy:           p.Spec.DeepCopy(),
+		SpecHash:        instanceSpecHash(hash),
 	})
 	if err != nil {
 		return r.providerFailure(ctx, rc, actionCreate, fmt.Errorf("creating instance %s: %w", name, err))

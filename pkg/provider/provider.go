@@ -82,6 +82,11 @@ type CreateRequest struct {
 	Namespace string
 	// CloudInit is the resolved cloud-init user data, possibly empty.
 	CloudInit string
+	// CloudInitSecret, when set, is the Secret of Namespace that CloudInit
+	// was read from: a provider that can mount it (kubernetes) references
+	// it instead of copying the data into the instance's spec, where anyone
+	// who may read that spec would read it.
+	CloudInitSecret *SecretKeyRef
 	// Proxy is the owner's spec, for provider blocks and attributes. It may
 	// be nil; providers must not modify it.
 	Proxy *crawlv1alpha1.ProxySpec
@@ -91,6 +96,11 @@ type CreateRequest struct {
 	// apart from one of the current spec. Optional; at most
 	// MaxSpecHashLength lowercase letters and digits.
 	SpecHash string
+}
+
+// SecretKeyRef names one key of a Secret.
+type SecretKeyRef struct {
+	Name, Key string
 }
 
 // MaxSpecHashLength is the longest CreateRequest.SpecHash: what fits in a

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -291,6 +292,14 @@ func TestSecretRotationReplacesInstance(t *testing.T) {
 	first := instanceOf(t, pod)
 	if got := userDataOf(t, first); got != "#cloud-config\n# secret v1\n" {
 		t.Errorf("user data from the Secret = %q, want secret v1", got)
+	}
+	// It reached the pod as its Secret volume: whoever may get pods does
+	// not read it (#26 item 8).
+	if raw, _ := json.Marshal(pod.Spec); strings.Contains(string(raw), "secret v1") {
+		t.Errorf("the pod's spec carries the Secret's user data: %s", raw)
+	}
+	if vols := pod.Spec.Volumes; !slices.ContainsFunc(vols, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == secret.Name }) {
+		t.Errorf("the pod mounts no volume of Secret %s: %+v", secret.Name, vols)
 	}
 
 	// Rotating the Secret (the Proxy is untouched) replaces the instance.

@@ -549,6 +549,9 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) *instance {
 			}
 		}
 	}
+	if err := a.writeSecretUserData(ctx, pod, inst.dir); err != nil {
+		return fail(ReasonStartError, err)
+	}
 	cfg := SquidConfig{Addr: addr, Port: inst.port, Dir: inst.dir, VisibleHostname: pod.Name}
 	sq, err := StartSquid(a.squidPath, cfg, env)
 	if err != nil {
@@ -714,4 +717,36 @@ func shortUID(uid types.UID) string {
 		s = s[:8]
 	}
 	return s
+}
+
+// writeSecretUserData does what a kubelet does for the kubernetes provider's
+// user data Secret volume (mounted at k8sprovider.UserDataDir): it reads the
+// Secret and writes the item's key to <dir>/UserDataFile.
+func (a *Agent) writeSecretUserData(ctx context.Context, pod *corev1.Pod, dir string) error {
+	c := proxyContainer(pod)
+	if c == nil {
+		return nil
+	}
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != k8sprovider.UserDataDir {
+			continue
+		}
+		for _, v := range pod.Spec.Volumes {
+			if v.Name != m.Name || v.Secret == nil || len(v.Secret.Items) != 1 {
+				continue
+			}
+			s, err := a.client.CoreV1().Secrets(pod.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("reading the user data Secret %s: %w", v.Secret.SecretName, err)
+			}
+			data, ok := s.Data[v.Secret.Items[0].Key]
+			if !ok {
+				return fmt.Errorf("the user data Secret %s has no key %q", v.Secret.SecretName, v.Secret.Items[0].Key)
+			}
+			if err := os.WriteFile(filepath.Join(dir, UserDataFile), data, 0o644); err != nil {
+				return fmt.Errorf("writing user data: %w", err)
+			}
+		}
+	}
+	return nil
 }

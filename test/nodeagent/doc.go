@@ -11,9 +11,11 @@
 // deletion with a grace-period-0 delete.
 //
 // It ignores the pod's image: the container is always the local squid binary.
-// The cloud-init user data the kubernetes provider puts in the container's
-// environment (kubernetes.UserDataEnv) is passed to squid's environment and
-// written to <instance dir>/user-data, as the instance would receive it.
+// The cloud-init user data the kubernetes provider gives the container, inline
+// in its environment (kubernetes.UserDataEnv, also passed to squid's
+// environment) or as a Secret volume at kubernetes.UserDataDir (the agent
+// reads the Secret, as a kubelet does), is written to
+// <instance dir>/user-data, as the instance would receive it.
 //
 // Must not import: pkg/controller or anything that runs the operator; it talks
 // to the cluster only through the API server, like a real kubelet.

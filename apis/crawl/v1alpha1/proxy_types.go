@@ -328,11 +328,16 @@ type HealthCheckTLS struct {
 // runs the proxy as a Squid pod in the operator's cluster.
 type KubernetesProviderSpec struct {
 	// image of the Squid container (default: the provider's pinned image).
+	// Any other image than the pinned one and the operator's
+	// --kubernetes-pod-image must be listed in its
+	// --kubernetes-allowed-images, or the Proxy fails (Provisioned=False).
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Image string `json:"image,omitempty"`
 
-	// nodeName pins the pod to one node.
+	// nodeName pins the pod to one node, bypassing the scheduler: refused
+	// (Provisioned=False) unless the operator runs with
+	// --kubernetes-allow-proxy-node-name.
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional

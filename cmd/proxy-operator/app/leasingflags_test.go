@@ -19,6 +19,7 @@ func TestLeasingFlags(t *testing.T) {
 	o, err := parse(t, "--discovery-bind-address=127.0.0.1:9090", "--discovery-token-file=/run/token",
 		"--discovery-tls-cert-file=/run/tls.crt", "--discovery-tls-private-key-file=/run/tls.key",
 		"--max-leases-per-proxy=3", "--max-lease-ttl=2h", "--default-lease-ttl=10m", "--cooldown-window=90s",
+		"--lease-max-cooldowns-per-holder=50",
 		"--lease-queue-max-per-flow=2", "--lease-queue-max-per-band=20", "--lease-queue-max=200",
 		"--apiserver-secure-port=0")
 	if err != nil {
@@ -26,7 +27,7 @@ func TestLeasingFlags(t *testing.T) {
 	}
 	want := leasing.Options{
 		MaxLeasesPerProxy: 3, MaxLeaseTTL: 2 * time.Hour, DefaultLeaseTTL: 10 * time.Minute, CooldownWindow: 90 * time.Second,
-		SweepInterval: lease.DefaultSweepInterval, QueueMaxPerFlow: 2, QueueMaxPerBand: 20, QueueMax: 200,
+		SweepInterval: lease.DefaultSweepInterval, MaxCooldownsPerHolder: 50, QueueMaxPerFlow: 2, QueueMaxPerBand: 20, QueueMax: 200,
 		QueueRetryAfter: time.Second,
 	}
 	if d := cmp.Diff(want, o.Leasing); d != "" {

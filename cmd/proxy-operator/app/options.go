@@ -160,9 +160,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Intervals.RequeueNow, "requeue-now-interval", o.Intervals.RequeueNow, "Short delay standing in for an immediate requeue.")
 	fs.DurationVar(&o.Intervals.CreateRetry, "create-retry-interval", o.Intervals.CreateRetry, "First wait after a create the provider accepted and then failed (doubles per failure in a row, up to --quota-retry-interval).")
 	fs.DurationVar(&o.ReconcileTimeout, "reconcile-timeout", o.ReconcileTimeout, "Upper bound of one reconcile, provider calls included.")
-	fs.StringVar(&o.Kubernetes.Namespace, "kubernetes-pod-namespace", o.Kubernetes.Namespace, "Namespace of the kubernetes provider's Squid pods (default: the Proxy's namespace).")
-	fs.StringVar(&o.Kubernetes.Image, "kubernetes-pod-image", o.Kubernetes.Image, "Squid image of the kubernetes provider (default: its pinned image).")
-	fs.StringVar(&o.Kubernetes.NodeName, "kubernetes-pod-node-name", o.Kubernetes.NodeName, "Set spec.nodeName of the kubernetes provider's pods (bypasses the scheduler; e.g. the local node agent's node).")
+	o.Kubernetes.AddFlags(fs)
 	o.GCP.AddFlags(fs)
 
 	o.Health.AddFlags(fs)
@@ -240,15 +238,8 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %s", d.flag, d.v))
 		}
 	}
-	if ns := o.Kubernetes.Namespace; ns != "" {
-		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("--kubernetes-pod-namespace %q: %s", ns, strings.Join(msgs, "; ")))
-		}
-	}
-	if n := o.Kubernetes.NodeName; n != "" {
-		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("--kubernetes-pod-node-name %q: %s", n, strings.Join(msgs, "; ")))
-		}
+	if err := o.Kubernetes.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	for _, ns := range o.WatchNamespaces {
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {

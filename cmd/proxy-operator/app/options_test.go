@@ -2,6 +2,7 @@ package app
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,25 +62,27 @@ func TestDefaultsAreValid(t *testing.T) {
 func TestFlags(t *testing.T) {
 	o, err := parseDev(t, "--leader-elect", "--leader-election-namespace=ops", "--providers=kubernetes",
 		"--drift-poll-interval=30s", "--quota-retry-interval=10m", "--kubernetes-pod-namespace=proxies",
-		"--kubernetes-pod-node-name=node-1", "--kubeconfig=/dev/null", "--zap-log-level=debug", "--pprof-bind-address=127.0.0.1:6060")
+		"--kubernetes-pod-node-name=node-1", "--kubernetes-allowed-images=example.org/squid:7,example.org/squid:8",
+		"--kubernetes-allow-proxy-node-name", "--kubeconfig=/dev/null", "--zap-log-level=debug", "--pprof-bind-address=127.0.0.1:6060")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !o.LeaderElection || o.LeaderElectionNamespace != "ops" || o.Intervals.DriftPoll != 30*time.Second ||
 		o.Intervals.QuotaRetry != 10*time.Minute || o.Kubernetes.Namespace != "proxies" || o.Kubernetes.NodeName != "node-1" ||
-		o.PprofAddr != "127.0.0.1:6060" {
+		o.PprofAddr != "127.0.0.1:6060" || !o.Kubernetes.AllowProxyNodeName ||
+		!slices.Equal(o.Kubernetes.AllowedImages, []string{"example.org/squid:7", "example.org/squid:8"}) {
 		t.Errorf("parsed options %+v", o)
 	}
 }
 
 func TestValidateReportsEveryProblem(t *testing.T) {
 	_, err := parse(t, "--providers=kubernetes,gcp2,kubernetes", "--instance-tag=", "--drift-poll-interval=0s",
-		"--kubernetes-pod-namespace=Bad_NS", "--leader-elect", "--leader-election-id=")
+		"--kubernetes-pod-namespace=Bad_NS", "--kubernetes-allowed-images=a b", "--leader-elect", "--leader-election-id=")
 	if err == nil {
 		t.Fatal("invalid options accepted")
 	}
 	for _, want := range []string{`unknown provider "gcp2"`, `"kubernetes" listed twice`, "--instance-tag: required",
-		"--drift-poll-interval: must be positive", "--kubernetes-pod-namespace", "--leader-election-id: required"} {
+		"--drift-poll-interval: must be positive", "--kubernetes-pod-namespace", `--kubernetes-allowed-images: "a b"`, "--leader-election-id: required"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}

@@ -2,8 +2,12 @@
 // Squid pod in the operator's own cluster, for local development and CI.
 //
 // It owns: the pod an instance becomes (buildPod, pure: pinned ubuntu/squid
-// image, port 3128 named "proxy", the owner-UID and tag labels, the
-// cloud-init user data in the container's environment as UserDataEnv), the
+// image, port 3128 named "proxy", the owner-UID and tag labels, cloud-init
+// user data from a Secret as that Secret's volume and inline user data in the
+// container's environment as UserDataEnv, a securityContext that passes Pod
+// Security "restricted"), which images and nodes a Proxy may ask for
+// (Options: --kubernetes-allowed-images, --kubernetes-allow-proxy-node-name),
+// the
 // providerID syntax "k8s://<namespace>/<name>", the mapping of pod phases to
 // provider states, and the mapping of API errors to provider error classes.
 //

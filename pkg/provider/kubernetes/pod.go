@@ -26,11 +26,22 @@ const (
 	// Port is Squid's listening port (crawlv1alpha1.ProxyPort).
 	Port = 3128
 	// UserDataEnv is the environment variable of the Squid container that
-	// carries the cloud-init user data, the container's counterpart of VM
-	// user-data metadata. Absent when the request has no cloud-init data.
-	// The stock image ignores it; an image that acts on it, or the local node
-	// agent (which writes it to a file), reads it from there.
+	// carries inline cloud-init user data (spec.cloudInit.userData, which
+	// is no secret: it is in the Proxy), the container's counterpart of VM
+	// user-data metadata. The stock image ignores it; an image that acts on
+	// it, or the local node agent (which writes it to a file), reads it.
 	UserDataEnv = "CLOUD_INIT_USER_DATA"
+	// UserDataDir is where user data from a Secret is mounted (a Secret
+	// volume, read-only), as the file UserDataFile: never an environment
+	// variable, which anyone who may get pods can read.
+	UserDataDir = "/etc/proxy-operator/cloud-init"
+	// UserDataFile is the user data's file name in UserDataDir.
+	UserDataFile = "user-data"
+	// userDataVolume names the Secret volume.
+	userDataVolume = "cloud-init"
+	// SquidUID is the user Squid runs as: "proxy" of the Ubuntu image (and
+	// Debian's package), never root.
+	SquidUID = 13
 	// ProviderIDPrefix starts every providerID of this provider.
 	ProviderIDPrefix = "k8s://"
 )
@@ -76,29 +87,60 @@ func podNamespace(req provider.CreateRequest, opts Options) string {
 	return req.Namespace
 }
 
-// buildPod returns the pod that runs req's instance. Per-Proxy settings
-// (spec.kubernetes) override the provider's options.
-func buildPod(req provider.CreateRequest, opts Options) *corev1.Pod {
-	image, nodeName := opts.Image, opts.NodeName
-	if image == "" {
-		image = DefaultImage
-	}
+// squidWritableDirs are the directories Squid writes (logs, spool, pid
+// file, temporary files): emptyDirs, because the root filesystem is
+// read-only.
+var squidWritableDirs = []string{"/var/log/squid", "/var/spool/squid", "/var/cache/squid", "/run", "/tmp"}
+
+// squidCommand starts Squid in the foreground directly: the image's
+// entrypoint script writes under /etc as root, which a pod of Pod Security
+// "restricted" may not.
+var squidCommand = []string{"/usr/sbin/squid", "-NYC", "-f", "/etc/squid/squid.conf"}
+
+// buildPod returns the pod that runs req's instance. A Proxy's
+// spec.kubernetes may choose the image and node only as opts allow; the
+// error (a request that cannot succeed as it is) names the flag that would.
+func buildPod(req provider.CreateRequest, opts Options) (*corev1.Pod, error) {
+	var wantImage, wantNode string
 	if req.Proxy != nil && req.Proxy.Kubernetes != nil {
-		if req.Proxy.Kubernetes.Image != "" {
-			image = req.Proxy.Kubernetes.Image
-		}
-		if req.Proxy.Kubernetes.NodeName != "" {
-			nodeName = req.Proxy.Kubernetes.NodeName
-		}
+		wantImage, wantNode = req.Proxy.Kubernetes.Image, req.Proxy.Kubernetes.NodeName
 	}
+	image, err := opts.imageFor(wantImage)
+	if err != nil {
+		return nil, err
+	}
+	nodeName, err := opts.nodeNameFor(wantNode)
+	if err != nil {
+		return nil, err
+	}
+	ns := podNamespace(req, opts)
 	var env []corev1.EnvVar
-	if req.CloudInit != "" {
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	switch {
+	case req.CloudInitSecret != nil:
+		if ns != req.Namespace {
+			return nil, fmt.Errorf("cloud-init Secret %s/%s cannot be mounted into a pod of namespace %s (--kubernetes-pod-namespace): put the user data inline or run the pods in the Proxy's namespace",
+				req.Namespace, req.CloudInitSecret.Name, ns)
+		}
+		volumes = append(volumes, corev1.Volume{Name: userDataVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName:  req.CloudInitSecret.Name,
+			Items:       []corev1.KeyToPath{{Key: req.CloudInitSecret.Key, Path: UserDataFile}},
+			DefaultMode: ptr.To[int32](0o440),
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: userDataVolume, MountPath: UserDataDir, ReadOnly: true})
+	case req.CloudInit != "":
 		env = []corev1.EnvVar{{Name: UserDataEnv, Value: req.CloudInit}}
+	}
+	for i, dir := range squidWritableDirs {
+		name := fmt.Sprintf("writable-%d", i)
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: dir})
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      req.Name,
-			Namespace: podNamespace(req, opts),
+			Namespace: ns,
 			Labels:    podLabels(req),
 		},
 		Spec: corev1.PodSpec{
@@ -110,14 +152,30 @@ func buildPod(req provider.CreateRequest, opts Options) *corev1.Pod {
 			// Squid needs no API access and no service environment.
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),
+			// Pod Security "restricted".
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](SquidUID),
+				RunAsGroup:     ptr.To[int64](SquidUID),
+				FSGroup:        ptr.To[int64](SquidUID),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Volumes: volumes,
 			Containers: []corev1.Container{{
-				Name:  ContainerName,
-				Image: image,
-				Ports: []corev1.ContainerPort{{Name: PortName, ContainerPort: Port, Protocol: corev1.ProtocolTCP}},
-				Env:   env,
+				Name:         ContainerName,
+				Image:        image,
+				Command:      squidCommand,
+				Ports:        []corev1.ContainerPort{{Name: PortName, ContainerPort: Port, Protocol: corev1.ProtocolTCP}},
+				Env:          env,
+				VolumeMounts: mounts,
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: cpuRequest, corev1.ResourceMemory: memoryRequest},
 					Limits:   corev1.ResourceList{corev1.ResourceMemory: memoryLimit},
+				},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(PortName)}},
@@ -125,7 +183,7 @@ func buildPod(req provider.CreateRequest, opts Options) *corev1.Pod {
 				},
 			}},
 		},
-	}
+	}, nil
 }
 
 // stateOf maps a pod onto the provider's states.

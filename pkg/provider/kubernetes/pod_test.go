@@ -1,6 +1,8 @@
 package kubernetes
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,8 +18,21 @@ import (
 )
 
 // wantPod is the pod of a request for "proxy-abc" owned by uid-1 in ns "team"
-// with the given image, node and env; the tests vary only those.
-func wantPod(namespace, image, node string, env []corev1.EnvVar) *corev1.Pod {
+// with the given image, node, env and user data Secret ("": none); the tests
+// vary only those.
+func wantPod(namespace, image, node string, env []corev1.EnvVar, userDataSecret string) *corev1.Pod {
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	if userDataSecret != "" {
+		volumes = append(volumes, corev1.Volume{Name: "cloud-init", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: userDataSecret, Items: []corev1.KeyToPath{{Key: "userData", Path: "user-data"}}, DefaultMode: ptr.To[int32](0o440)}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "cloud-init", MountPath: "/etc/proxy-operator/cloud-init", ReadOnly: true})
+	}
+	for i, dir := range []string{"/var/log/squid", "/var/spool/squid", "/var/cache/squid", "/run", "/tmp"} {
+		name := fmt.Sprintf("writable-%d", i)
+		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: dir})
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      "proxy-abc",
@@ -33,17 +48,29 @@ func wantPod(namespace, image, node string, env []corev1.EnvVar) *corev1.Pod {
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](13), RunAsGroup: ptr.To[int64](13), FSGroup: ptr.To[int64](13),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Volumes: volumes,
 			Containers: []corev1.Container{{
-				Name:  "squid",
-				Image: image,
-				Ports: []corev1.ContainerPort{{Name: "proxy", ContainerPort: 3128, Protocol: corev1.ProtocolTCP}},
-				Env:   env,
+				Name:         "squid",
+				Image:        image,
+				Command:      []string{"/usr/sbin/squid", "-NYC", "-f", "/etc/squid/squid.conf"},
+				Ports:        []corev1.ContainerPort{{Name: "proxy", ContainerPort: 3128, Protocol: corev1.ProtocolTCP}},
+				Env:          env,
+				VolumeMounts: mounts,
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{
 						corev1.ResourceCPU:    resource.MustParse("50m"),
 						corev1.ResourceMemory: resource.MustParse("64Mi"),
 					},
 					Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+				},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 				},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("proxy")}},
@@ -61,50 +88,103 @@ func TestBuildPod(t *testing.T) {
 		mutate(&r)
 		return r
 	}
+	asks := func(image, node string) provider.CreateRequest {
+		return with(func(r *provider.CreateRequest) {
+			r.Proxy = &crawlv1alpha1.ProxySpec{Kubernetes: &crawlv1alpha1.KubernetesProviderSpec{Image: image, NodeName: node}}
+		})
+	}
+	fromSecret := with(func(r *provider.CreateRequest) {
+		r.CloudInit = "#cloud-config\npassword: hunter2\n"
+		r.CloudInitSecret = &provider.SecretKeyRef{Name: "boot", Key: "userData"}
+	})
 	tests := []struct {
-		name string
-		req  provider.CreateRequest
-		opts Options
-		want *corev1.Pod
+		name    string
+		req     provider.CreateRequest
+		opts    Options
+		want    *corev1.Pod
+		wantErr string // a substring of the error; the pod is then nil
 	}{
 		{
 			name: "defaults: proxy namespace, pinned image, no node, no env",
 			req:  base,
-			want: wantPod("team", DefaultImage, "", nil),
+			want: wantPod("team", DefaultImage, "", nil, ""),
 		},
 		{
-			name: "provider options override namespace, image and node",
+			name: "provider options set namespace, image and node",
 			req:  base,
 			opts: Options{Namespace: "proxies", Image: "example.org/squid:1", NodeName: "node-a"},
-			want: wantPod("proxies", "example.org/squid:1", "node-a", nil),
+			want: wantPod("proxies", "example.org/squid:1", "node-a", nil, ""),
 		},
 		{
-			name: "cloud-init data goes into the container environment",
+			name: "inline cloud-init data goes into the container environment",
 			req:  with(func(r *provider.CreateRequest) { r.CloudInit = "#cloud-config\nruncmd: [true]\n" }),
-			want: wantPod("team", DefaultImage, "", []corev1.EnvVar{{Name: UserDataEnv, Value: "#cloud-config\nruncmd: [true]\n"}}),
+			want: wantPod("team", DefaultImage, "", []corev1.EnvVar{{Name: UserDataEnv, Value: "#cloud-config\nruncmd: [true]\n"}}, ""),
 		},
 		{
-			name: "spec.kubernetes overrides the provider options",
-			req: with(func(r *provider.CreateRequest) {
-				r.Proxy = &crawlv1alpha1.ProxySpec{Kubernetes: &crawlv1alpha1.KubernetesProviderSpec{Image: "mine:2", NodeName: "node-b"}}
-			}),
-			opts: Options{Image: "example.org/squid:1", NodeName: "node-a"},
-			want: wantPod("team", "mine:2", "node-b", nil),
+			name: "cloud-init from a Secret is its Secret volume, never the environment",
+			req:  fromSecret,
+			want: wantPod("team", DefaultImage, "", nil, "boot"),
+		},
+		{
+			name:    "cloud-init from a Secret of another namespace than the pod's is refused",
+			req:     fromSecret,
+			opts:    Options{Namespace: "proxies"},
+			wantErr: "--kubernetes-pod-namespace",
+		},
+		{
+			name: "spec.kubernetes may name the pinned image and the provider's",
+			req:  asks(DefaultImage, ""),
+			opts: Options{Image: "example.org/squid:1"},
+			want: wantPod("team", DefaultImage, "", nil, ""),
+		},
+		{
+			name:    "spec.kubernetes may not name another image",
+			req:     asks("mine:2", ""),
+			opts:    Options{Image: "example.org/squid:1"},
+			wantErr: `spec.kubernetes.image "mine:2" is not allowed: an operator admin must list it in --kubernetes-allowed-images`,
+		},
+		{
+			name: "unless --kubernetes-allowed-images lists it",
+			req:  asks("mine:2", ""),
+			opts: Options{AllowedImages: []string{"other:1", "mine:2"}},
+			want: wantPod("team", "mine:2", "", nil, ""),
+		},
+		{
+			name:    "spec.kubernetes may not name a node",
+			req:     asks("", "node-b"),
+			opts:    Options{NodeName: "node-a"},
+			wantErr: "--kubernetes-allow-proxy-node-name",
+		},
+		{
+			name: "unless --kubernetes-allow-proxy-node-name",
+			req:  asks("", "node-b"),
+			opts: Options{NodeName: "node-a", AllowProxyNodeName: true},
+			want: wantPod("team", DefaultImage, "node-b", nil, ""),
 		},
 		{
 			name: "empty spec.kubernetes fields keep the provider options",
-			req: with(func(r *provider.CreateRequest) {
-				r.Proxy = &crawlv1alpha1.ProxySpec{Kubernetes: &crawlv1alpha1.KubernetesProviderSpec{}}
-			}),
+			req:  asks("", ""),
 			opts: Options{NodeName: "node-a"},
-			want: wantPod("team", DefaultImage, "node-a", nil),
+			want: wantPod("team", DefaultImage, "node-a", nil, ""),
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := buildPod(tc.req, tc.opts)
+			got, err := buildPod(tc.req, tc.opts)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || got != nil {
+					t.Fatalf("buildPod = %v, %v; want no pod and an error containing %q", got != nil, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("buildPod (-want +got):\n%s", diff)
+			}
+			if tc.req.CloudInitSecret != nil && strings.Contains(fmt.Sprint(got), "hunter2") {
+				t.Error("the pod carries the Secret's user data")
 			}
 		})
 	}
@@ -113,7 +193,12 @@ func TestBuildPod(t *testing.T) {
 func TestBuildPodIsPure(t *testing.T) {
 	spec := &crawlv1alpha1.ProxySpec{Kubernetes: &crawlv1alpha1.KubernetesProviderSpec{Image: "mine:2"}}
 	req := provider.CreateRequest{Name: "proxy-abc", Tag: "t", OwnerUID: "u", Namespace: "n", Proxy: spec}
-	a, b := buildPod(req, Options{}), buildPod(req, Options{})
+	opts := Options{AllowedImages: []string{"mine:2"}}
+	a, errA := buildPod(req, opts)
+	b, errB := buildPod(req, opts)
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
 	if diff := cmp.Diff(a, b); diff != "" {
 		t.Errorf("two builds of one request differ (-first +second):\n%s", diff)
 	}

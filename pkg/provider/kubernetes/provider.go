@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -17,21 +15,6 @@ import (
 
 // Name is the provider's registry name (spec.provider).
 const Name = "kubernetes"
-
-// Options configure the provider.
-type Options struct {
-	// Namespace receives every pod. Default: the namespace of the Proxy
-	// (CreateRequest.Namespace). When set, ListByTag looks only there, so a
-	// namespaced Role is enough.
-	Namespace string
-	// Image of the Squid container. Default DefaultImage. A Proxy's
-	// spec.kubernetes.image overrides it.
-	Image string
-	// NodeName, when set, goes into spec.nodeName: the pod lands on that node
-	// without a scheduler (the local node agent's node). A Proxy's
-	// spec.kubernetes.nodeName overrides it.
-	NodeName string
-}
 
 // Provider runs proxy instances as Squid pods. Safe for concurrent use.
 type Provider struct {
@@ -47,15 +30,8 @@ func New(c client.Client, opts Options) (*Provider, error) {
 	if c == nil {
 		return nil, errors.New("kubernetes provider: a client is required")
 	}
-	if opts.Namespace != "" {
-		if errs := validation.IsDNS1123Label(opts.Namespace); len(errs) > 0 {
-			return nil, fmt.Errorf("kubernetes provider: namespace %q: %s", opts.Namespace, strings.Join(errs, "; "))
-		}
-	}
-	if opts.NodeName != "" {
-		if errs := validation.IsDNS1123Subdomain(opts.NodeName); len(errs) > 0 {
-			return nil, fmt.Errorf("kubernetes provider: node name %q: %s", opts.NodeName, strings.Join(errs, "; "))
-		}
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("kubernetes provider: %w", err)
 	}
 	if opts.Image == "" {
 		opts.Image = DefaultImage
@@ -74,9 +50,12 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (stri
 		return "", provider.NewError(provider.ErrPermanent, provider.OpCreate,
 			errors.New("no namespace for the pod: set the provider's namespace or the request's"))
 	}
-	pod := buildPod(req, p.opts)
+	pod, err := buildPod(req, p.opts)
+	if err != nil {
+		return "", provider.NewError(provider.ErrPermanent, provider.OpCreate, err)
+	}
 	id := ProviderID(ns, req.Name)
-	err := p.c.Create(ctx, pod)
+	err = p.c.Create(ctx, pod)
 	switch {
 	case err == nil:
 		log.FromContext(ctx).V(1).Info("pod created", "providerID", id)

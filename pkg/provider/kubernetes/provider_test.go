@@ -135,7 +135,10 @@ func TestCreate(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "team", Name: "proxy-aaa"}, &pod); err != nil {
 		t.Fatalf("reading the created pod: %v", err)
 	}
-	want := buildPod(req, p.opts)
+	want, err := buildPod(req, p.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if diff := cmp.Diff(want.Labels, pod.Labels); diff != "" {
 		t.Errorf("labels (-want +got):\n%s", diff)
 	}

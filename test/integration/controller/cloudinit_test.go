@@ -52,6 +52,9 @@ func TestCloudInitInline(t *testing.T) {
 	if got := e.createdCloudInit(p); got != "#cloud-config\npackages: [squid]\n" {
 		t.Errorf("cloud-init = %q", got)
 	}
+	if req, _ := e.fake.Request(p.Status.ProviderID); req.CloudInitSecret != nil {
+		t.Errorf("inline cloud-init named a Secret: %+v", req.CloudInitSecret)
+	}
 }
 
 // A labelled Secret is read (default key userData); rotating its content
@@ -64,6 +67,11 @@ func TestCloudInitSecretRotationReplaces(t *testing.T) {
 	p := e.waitProvisioned("rot")
 	if got := e.createdCloudInit(p); got != "v1" {
 		t.Fatalf("cloud-init = %q, want v1", got)
+	}
+	// The provider is told where the data comes from, to mount it rather
+	// than copy it (#26 item 8).
+	if req, _ := e.fake.Request(p.Status.ProviderID); req.CloudInitSecret == nil || *req.CloudInitSecret != (provider.SecretKeyRef{Name: "ci", Key: "userData"}) {
+		t.Errorf("the create request names the Secret %+v, want ci/userData", req.CloudInitSecret)
 	}
 	id, gen := p.Status.ProviderID, p.Generation
 

@@ -32,6 +32,7 @@ const (
 type env struct {
 	cp    *controlplane.ControlPlane
 	admin client.Client
+	agent *nodeagent.Agent
 }
 
 func setup(t *testing.T) *env {
@@ -73,7 +74,7 @@ func setup(t *testing.T) *env {
 	case err := <-done:
 		t.Fatalf("node agent stopped: %v", err)
 	}
-	return &env{cp: cp, admin: admin}
+	return &env{cp: cp, admin: admin, agent: agent}
 }
 
 func TestContract(t *testing.T) {

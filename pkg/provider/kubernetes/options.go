@@ -1,0 +1,91 @@
+package kubernetes
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Options configure the provider.
+type Options struct {
+	// Namespace receives every pod. Default: the namespace of the Proxy
+	// (CreateRequest.Namespace). When set, ListByTag looks only there, so a
+	// namespaced Role is enough.
+	Namespace string
+	// Image of the Squid container. Default DefaultImage.
+	Image string
+	// AllowedImages are the images a Proxy's spec.kubernetes.image may name
+	// besides Image and DefaultImage: whoever may create a Proxy must not
+	// run any image they like with the operator's rights.
+	AllowedImages []string
+	// NodeName, when set, goes into spec.nodeName: the pod lands on that node
+	// without a scheduler (the local node agent's node).
+	NodeName string
+	// AllowProxyNodeName lets a Proxy's spec.kubernetes.nodeName place its
+	// pod (bypassing the scheduler, and with it taints and quotas of node
+	// selection); refused otherwise.
+	AllowProxyNodeName bool
+}
+
+// AddFlags registers the provider's flags on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Namespace, "kubernetes-pod-namespace", o.Namespace, "Namespace of the kubernetes provider's Squid pods (default: the Proxy's namespace).")
+	fs.StringVar(&o.Image, "kubernetes-pod-image", o.Image, "Squid image of the kubernetes provider (default: its pinned image).")
+	fs.StringSliceVar(&o.AllowedImages, "kubernetes-allowed-images", o.AllowedImages, "Images a Proxy's spec.kubernetes.image may name besides --kubernetes-pod-image and the pinned Squid image (comma-separated; default none: any other image fails the Proxy).")
+	fs.StringVar(&o.NodeName, "kubernetes-pod-node-name", o.NodeName, "Set spec.nodeName of the kubernetes provider's pods (bypasses the scheduler; e.g. the local node agent's node).")
+	fs.BoolVar(&o.AllowProxyNodeName, "kubernetes-allow-proxy-node-name", o.AllowProxyNodeName, "Let a Proxy's spec.kubernetes.nodeName place its pod on a node, bypassing the scheduler (default: such a Proxy fails).")
+}
+
+// Validate reports every invalid option, named by its flag.
+func (o *Options) Validate() error {
+	var errs []error
+	if ns := o.Namespace; ns != "" {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--kubernetes-pod-namespace %q: %s", ns, strings.Join(msgs, "; ")))
+		}
+	}
+	if n := o.NodeName; n != "" {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--kubernetes-pod-node-name %q: %s", n, strings.Join(msgs, "; ")))
+		}
+	}
+	for _, img := range o.AllowedImages {
+		if img == "" || strings.ContainsAny(img, " \t\n") {
+			errs = append(errs, fmt.Errorf("--kubernetes-allowed-images: %q is not an image reference", img))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// imageFor is the image of a pod whose Proxy asks for requested ("": none):
+// the provider's own, or one the options allow.
+func (o *Options) imageFor(requested string) (string, error) {
+	image := o.Image
+	if image == "" {
+		image = DefaultImage
+	}
+	switch {
+	case requested == "":
+		return image, nil
+	case requested == image, requested == DefaultImage, slices.Contains(o.AllowedImages, requested):
+		return requested, nil
+	}
+	return "", fmt.Errorf("spec.kubernetes.image %q is not allowed: an operator admin must list it in --kubernetes-allowed-images (allowed now: %s)",
+		requested, strings.Join(append([]string{image}, o.AllowedImages...), ", "))
+}
+
+// nodeNameFor is the spec.nodeName of a pod whose Proxy asks for requested
+// ("": none).
+func (o *Options) nodeNameFor(requested string) (string, error) {
+	switch {
+	case requested == "":
+		return o.NodeName, nil
+	case !o.AllowProxyNodeName:
+		return "", fmt.Errorf("spec.kubernetes.nodeName %q is not allowed: it bypasses the scheduler; an operator admin may allow it with --kubernetes-allow-proxy-node-name", requested)
+	}
+	return requested, nil
+}
