@@ -19,3 +19,8 @@ package rbac
 // +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=secrets,verbs=get;list;create;update;delete
 // +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=configmaps,verbs=get;create;update
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,resourceNames=v1alpha1.leasing.crawl.example.com,verbs=get;patch
+//
+// The kube-system namespace's UID names the cluster in the installation's
+// instance tag (provider.InstallationTag), when --instance-tag is unset.
+//
+// +kubebuilder:rbac:groups="",resources=namespaces,resourceNames=kube-system,verbs=get

@@ -3,6 +3,7 @@ package provider
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"encoding/hex"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -19,9 +20,23 @@ const (
 	TagLabel = "crawl.example.com/managed-by"
 	// SpecHashLabel carries CreateRequest.SpecHash.
 	SpecHashLabel = "crawl.example.com/spec-hash"
-	// DefaultTag is the tag an operator deployment uses unless configured.
+	// DefaultTag is the tag of tests and of deployments before tags were
+	// derived per installation (InstallationTag); a deployment that must
+	// keep finding the instances it tagged so passes it as --instance-tag.
 	DefaultTag = "proxy-operator"
 )
+
+// InstallationTag is the instance tag of the installation in namespace of
+// the cluster whose kube-system namespace has UID clusterUID: DefaultTag,
+// "-" and 12 hex digits of SHA-256 of both. Installations in other
+// namespaces or other clusters never share it, so no garbage collector
+// lists, let alone deletes, another installation's instances; the same
+// installation gets the same tag after every restart and upgrade. 27
+// characters of [a-z0-9-]: a label value of Kubernetes and of GCE.
+func InstallationTag(clusterUID types.UID, namespace string) string {
+	sum := sha256.Sum256([]byte(string(clusterUID) + "/" + namespace))
+	return DefaultTag + "-" + hex.EncodeToString(sum[:6])
+}
 
 // namePrefix starts every generated instance name with a letter, as GCP
 // requires.

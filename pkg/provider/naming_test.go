@@ -89,3 +89,29 @@ func TestNameCheckersRejectIllegalNames(t *testing.T) {
 		}
 	}
 }
+
+// The tag of an installation is stable, differs between namespaces and
+// clusters, and is a label value of Kubernetes and of GCE.
+func TestInstallationTag(t *testing.T) {
+	a := provider.InstallationTag("cluster-1", "proxy-operator-system")
+	if a != provider.InstallationTag("cluster-1", "proxy-operator-system") {
+		t.Error("the same installation got two tags")
+	}
+	gce := regexp.MustCompile(`^[a-z0-9_-]{1,63}$`)
+	seen := map[string]string{}
+	for _, c := range []types.UID{"cluster-1", "cluster-2"} {
+		for _, ns := range []string{"proxy-operator-system", "team-a", "team-b"} {
+			tag := provider.InstallationTag(c, ns)
+			if msgs := validation.IsValidLabelValue(tag); len(msgs) > 0 || !gce.MatchString(tag) || !strings.HasPrefix(tag, provider.DefaultTag+"-") {
+				t.Errorf("tag %q of %s/%s: %v", tag, c, ns, msgs)
+			}
+			if other, ok := seen[tag]; ok {
+				t.Errorf("%s/%s and %s share the tag %q", c, ns, other, tag)
+			}
+			seen[tag] = string(c) + "/" + ns
+		}
+	}
+	if a == provider.DefaultTag {
+		t.Error("an installation's tag is the shared default")
+	}
+}

@@ -55,7 +55,7 @@ type Options struct {
 	// DefaultNodeName.
 	NodeName string
 	// Tag selects the pods: only pods labelled provider.TagLabel=Tag are
-	// seen at all. Default provider.DefaultTag.
+	// seen at all. Default: any tag (AnyTag).
 	Tag string
 	// AnyTag selects pods with any value of provider.TagLabel instead (e.g.
 	// the contract suite, which uses a fresh tag per case).
@@ -101,7 +101,9 @@ func (o *Options) setDefaults() {
 		o.NodeName = DefaultNodeName
 	}
 	if o.Tag == "" {
-		o.Tag = provider.DefaultTag
+		// The operator derives its tag per installation: a kubelet runs
+		// every pod of its node.
+		o.AnyTag = true
 	}
 	if !o.PoolFirst.IsValid() {
 		o.PoolFirst = DefaultPoolFirst

@@ -61,6 +61,7 @@ func startAgent(t *testing.T, cp *controlplane.ControlPlane, bind bool) (*nodeag
 	t.Helper()
 	agent, err := nodeagent.New(cp.RESTConfig(), nodeagent.Options{
 		NodeName:      testNode,
+		Tag:           provider.DefaultTag, // the other-tag case checks the filter
 		Log:           testr.New(t),
 		Bind:          bind,
 		PoolFirst:     poolFirst,

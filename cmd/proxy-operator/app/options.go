@@ -24,7 +24,6 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/pool"
-	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
 )
@@ -119,7 +118,6 @@ func NewOptions() *Options {
 		RenewDeadline:    10 * time.Second,
 		RetryPeriod:      2 * time.Second,
 		Providers:        []string{kubernetes.Name},
-		InstanceTag:      provider.DefaultTag,
 		Intervals:        controller.DefaultIntervals(),
 		ReconcileTimeout: 2 * time.Minute,
 		GCP:              gcp.DefaultOptions(),
@@ -151,7 +149,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", o.RenewDeadline, "How long the leader keeps retrying a renewal before it gives up leading (and exits).")
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", o.RetryPeriod, "How often candidates try to acquire or renew leadership.")
 	fs.StringSliceVar(&o.Providers, "providers", o.Providers, "Enabled providers (comma-separated). Known: "+strings.Join(knownProviders(), ", ")+".")
-	fs.StringVar(&o.InstanceTag, "instance-tag", o.InstanceTag, "Tag marking the instances this deployment owns.")
+	fs.StringVar(&o.InstanceTag, "instance-tag", o.InstanceTag, "Tag marking the instances this deployment owns; its garbage collector lists and deletes only these (default: derived from the kube-system namespace's UID and --namespace, unique per installation; pass proxy-operator to keep the tag of versions before it was derived).")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespaces", o.WatchNamespaces, "Serve and reconcile only the Proxies of these namespaces (comma-separated; default: the whole cluster).")
 	fs.DurationVar(&o.Intervals.ProvisioningPoll, "provisioning-poll-interval", o.Intervals.ProvisioningPoll, "How often an instance being created is polled.")
 	fs.DurationVar(&o.Intervals.DeletionPoll, "deletion-poll-interval", o.Intervals.DeletionPoll, "How often an instance being deleted is polled.")
@@ -217,9 +215,8 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--instance-tag %q: the gcp provider stores it as a GCE label value (at most 63 lowercase letters, digits, '-' or '_')", o.InstanceTag))
 		}
 	}
-	if o.InstanceTag == "" {
-		errs = append(errs, errors.New("--instance-tag: required"))
-	} else if msgs := validation.IsValidLabelValue(o.InstanceTag); len(msgs) > 0 {
+	// An empty --instance-tag is derived at start (instanceTag).
+	if msgs := validation.IsValidLabelValue(o.InstanceTag); o.InstanceTag != "" && len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--instance-tag %q: %s", o.InstanceTag, strings.Join(msgs, "; ")))
 	}
 	for _, d := range []struct {

@@ -76,12 +76,12 @@ func TestFlags(t *testing.T) {
 }
 
 func TestValidateReportsEveryProblem(t *testing.T) {
-	_, err := parse(t, "--providers=kubernetes,gcp2,kubernetes", "--instance-tag=", "--drift-poll-interval=0s",
+	_, err := parse(t, "--providers=kubernetes,gcp2,kubernetes", "--instance-tag=Bad Tag", "--drift-poll-interval=0s",
 		"--kubernetes-pod-namespace=Bad_NS", "--kubernetes-allowed-images=a b", "--leader-elect", "--leader-election-id=")
 	if err == nil {
 		t.Fatal("invalid options accepted")
 	}
-	for _, want := range []string{`unknown provider "gcp2"`, `"kubernetes" listed twice`, "--instance-tag: required",
+	for _, want := range []string{`unknown provider "gcp2"`, `"kubernetes" listed twice`, `--instance-tag "Bad Tag"`,
 		"--drift-poll-interval: must be positive", "--kubernetes-pod-namespace", `--kubernetes-allowed-images: "a b"`, "--leader-election-id: required"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)

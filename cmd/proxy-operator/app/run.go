@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -101,12 +103,17 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("creating direct client: %w", err)
 	}
+	tag, err := instanceTag(ctx, direct, o)
+	if err != nil {
+		return err
+	}
+	logger.Info("instances of this installation", "instanceTag", tag)
 	constructors := map[string]provider.Constructor{
 		kubernetes.Name: func(context.Context) (provider.Provider, error) {
 			return kubernetes.New(direct, o.Kubernetes)
 		},
 		gcp.Name: func(ctx context.Context) (provider.Provider, error) {
-			return gcp.New(ctx, o.GCP, mgr.GetCache())
+			return gcp.New(ctx, o.GCP)
 		},
 	}
 	providers, err := provider.NewRegistry(ctx, o.Providers, constructors, provider.MetricsWrapper(m))
@@ -119,7 +126,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		Options:    o.GC,
 		Reader:     mgr.GetCache(),
 		Providers:  providers,
-		Tag:        o.InstanceTag,
+		Tag:        tag,
 		Namespaces: o.WatchNamespaces,
 		Clock:      clock.RealClock{},
 		Recorder:   m,
@@ -161,7 +168,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		HealthEvents: engine.Events(),
 		Intervals:    o.Intervals,
 		Clock:        clock.RealClock{},
-		Tag:          o.InstanceTag,
+		Tag:          tag,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up proxy reconciler: %w", err)
@@ -222,4 +229,17 @@ func cacheSynced(c cache.Cache) healthz.Checker {
 		}
 		return nil
 	}
+}
+
+// instanceTag is --instance-tag or, unset, this installation's own
+// (provider.InstallationTag of the cluster and the operator's namespace).
+func instanceTag(ctx context.Context, c client.Reader, o *Options) (string, error) {
+	if o.InstanceTag != "" {
+		return o.InstanceTag, nil
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, &ns); err != nil {
+		return "", fmt.Errorf("deriving the instance tag from namespace %s (or pass --instance-tag): %w", metav1.NamespaceSystem, err)
+	}
+	return provider.InstallationTag(ns.UID, o.Namespace), nil
 }

@@ -2,17 +2,12 @@ package gcp_test
 
 import (
 	"context"
-	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
@@ -48,7 +43,8 @@ func harness(wrap func(provider.Provider) provider.Provider) providertest.Harnes
 			t.Cleanup(func() { _ = fake.Close() })
 			opts := gcp.DefaultOptions()
 			opts.Project, opts.Endpoint, opts.RequestTimeout = project, url, 5*time.Second
-			p, err := gcp.New(context.Background(), opts, nil)
+			opts.AllowedProjects = []string{"other-project"} // the second scope below
+			p, err := gcp.New(context.Background(), opts)
 			if err != nil {
 				t.Fatalf("gcp.New: %v", err)
 			}
@@ -126,11 +122,14 @@ func TestContractNegativeControls(t *testing.T) {
 	}
 }
 
-// TestListByTagCoversTheProxiesProjects: a provider that has created nothing
-// since start (a restarted operator) still lists the VMs of every project a
-// Proxy names, so the garbage collector finds their orphans; and an
-// unreadable Proxy list fails the listing instead of leaving projects out.
-func TestListByTagCoversTheProxiesProjects(t *testing.T) {
+// TestProviderActsOnlyInItsProjects (#26 item 6): ListByTag covers
+// --gcp-project and --gcp-allowed-projects (a restarted operator finds the
+// orphans there) and nothing else, whatever a Proxy names; a Create in
+// another project fails permanently naming the flag; Get answers not found
+// and Delete deletes nothing there. On the code before, a Proxy naming
+// another team's project brought its VMs into the listing, and the garbage
+// collector deleted them.
+func TestProviderActsOnlyInItsProjects(t *testing.T) {
 	fake := gcefake.New(gcefake.Options{PageSize: 1})
 	url, err := fake.Start("127.0.0.1:0")
 	if err != nil {
@@ -139,64 +138,55 @@ func TestListByTagCoversTheProxiesProjects(t *testing.T) {
 	t.Cleanup(func() { _ = fake.Close() })
 	created := time.Now().Add(-time.Hour)
 	labels := map[string]string{gcp.LabelTag: provider.DefaultTag, gcp.LabelOwnerUID: "uid-1"}
-	for _, pr := range []string{project, "team-project", "unnamed-project"} {
+	for _, pr := range []string{project, "team-project", "other-team-project"} {
 		if err := fake.Plant(pr, "us-central1-a", "proxy-in-"+pr, labels, created); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s := runtime.NewScheme()
-	if err := crawlv1alpha1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	gcpProxy := func(name, project string) *crawlv1alpha1.Proxy {
-		return &crawlv1alpha1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
-			Spec: crawlv1alpha1.ProxySpec{Provider: gcp.Name,
-				GCP: &crawlv1alpha1.GCPProviderSpec{Project: project, Zone: "us-central1-a", MachineType: "e2-small", Image: "i"}},
-		}
-	}
-	reader := ctrlfake.NewClientBuilder().WithScheme(s).WithObjects(
-		gcpProxy("team", "team-project"),
-		gcpProxy("default", ""),
-		// Another provider's Proxy names no Compute Engine project.
-		&crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pod"}, Spec: crawlv1alpha1.ProxySpec{Provider: "kubernetes"}},
-	).Build()
 	opts := gcp.DefaultOptions()
 	opts.Project, opts.Endpoint, opts.RequestTimeout = project, url, 5*time.Second
-
-	list := func(r client.Reader) ([]string, error) {
-		p, err := gcp.New(t.Context(), opts, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = p.Close() }()
-		insts, err := p.ListByTag(t.Context(), provider.DefaultTag)
-		var names []string
-		for _, i := range insts {
-			names = append(names, i.Name)
-		}
-		slices.Sort(names)
-		return names, err
+	opts.AllowedProjects = []string{"team-project"}
+	p, err := gcp.New(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
 	}
-	got, err := list(reader)
+	t.Cleanup(func() { _ = p.Close() })
+	ctx := t.Context()
+
+	insts, err := p.ListByTag(ctx, provider.DefaultTag)
 	if err != nil {
 		t.Fatalf("ListByTag: %v", err)
 	}
-	if diff := cmp.Diff([]string{"proxy-in-" + project, "proxy-in-team-project"}, got); diff != "" {
+	var names []string
+	for _, i := range insts {
+		names = append(names, i.Name)
+	}
+	slices.Sort(names)
+	if diff := cmp.Diff([]string{"proxy-in-" + project, "proxy-in-team-project"}, names); diff != "" {
 		t.Errorf("listed (-want +got):\n%s", diff)
 	}
-	// Negative control: without the Proxies, the team project is missed.
-	if got, _ := list(nil); slices.Contains(got, "proxy-in-team-project") {
-		t.Errorf("listed %v without a Proxy reader: the check above would not catch a provider ignoring the Proxies", got)
+
+	spec := func(project string) *crawlv1alpha1.ProxySpec {
+		return &crawlv1alpha1.ProxySpec{Provider: gcp.Name,
+			GCP: &crawlv1alpha1.GCPProviderSpec{Project: project, Zone: "us-central1-a", MachineType: "e2-small", Image: "i"}}
+	}
+	req := provider.CreateRequest{Name: "proxy-new", Tag: provider.DefaultTag, OwnerUID: "uid-2", Namespace: "ns", Proxy: spec("other-team-project")}
+	if _, err := p.Create(ctx, req); !provider.IsPermanent(err) || !strings.Contains(err.Error(), "--gcp-allowed-projects") {
+		t.Errorf("Create in a project not allowed: %v, want a permanent error naming --gcp-allowed-projects", err)
+	}
+	req.Proxy = spec("team-project")
+	if _, err := p.Create(ctx, req); err != nil {
+		t.Errorf("Create in an allowed project: %v", err)
 	}
 
-	failing := interceptor.NewClient(reader, interceptor.Funcs{
-		List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
-			return errors.New("cache not synced")
-		},
-	})
-	got, err = list(failing)
-	if !provider.IsTransient(err) || provider.IsIncompleteList(err) || len(got) != 0 {
-		t.Errorf("ListByTag with the Proxies unreadable = %v, %v; want no instances and a transient (not partial) error", got, err)
+	foreign := "projects/other-team-project/zones/us-central1-a/instances/proxy-in-other-team-project"
+	if _, err := p.Get(ctx, foreign); !provider.IsNotFound(err) {
+		t.Errorf("Get of a VM in a project not allowed: %v, want not found", err)
+	}
+	if err := p.Delete(ctx, foreign); err != nil {
+		t.Errorf("Delete of a VM in a project not allowed: %v, want nil (nothing of ours)", err)
+	}
+	if !slices.ContainsFunc(fake.Instances(), func(i gcefake.InstanceInfo) bool { return i.Project == "other-team-project" }) {
+		t.Error("the VM of a project not allowed was deleted")
 	}
 }

@@ -27,10 +27,7 @@ func (p *Provider) ListByTag(ctx context.Context, tag string) ([]provider.Instan
 		return nil, provider.NewError(provider.ErrPermanent, provider.OpList,
 			fmt.Errorf("tag %q: a GCE label value has at most 63 lowercase letters, digits, '-' or '_'", tag))
 	}
-	projects, err := p.listProjects(ctx)
-	if err != nil {
-		return nil, err
-	}
+	projects := p.listProjects()
 	var out []provider.Instance
 	var unreachable []string
 	for _, project := range projects {

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/proxy-operator/proxy-operator/pkg/provider"
 )
 
 // Options configure the provider.
@@ -16,6 +19,11 @@ type Options struct {
 	// Project is the default project (a Proxy's spec.gcp.project
 	// overrides it). Required when the provider is enabled.
 	Project string
+	// AllowedProjects are the other projects a Proxy's spec.gcp.project may
+	// name. ListByTag (and so the garbage collector) reads Project and
+	// these, never a project only a Proxy names: a Proxy author must not
+	// point this operator at another team's project.
+	AllowedProjects []string
 	// Endpoint of the Compute Engine API. Empty: the real API with
 	// Application Default Credentials (Workload Identity in a cluster). An
 	// http:// URL is an emulator (test/gcefake): no credentials are sent.
@@ -34,6 +42,7 @@ func DefaultOptions() Options {
 // AddFlags registers the --gcp-* flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Project, "gcp-project", o.Project, "Default Compute Engine project of the gcp provider (required when it is enabled; spec.gcp.project overrides it).")
+	fs.StringSliceVar(&o.AllowedProjects, "gcp-allowed-projects", o.AllowedProjects, "Other Compute Engine projects a Proxy's spec.gcp.project may name (comma-separated); the gcp provider creates, reads, deletes and lists VMs only in --gcp-project and these.")
 	fs.StringVar(&o.Endpoint, "gcp-endpoint", o.Endpoint, "Compute Engine API endpoint (default: the real API with Application Default Credentials; an http:// URL means an emulator and no credentials).")
 	fs.DurationVar(&o.RequestTimeout, "gcp-request-timeout", o.RequestTimeout, "Upper bound of one Compute Engine API call (each page of a listing included).")
 }
@@ -50,6 +59,11 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--gcp-project: required when the gcp provider is enabled"))
 	case !projectPattern.MatchString(o.Project) || len(o.Project) > 128:
 		errs = append(errs, fmt.Errorf("--gcp-project %q: not a project ID (lowercase letters, digits, '-', at most 128 characters)", o.Project))
+	}
+	for _, pr := range o.AllowedProjects {
+		if !projectPattern.MatchString(pr) || len(pr) > 128 {
+			errs = append(errs, fmt.Errorf("--gcp-allowed-projects: %q is not a project ID", pr))
+		}
 	}
 	if o.Endpoint != "" {
 		u, err := url.Parse(o.Endpoint)
@@ -70,6 +84,24 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--gcp-request-timeout: must be positive, got %s", o.RequestTimeout))
 	}
 	return errors.Join(errs...)
+}
+
+// projects are the projects the provider acts in, sorted.
+func (o *Options) projects() []string {
+	out := append([]string{o.Project}, o.AllowedProjects...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// checkProject refuses a project the provider may not act in: a permanent
+// error naming the flags.
+func (o *Options) checkProject(op, project string) error {
+	if project == o.Project || slices.Contains(o.AllowedProjects, project) {
+		return nil
+	}
+	return provider.NewError(provider.ErrPermanent, op, fmt.Errorf(
+		"project %q is not one this operator may use: only --gcp-project (%s) and --gcp-allowed-projects (%s)",
+		project, o.Project, strings.Join(o.AllowedProjects, ",")))
 }
 
 // emulator reports an http:// endpoint: no credentials.

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/api/option"
 	htransport "google.golang.org/api/transport/http"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
@@ -36,23 +35,13 @@ type Provider struct {
 	// seen end (a Get answered 404 or a Delete was sent): the next insert of
 	// that name is a new request, not a retry of the old one.
 	attempts map[string]int
-	// projects are the projects ListByTag covers beside those of the
-	// Proxies: the default one and every project a Create named since
-	// start.
-	projects map[string]bool
-	// proxies lists the Proxies whose spec.gcp.project ListByTag also
-	// covers; nil covers only projects.
-	proxies client.Reader
 }
 
 var _ provider.Provider = (*Provider)(nil)
 
-// New returns a provider for opts (validated here too). proxies (the
-// manager's cache; nil for none) names the projects ListByTag covers beside
-// --gcp-project: every project a Proxy names, so that the garbage collector
-// finds a VM whose Proxy is gone even after a restart. extra client options
-// come last, for tests.
-func New(ctx context.Context, opts Options, proxies client.Reader, extra ...option.ClientOption) (*Provider, error) {
+// New returns a provider for opts (validated here too); it acts only in
+// opts' projects. extra client options come last, for tests.
+func New(ctx context.Context, opts Options, extra ...option.ClientOption) (*Provider, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("gcp provider: %w", err)
 	}
@@ -77,8 +66,6 @@ func New(ctx context.Context, opts Options, proxies client.Reader, extra ...opti
 		client:   c,
 		opts:     opts,
 		attempts: map[string]int{},
-		projects: map[string]bool{opts.Project: true},
-		proxies:  proxies,
 	}, nil
 }
 
@@ -111,9 +98,9 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (stri
 	if err != nil {
 		return "", err // ErrPermanent, naming the field
 	}
-	p.mu.Lock()
-	p.projects[ir.Project] = true
-	p.mu.Unlock()
+	if err := p.opts.checkProject(provider.OpCreate, ir.Project); err != nil {
+		return "", err
+	}
 	id := ProviderID(p.opts.Project, ir.Project, ir.Zone, req.Name)
 	_, err = p.client.Insert(ctx, ir)
 	switch {
@@ -134,6 +121,10 @@ func (p *Provider) Get(ctx context.Context, providerID string) (*provider.Instan
 		return nil, provider.NewError(provider.ErrNotFound, provider.OpGet,
 			fmt.Errorf("providerID %q is not of the form [projects/<p>/]zones/<z>/instances/<n>", providerID))
 	}
+	if err := p.opts.checkProject(provider.OpGet, project); err != nil {
+		// Not ours to read: to the reconciler, no instance of ours.
+		return nil, provider.NewError(provider.ErrNotFound, provider.OpGet, fmt.Errorf("providerID %q: %w", providerID, err))
+	}
 	inst, err := p.client.Get(ctx, &computepb.GetInstanceRequest{Project: project, Zone: zone, Instance: name})
 	if err != nil {
 		if isNotFound(err) {
@@ -153,6 +144,12 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	project, zone, name, ok := ParseProviderID(p.opts.Project, providerID)
 	if !ok {
 		return nil // never issued, so nothing to delete
+	}
+	if p.opts.checkProject(provider.OpDelete, project) != nil {
+		// Never ours: a VM in another project is never deleted, whatever
+		// a providerID says.
+		log.FromContext(ctx).Info("not deleting an instance outside --gcp-project and --gcp-allowed-projects", "providerID", providerID)
+		return nil
 	}
 	_, err := p.client.Delete(ctx, &computepb.DeleteInstanceRequest{Project: project, Zone: zone, Instance: name})
 	if err == nil || isNotFound(err) {

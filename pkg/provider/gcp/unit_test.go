@@ -304,6 +304,7 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{"no project", func(o *Options) { o.Project = "" }, "--gcp-project"},
 		{"bad project", func(o *Options) { o.Project = "Crawl_Prod" }, "--gcp-project"},
+		{"bad allowed project", func(o *Options) { o.AllowedProjects = []string{"ok-project", "Bad Project"} }, `--gcp-allowed-projects: "Bad Project"`},
 		{"endpoint without scheme", func(o *Options) { o.Endpoint = "127.0.0.1:9000" }, "--gcp-endpoint"},
 		{"endpoint with path", func(o *Options) { o.Endpoint = "http://127.0.0.1:9000/compute/v1/" }, "--gcp-endpoint"},
 		{"zero timeout", func(o *Options) { o.RequestTimeout = 0 }, "--gcp-request-timeout"},

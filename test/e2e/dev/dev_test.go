@@ -475,20 +475,34 @@ func (h *harness) curlNoFatal(token string, args ...string) (int, string) {
 }
 
 // orphanCollected plants a VM in the fake Compute Engine as a crashed
-// operator would leave it (this deployment's tag, the UID of no Proxy, an
-// hour old) next to a young one, and waits for the collector to delete the
-// old one only; the sample fleet's VMs stay.
+// operator would leave it (this installation's tag, the UID of no Proxy, an
+// hour old) next to a young one and an old one of another installation
+// (tag proxy-operator, the default every installation shared before tags
+// were derived: #26 item 6), and waits for the collector to delete the
+// first only; the sample fleet's VMs stay.
 func (h *harness) orphanCollected(t *testing.T) {
 	if h.env.GCE == nil {
 		t.Skip("the dev environment runs against another Compute Engine endpoint")
 	}
-	labels := map[string]string{"proxy-operator-tag": "proxy-operator", "proxy-operator-uid": "uid-of-a-proxy-long-gone"}
-	if err := h.env.GCE.Plant(h.env.GCPProject, "us-central1-a", "proxy-dev-orphan", labels, time.Now().Add(-time.Hour)); err != nil {
-		t.Fatal(err)
+	var tag string
+	for _, in := range h.env.GCE.Instances() {
+		if tag == "" {
+			tag = in.Labels["proxy-operator-tag"]
+		}
 	}
-	if err := h.env.GCE.Plant(h.env.GCPProject, "us-central1-a", "proxy-dev-young", labels, time.Now()); err != nil {
-		t.Fatal(err)
+	if tag == "" || tag == "proxy-operator" {
+		t.Fatalf("the sample fleet's VMs are tagged %q, want this installation's own tag", tag)
 	}
+	plant := func(name, tag string, created time.Time) {
+		t.Helper()
+		labels := map[string]string{"proxy-operator-tag": tag, "proxy-operator-uid": "uid-of-a-proxy-long-gone"}
+		if err := h.env.GCE.Plant(h.env.GCPProject, "us-central1-a", name, labels, created); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plant("proxy-dev-orphan", tag, time.Now().Add(-time.Hour))
+	plant("proxy-dev-young", tag, time.Now())
+	plant("proxy-other-install", "proxy-operator", time.Now().Add(-time.Hour))
 	fleet := func() (names []string, orphan, young bool) {
 		for _, in := range h.env.GCE.Instances() {
 			switch {
@@ -503,7 +517,7 @@ func (h *harness) orphanCollected(t *testing.T) {
 		return names, orphan, young
 	}
 	before, _, _ := fleet()
-	if len(before) == 0 {
+	if len(before) < 2 {
 		t.Fatal("the sample fleet has no VMs: nothing shows that the collector spares live instances")
 	}
 	deadline := time.Now().Add(30 * time.Second)

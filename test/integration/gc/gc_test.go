@@ -28,11 +28,14 @@ import (
 )
 
 const (
-	project      = "gc-project"
-	teamProject  = "gc-team-project"
-	namespace    = "gc"
-	zoneA, zoneB = "us-central1-a", "europe-west1-b"
-	minAge       = 10 * time.Minute
+	project     = "gc-project"
+	teamProject = "gc-team-project"
+	// foreignProject is another team's: a Proxy names it, the operator's
+	// flags do not.
+	foreignProject = "gc-foreign-project"
+	namespace      = "gc"
+	zoneA, zoneB   = "us-central1-a", "europe-west1-b"
+	minAge         = 10 * time.Minute
 )
 
 type env struct {
@@ -83,8 +86,9 @@ func setup(t *testing.T) *env {
 
 	gopts := gcp.DefaultOptions()
 	gopts.Project, gopts.Endpoint, gopts.RequestTimeout = project, endpoint, 5*time.Second
+	gopts.AllowedProjects = []string{teamProject}
 	providers, err := provider.NewRegistry(ctx, []string{gcp.Name, kubernetes.Name}, map[string]provider.Constructor{
-		gcp.Name:        func(ctx context.Context) (provider.Provider, error) { return gcp.New(ctx, gopts, c) },
+		gcp.Name:        func(ctx context.Context) (provider.Provider, error) { return gcp.New(ctx, gopts) },
 		kubernetes.Name: func(context.Context) (provider.Provider, error) { return kubernetes.New(admin, kubernetes.Options{}) },
 	})
 	if err != nil {
@@ -196,6 +200,9 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 	e := setup(t)
 	live := e.proxy(t, "live", "")
 	inTeam := e.proxy(t, "in-team", teamProject)
+	// A Proxy naming another team's project does not bring that
+	// project's VMs into the sweep (#26 item 6).
+	e.proxy(t, "in-foreign", foreignProject)
 	deleting := e.proxy(t, "deleting", "")
 	var d crawlv1alpha1.Proxy
 	if err := e.admin.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: "deleting"}, &d); err != nil {
@@ -214,13 +221,14 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 	e.plantVM(t, project, zoneA, "vm-live", live, 2*hour)
 	e.plantVM(t, teamProject, zoneA, "vm-team-live", inTeam, 2*hour)
 	e.plantVM(t, project, zoneA, "vm-deleting", deleting, 2*hour)
+	e.plantVM(t, foreignProject, zoneA, "vm-foreign", "uid-of-another-teams-proxy", 2*hour)
 	e.fake.SetUnreachable(project, zoneB, true)
 	e.plantPod(t, "pod-orphan", "uid-of-a-gone-pod-proxy")
 	e.plantPod(t, "pod-unlabelled", "")
 	e.plantPod(t, "pod-live", live)
 	// The cache must hold the deleting Proxy's deletionTimestamp and
 	// every Proxy before the sweep reads the live set.
-	waitCached(t, e, 3)
+	waitCached(t, e, 4)
 
 	vms0, pods0 := e.left(t)
 	rep := e.sweep(t)
@@ -241,7 +249,7 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 	e.clock.Step(hour)
 	e.sweep(t)
 	vms, pods = e.left(t)
-	if diff := diffNames([]string{"vm-deleting", "vm-live", "vm-team-live", "vm-unlabelled", "vm-unreachable"}, vms); diff != "" {
+	if diff := diffNames([]string{"vm-deleting", "vm-foreign", "vm-live", "vm-team-live", "vm-unlabelled", "vm-unreachable"}, vms); diff != "" {
 		t.Errorf("VMs after the second sweep: %s", diff)
 	}
 	if diff := diffNames([]string{"pod-live", "pod-unlabelled"}, pods); diff != "" {
@@ -254,7 +262,7 @@ func TestSweepDeletesOnlyProvableOrphans(t *testing.T) {
 		t.Errorf("third sweep result %s, want complete: %v", rep.Result, rep.Errors)
 	}
 	vms, _ = e.left(t)
-	if diff := diffNames([]string{"vm-deleting", "vm-live", "vm-team-live", "vm-unlabelled"}, vms); diff != "" {
+	if diff := diffNames([]string{"vm-deleting", "vm-foreign", "vm-live", "vm-team-live", "vm-unlabelled"}, vms); diff != "" {
 		t.Errorf("VMs after zone B came back: %s", diff)
 	}
 }
