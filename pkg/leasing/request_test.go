@@ -73,3 +73,30 @@ func TestRequestValidate(t *testing.T) {
 		t.Errorf("33 selector pairs: %v", errs)
 	}
 }
+
+// No Kubernetes user shares an HTTP token's holder or flows, and no two
+// users share one (#26 item 5): on the code before, the user
+// "http:crawler-a" held and queued as the token of identity crawler-a.
+func TestKubernetesAndHTTPIdentitiesNeverCollide(t *testing.T) {
+	owners := map[string]string{}
+	claim := func(who string, id Identity) {
+		t.Helper()
+		for _, key := range []string{id.Holder, id.Flow} {
+			if prev, ok := owners[key]; ok && prev != who {
+				t.Errorf("%s and %s share %q", prev, who, key)
+			}
+			owners[key] = who
+		}
+	}
+	for _, tok := range []string{"crawler-a", "alice"} {
+		claim("token "+tok, HTTPIdentity(tok, ""))
+		claim("token "+tok, HTTPIdentity(tok, "batch"))
+	}
+	for _, user := range []string{"http:crawler-a", "http:crawler-a/batch", "kubernetes:http:crawler-a", "kubernetes:kubernetes:http:crawler-a",
+		"alice", "kubernetes:alice", "system:serviceaccount:crawl:bot"} {
+		claim("user "+user, KubernetesIdentity(user))
+	}
+	if got := KubernetesIdentity("alice"); got.Holder != "alice" {
+		t.Errorf("an ordinary user's holder is %q, want the user name", got.Holder)
+	}
+}

@@ -1,6 +1,8 @@
 package leasing
 
 import (
+	"strings"
+
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
@@ -65,6 +67,19 @@ func HTTPIdentity(identity, flow string) Identity {
 	return Identity{Holder: holder, Flow: holder + "/" + flow}
 }
 
+// kubernetesEscapePrefix starts the holder of a Kubernetes user whose name
+// could pass for an HTTP holder (or for an escaped name).
+const kubernetesEscapePrefix = "kubernetes:"
+
 // KubernetesIdentity is the identity of a Kubernetes user of the ProxyLease
-// API: the user name is both holder and flow.
-func KubernetesIdentity(user string) Identity { return Identity{Holder: user, Flow: user} }
+// API: the user name is both holder and flow, except that a name beginning
+// with "http:" (or "kubernetes:") gets "kubernetes:" in front, so that no
+// Kubernetes user shares an HTTP token's holder or flows. The mapping is
+// one-to-one: a holder beginning with "kubernetes:" comes only from such a
+// name, and no Kubernetes holder begins with "http:".
+func KubernetesIdentity(user string) Identity {
+	if strings.HasPrefix(user, HTTPHolderPrefix) || strings.HasPrefix(user, kubernetesEscapePrefix) {
+		user = kubernetesEscapePrefix + user
+	}
+	return Identity{Holder: user, Flow: user}
+}

@@ -67,7 +67,10 @@ type ProxyLeaseStatus struct {
 	// Proxy is the leased proxy. It is always a Proxy of the lease's namespace.
 	// +optional
 	Proxy *LeasedProxy `json:"proxy,omitempty"`
-	// HolderIdentity is the authenticated user who created the lease.
+	// HolderIdentity is the authenticated user who created the lease
+	// ("http:" + the token's identity for a lease of the HTTP API; a user
+	// whose name begins with "http:" or "kubernetes:" is shown with
+	// "kubernetes:" in front, so that no user passes for a token).
 	// +optional
 	HolderIdentity string `json:"holderIdentity,omitempty"`
 	// AcquireTime is when the proxy was granted.

@@ -377,7 +377,7 @@ func schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseStatus(ref common.Ref
 					},
 					"holderIdentity": {
 						SchemaProps: spec.SchemaProps{
-							Description: "HolderIdentity is the authenticated user who created the lease.",
+							Description: "HolderIdentity is the authenticated user who created the lease (\"http:\" + the token's identity for a lease of the HTTP API; a user whose name begins with \"http:\" or \"kubernetes:\" is shown with \"kubernetes:\" in front, so that no user passes for a token).",
 							Type:        []string{"string"},
 							Format:      "",
 						},
