@@ -82,10 +82,10 @@ func (r *ProxyReconciler) createInstance(ctx context.Context, rc *reconcileCtx, 
 	}
 	name := provider.NameFromUID(p.UID)
 	id, err := prov.Create(ctx, provider.CreateRequest{
-		Name:      name,
-		Tag:       r.tag(),
-		OwnerUID:  p.UID,
-		Namespace: p.Namespace,
+		Name:            name,
+		Tag:             r.tag(),
+		OwnerUID:        p.UID,
+		Namespace:       p.Namespace,
 		CloudInit:       cloudInit,
 		CloudInitSecret: cloudInitSecretOf(p),
 		Proxy:           p.Spec.DeepCopy(),

@@ -105,6 +105,11 @@ func (s *Server) listProxies(w http.ResponseWriter, r *http.Request) {
 		writeServiceError(w, r, err)
 		return
 	}
+	id := leasingIdentity(r.Context(), "")
+	if q.Namespace != "" && !id.MayUse(q.Namespace) {
+		writeError(w, http.StatusForbidden, wire.CodeForbidden, fmt.Sprintf("this token may list only the namespaces %s", strings.Join(id.Namespaces, ", ")))
+		return
+	}
 	infos, err := s.opts.Lister.ListProxies(r.Context(), q.Namespace)
 	if err != nil {
 		log.FromContext(r.Context()).Error(err, "listing proxies")
@@ -113,7 +118,7 @@ func (s *Server) listProxies(w http.ResponseWriter, r *http.Request) {
 	}
 	out := wire.ProxyList{Proxies: []wire.ListedProxy{}}
 	for _, p := range infos {
-		if q.Namespace != "" && p.Namespace != q.Namespace {
+		if (q.Namespace != "" && p.Namespace != q.Namespace) || !id.MayUse(p.Namespace) {
 			continue
 		}
 		if q.Healthy != nil && p.Healthy != *q.Healthy {
@@ -156,7 +161,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		Selector:  req.Selector,
 		Target:    req.Target,
 		TTL:       leasing.Seconds(req.TTLSeconds),
-		Identity:  leasing.HTTPIdentity(identityFrom(r.Context()), req.Flow),
+		Identity:  leasingIdentity(r.Context(), req.Flow),
 		Wait:      leasing.Seconds(req.WaitSeconds),
 		Priority:  int(req.Priority),
 	})

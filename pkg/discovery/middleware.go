@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // wrap applies the middleware, outermost first: recover → request log →
@@ -55,6 +56,8 @@ type requestInfoKey struct{}
 // requestInfo is filled in by inner middleware for the request log.
 type requestInfo struct {
 	identity string
+	// namespaces are the identity's (nil: every namespace).
+	namespaces []string
 }
 
 // identityFrom returns the authenticated identity of the request.
@@ -63,6 +66,16 @@ func identityFrom(ctx context.Context) string {
 		return ri.identity
 	}
 	return AnonymousIdentity
+}
+
+// leasingIdentity is the request's identity as the lease service takes it:
+// holder, flow (flow "" = the identity's default) and namespaces.
+func leasingIdentity(ctx context.Context, flow string) leasing.Identity {
+	id := leasing.HTTPIdentity(identityFrom(ctx), flow)
+	if ri, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
+		id.Namespaces = ri.namespaces
+	}
+	return id
 }
 
 func (s *Server) recoverer(next http.Handler) http.Handler {
@@ -131,9 +144,9 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ri, _ := r.Context().Value(requestInfoKey{}).(*requestInfo)
-		setIdentity := func(id string) {
+		setIdentity := func(t Token) {
 			if ri != nil {
-				ri.identity = id
+				ri.identity, ri.namespaces = t.Identity, t.Namespaces
 			}
 		}
 		if r.URL.Path == "/healthz" {
@@ -141,38 +154,39 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		if !s.AuthEnabled() {
-			setIdentity(AnonymousIdentity)
+			setIdentity(Token{Identity: AnonymousIdentity})
 			next.ServeHTTP(w, r)
 			return
 		}
-		identity, ok := s.identityFor(r.Header.Get("Authorization"))
+		tok, ok := s.tokenFor(r.Header.Get("Authorization"))
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator"`)
 			writeError(w, http.StatusUnauthorized, wire.CodeUnauthorized, "missing or invalid bearer token")
 			return
 		}
-		setIdentity(identity)
+		setIdentity(tok)
 		next.ServeHTTP(w, r)
 	})
 }
 
-// identityFor checks "Bearer <token>" against every configured token in
+// tokenFor checks "Bearer <token>" against every configured token in
 // constant time (hashes make the lengths equal; no early exit).
-func (s *Server) identityFor(header string) (string, bool) {
+func (s *Server) tokenFor(header string) (Token, bool) {
 	scheme, token, found := strings.Cut(header, " ")
 	if !found || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
+		return Token{}, false
 	}
 	token = strings.TrimSpace(token)
 	if token == "" {
-		return "", false
+		return Token{}, false
 	}
 	sum := sha256.Sum256([]byte(token))
-	identity, matched := "", 0
+	var tok Token
+	matched := 0
 	for _, t := range *s.tokens.Load() {
 		if subtle.ConstantTimeCompare(sum[:], t.hash[:]) == 1 {
-			identity, matched = t.identity, 1
+			tok, matched = t.Token, 1
 		}
 	}
-	return identity, matched == 1
+	return tok, matched == 1
 }

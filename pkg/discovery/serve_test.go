@@ -43,7 +43,7 @@ func (l *logSink) contains(sub string) bool {
 func TestServeLifecycle(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
-		tokens      map[string]string
+		tokens      Tokens
 		wantWarning bool
 	}{
 		{"auth off", nil, true},

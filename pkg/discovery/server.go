@@ -35,12 +35,10 @@ const (
 type Options struct {
 	// Addr to listen on (default ":8090").
 	Addr string
-	// Tokens maps each accepted bearer token to the identity it stands for:
-	// its leases are held by leasing.HTTPHolderPrefix+identity, which is also their
-	// default fairness flow, so each identity is a client of its own (the
-	// operator reads the map from --discovery-token-file). Empty disables
-	// auth: the server logs a loud warning at start.
-	Tokens map[string]string
+	// Tokens maps each accepted bearer token to what it stands for (the
+	// operator reads them from --discovery-token-file or its Secret). Empty
+	// disables auth: the server logs a loud warning at start.
+	Tokens Tokens
 	// Service is the lease path every lease request goes through (required;
 	// its limits bound ttlSeconds and waitSeconds).
 	Service *leasing.Service
@@ -57,13 +55,27 @@ type Options struct {
 	Cert dynamiccertificates.CertKeyContentProvider
 }
 
-// SingleToken is the Tokens map for one token of identity DefaultIdentity
-// ("" = auth off).
-func SingleToken(token string) map[string]string {
+// Token is what a bearer token stands for.
+type Token struct {
+	// Identity: its leases are held by leasing.HTTPHolderPrefix+Identity,
+	// which is also their default fairness flow, so each identity is a
+	// client of its own.
+	Identity string
+	// Namespaces are the only namespaces the identity may lease in and
+	// list proxies of; nil means every namespace.
+	Namespaces []string
+}
+
+// Tokens maps each accepted bearer token to what it stands for.
+type Tokens map[string]Token
+
+// SingleToken is the Tokens of one token of identity DefaultIdentity, in
+// every namespace ("" = auth off).
+func SingleToken(token string) Tokens {
 	if token == "" {
 		return nil
 	}
-	return map[string]string{token: DefaultIdentity}
+	return Tokens{token: {Identity: DefaultIdentity}}
 }
 
 // Server is the discovery HTTP API.
@@ -82,8 +94,8 @@ type Server struct {
 }
 
 type tokenEntry struct {
-	hash     [sha256.Size]byte
-	identity string
+	hash [sha256.Size]byte
+	Token
 }
 
 // New validates opts and builds the handler chain.
@@ -129,7 +141,7 @@ func (s *Server) AuthEnabled() bool { return len(*s.tokens.Load()) > 0 }
 // SetTokens replaces the accepted tokens (each mapped to its identity) from
 // the next request on. A server with authentication keeps it: an empty map is
 // refused, as is an empty token or identity; the old tokens then stay.
-func (s *Server) SetTokens(tokens map[string]string) error {
+func (s *Server) SetTokens(tokens Tokens) error {
 	if len(tokens) == 0 && s.AuthEnabled() {
 		return errors.New("discovery server: refusing to replace the tokens with none (that would turn authentication off)")
 	}
@@ -141,13 +153,13 @@ func (s *Server) SetTokens(tokens map[string]string) error {
 	return nil
 }
 
-func tokenEntries(tokens map[string]string) ([]tokenEntry, error) {
+func tokenEntries(tokens Tokens) ([]tokenEntry, error) {
 	entries := make([]tokenEntry, 0, len(tokens))
-	for token, identity := range tokens {
-		if token == "" || identity == "" {
+	for token, t := range tokens {
+		if token == "" || t.Identity == "" {
 			return nil, errors.New("discovery server: tokens and identities must not be empty")
 		}
-		entries = append(entries, tokenEntry{hash: sha256.Sum256([]byte(token)), identity: identity})
+		entries = append(entries, tokenEntry{hash: sha256.Sum256([]byte(token)), Token: t})
 	}
 	return entries, nil
 }

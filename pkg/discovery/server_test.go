@@ -64,7 +64,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	e := &env{t: t, store: store, clock: fc, metrics: &fakeMetrics{}, lister: &fakeLister{inner: store}}
 	e.waiter = &leasingtest.Queue{Store: store}
 	o := Options{
-		Tokens: map[string]string{token: DefaultIdentity, aliceToken: "alice"},
+		Tokens: Tokens{token: {Identity: DefaultIdentity}, aliceToken: {Identity: "alice"}},
 		// The service the operator wires, over a queue the tests steer.
 		Service: newService(t, store, e.waiter, fc, e.metrics),
 		Lister:  e.lister,
@@ -584,15 +584,15 @@ func TestNewValidates(t *testing.T) {
 		opts Options
 	}{
 		{"no service", Options{Lister: store}},
-		{"empty token", Options{Service: realService(t, store), Tokens: map[string]string{"": "x"}}},
-		{"empty identity", Options{Service: realService(t, store), Tokens: map[string]string{"t": ""}}},
+		{"empty token", Options{Service: realService(t, store), Tokens: Tokens{"": {Identity: "x"}}}},
+		{"empty identity", Options{Service: realService(t, store), Tokens: Tokens{"t": {}}}},
 	}
 	for _, tc := range tests {
 		if _, err := New(tc.opts); err == nil {
 			t.Errorf("%s: accepted", tc.name)
 		}
 	}
-	if got := SingleToken("abc"); !cmp.Equal(got, map[string]string{"abc": "discovery"}) {
+	if got := SingleToken("abc"); !cmp.Equal(got, Tokens{"abc": {Identity: "discovery"}}) {
 		t.Errorf("SingleToken = %v", got)
 	}
 	if SingleToken("") != nil {

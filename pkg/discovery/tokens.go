@@ -24,7 +24,7 @@ const TokenEnv = "PROXY_OPERATOR_DISCOVERY_TOKEN"
 // (authentication off). A token file that is set but unreadable, empty or
 // malformed is an error rather than a silent "auth off". No error holds a
 // token.
-func (o *ServingOptions) Tokens(getenv func(string) string) (map[string]string, error) {
+func (o *ServingOptions) Tokens(getenv func(string) string) (Tokens, error) {
 	if o.TokenFile == "" {
 		token := strings.TrimSpace(getenv(TokenEnv))
 		if token == "" {
@@ -96,8 +96,10 @@ const badTokenMsg = "the token must be printable ASCII without spaces (it travel
 
 // ParseTokens parses a discovery token file, in the spirit of
 // kube-apiserver's static token file: every line that is not blank and does
-// not start with '#' is "token,identity" (spaces around either field
-// ignored). A token is printable ASCII without spaces or commas; an identity
+// not start with '#' is "token,identity" or "token,identity,namespaces"
+// (spaces around any field ignored), namespaces being one or more namespace
+// names separated by ';': the only namespaces the identity may lease in and
+// list (without them, every namespace). A token is printable ASCII without spaces or commas; an identity
 // is a DNS label (the holder "http:<identity>" and the flows under it must
 // stay unambiguous). A token or an identity on two lines is an error: one
 // token must mean one identity, and one identity one token so that flows and
@@ -110,11 +112,11 @@ const badTokenMsg = "the token must be printable ASCII without spaces (it travel
 // Errors join *TokenFileError values (at most maxTokenFileErrors of them),
 // naming lines and identities but never tokens. A file without entries is an
 // error: authentication is turned off by configuring no token at all.
-func ParseTokens(data []byte) (map[string]string, error) {
+func ParseTokens(data []byte) (Tokens, error) {
 	type entry struct {
-		line            int
-		token, identity string
-		hasComma        bool
+		line                        int
+		token, identity, namespaces string
+		hasComma, scoped            bool
 	}
 	var entries []entry
 	text := strings.TrimPrefix(string(data), "\ufeff") // a BOM some editors write
@@ -123,8 +125,10 @@ func ParseTokens(data []byte) (map[string]string, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		token, identity, hasComma := strings.Cut(line, ",")
-		entries = append(entries, entry{line: i + 1, token: strings.TrimSpace(token), identity: strings.TrimSpace(identity), hasComma: hasComma})
+		token, rest, hasComma := strings.Cut(line, ",")
+		identity, namespaces, scoped := strings.Cut(rest, ",")
+		entries = append(entries, entry{line: i + 1, token: strings.TrimSpace(token), identity: strings.TrimSpace(identity),
+			namespaces: strings.TrimSpace(namespaces), hasComma: hasComma, scoped: scoped})
 	}
 	if len(entries) == 0 {
 		return nil, &TokenFileError{Msg: "holds no token (it is empty or only blank lines and # comments); to turn authentication off, configure no token at all"}
@@ -140,7 +144,7 @@ func ParseTokens(data []byte) (map[string]string, error) {
 	add := func(line int, format string, args ...any) {
 		problems = append(problems, &TokenFileError{Line: line, Msg: fmt.Sprintf(format, args...)})
 	}
-	tokens := make(map[string]string, len(entries))
+	tokens := make(Tokens, len(entries))
 	tokenLine := make(map[string]int, len(entries))
 	identityLine := make(map[string]int, len(entries))
 	for _, e := range entries {
@@ -148,8 +152,13 @@ func ParseTokens(data []byte) (map[string]string, error) {
 		case !e.hasComma:
 			add(e.line, "want token,identity (a bare token is allowed only as the file's single entry)")
 			continue
-		case strings.Contains(e.identity, ","):
-			add(e.line, "want token,identity, found more than one comma")
+		case strings.Contains(e.namespaces, ","):
+			add(e.line, "want token,identity or token,identity,namespaces, found more than two commas")
+			continue
+		}
+		nss, nsProblem := parseNamespaces(e.namespaces, e.scoped)
+		if nsProblem != "" {
+			add(e.line, "%s", nsProblem)
 			continue
 		}
 		bad := false
@@ -185,7 +194,7 @@ func ParseTokens(data []byte) (map[string]string, error) {
 			continue
 		}
 		tokenLine[e.token], identityLine[e.identity] = e.line, e.line
-		tokens[e.token] = e.identity
+		tokens[e.token] = Token{Identity: e.identity, Namespaces: nss}
 	}
 	if len(problems) > maxTokenFileErrors {
 		more := len(problems) - maxTokenFileErrors
@@ -211,12 +220,32 @@ func validToken(token string) bool {
 	return true
 }
 
+// parseNamespaces reads a token line's third field: ';'-separated
+// namespace names, at least one, none twice ("" and no field: every
+// namespace, nil). problem says what is wrong, if anything.
+func parseNamespaces(field string, present bool) (nss []string, problem string) {
+	if !present {
+		return nil, ""
+	}
+	for ns := range strings.SplitSeq(field, ";") {
+		ns = strings.TrimSpace(ns)
+		switch {
+		case len(validation.IsDNS1123Label(ns)) > 0:
+			return nil, fmt.Sprintf("namespace %q: a namespace name is a DNS label; list them separated by ';' (leave the field out for every namespace)", ns)
+		case slices.Contains(nss, ns):
+			return nil, fmt.Sprintf("namespace %q listed twice", ns)
+		}
+		nss = append(nss, ns)
+	}
+	return nss, ""
+}
+
 // Identities lists the identities of tokens, sorted, for logs: never the
 // tokens themselves.
-func Identities(tokens map[string]string) []string {
+func Identities(tokens Tokens) []string {
 	ids := make([]string, 0, len(tokens))
-	for _, id := range tokens {
-		ids = append(ids, id)
+	for _, t := range tokens {
+		ids = append(ids, t.Identity)
 	}
 	slices.Sort(ids)
 	return ids

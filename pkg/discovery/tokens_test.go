@@ -36,16 +36,38 @@ func tokenFileErrors(t *testing.T, err error) []TokenFileError {
 	return out
 }
 
+// splitTokens is tokens as token → identity and identity → namespaces
+// (scoped identities only); nil for nil.
+func splitTokens(tokens Tokens) (map[string]string, map[string][]string) {
+	if tokens == nil {
+		return nil, nil
+	}
+	ids := map[string]string{}
+	var nss map[string][]string
+	for tok, t := range tokens {
+		ids[tok] = t.Identity
+		if t.Namespaces != nil {
+			if nss == nil {
+				nss = map[string][]string{}
+			}
+			nss[t.Identity] = t.Namespaces
+		}
+	}
+	return ids, nss
+}
+
 func TestParseTokens(t *testing.T) {
 	const (
 		notLabel = "the identity must be a DNS label: 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 		badToken = "the token must be printable ASCII without spaces (it travels in an Authorization header)"
 	)
 	tests := []struct {
-		name    string
-		file    string
-		want    map[string]string
-		wantErr []TokenFileError
+		name string
+		file string
+		want map[string]string
+		// wantNamespaces are the scoped identities' namespaces.
+		wantNamespaces map[string][]string
+		wantErr        []TokenFileError
 	}{
 		{name: "two crawlers", file: "s3cret-a,crawler-a\ns3cret-b,crawler-b\n",
 			want: map[string]string{"s3cret-a": "crawler-a", "s3cret-b": "crawler-b"}},
@@ -71,8 +93,17 @@ func TestParseTokens(t *testing.T) {
 		{name: "two bare tokens", file: "s3cret-a\ns3cret-b\n", wantErr: []TokenFileError{
 			{Line: 1, Msg: "want token,identity (a bare token is allowed only as the file's single entry)"},
 			{Line: 2, Msg: "want token,identity (a bare token is allowed only as the file's single entry)"}}},
-		{name: "three fields (kube-apiserver's token,user,uid)", file: "s3cret,crawler-a,1001\n",
-			wantErr: []TokenFileError{{Line: 1, Msg: "want token,identity, found more than one comma"}}},
+		{name: "namespaces", file: "s3cret-a,crawler-a,team-a\ns3cret-b,crawler-b, team-a ; team-b \ns3cret-c,crawler-c\n",
+			want:           map[string]string{"s3cret-a": "crawler-a", "s3cret-b": "crawler-b", "s3cret-c": "crawler-c"},
+			wantNamespaces: map[string][]string{"crawler-a": {"team-a"}, "crawler-b": {"team-a", "team-b"}}},
+		{name: "four fields", file: "s3cret,crawler-a,team-a,1001\n",
+			wantErr: []TokenFileError{{Line: 1, Msg: "want token,identity or token,identity,namespaces, found more than two commas"}}},
+		{name: "namespaces field empty", file: "s3cret,crawler-a,\n",
+			wantErr: []TokenFileError{{Line: 1, Msg: `namespace "": a namespace name is a DNS label; list them separated by ';' (leave the field out for every namespace)`}}},
+		{name: "a namespace that is no DNS label (kube-apiserver's token,user,uid)", file: "s3cret,crawler-a,Team_A\n",
+			wantErr: []TokenFileError{{Line: 1, Msg: `namespace "Team_A": a namespace name is a DNS label; list them separated by ';' (leave the field out for every namespace)`}}},
+		{name: "a namespace twice", file: "s3cret,crawler-a,team-a;team-a\n",
+			wantErr: []TokenFileError{{Line: 1, Msg: `namespace "team-a" listed twice`}}},
 		{name: "empty token", file: " ,crawler-a\n", wantErr: []TokenFileError{{Line: 1, Msg: "empty token"}}},
 		{name: "empty identity", file: "s3cret,\n", wantErr: []TokenFileError{{Line: 1, Msg: "empty identity"}}},
 		{name: "both empty", file: ",\n", wantErr: []TokenFileError{{Line: 1, Msg: "empty token"}, {Line: 1, Msg: "empty identity"}}},
@@ -108,8 +139,12 @@ func TestParseTokens(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParseTokens([]byte(tt.file))
-			if d := cmp.Diff(tt.want, got); d != "" {
+			ids, nss := splitTokens(got)
+			if d := cmp.Diff(tt.want, ids); d != "" {
 				t.Errorf("tokens (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tt.wantNamespaces, nss); d != "" {
+				t.Errorf("namespaces (-want +got):\n%s", d)
 			}
 			if d := cmp.Diff(tt.wantErr, tokenFileErrors(t, err)); d != "" {
 				t.Errorf("errors (-want +got):\n%s", d)
@@ -183,7 +218,8 @@ func TestDiscoveryTokens(t *testing.T) {
 				return ""
 			}
 			got, err := o.Tokens(getenv)
-			if d := cmp.Diff(tt.want, got); d != "" {
+			if ids, _ := splitTokens(got); !cmp.Equal(tt.want, ids) {
+				d := cmp.Diff(tt.want, ids)
 				t.Errorf("tokens (-want +got):\n%s", d)
 			}
 			if tt.wantErr == "" {

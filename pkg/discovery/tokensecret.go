@@ -42,7 +42,7 @@ type TokenSecret struct {
 // a Secret, the TokenSecret to Follow. In order: --discovery-token-file,
 // else --discovery-token-secret (in namespace, created if missing), else
 // $PROXY_OPERATOR_DISCOVERY_TOKEN, else none (authentication off).
-func (o *ServingOptions) LoadTokens(ctx context.Context, getenv func(string) string, secrets corev1client.SecretsGetter, namespace string) (map[string]string, *TokenSecret, error) {
+func (o *ServingOptions) LoadTokens(ctx context.Context, getenv func(string) string, secrets corev1client.SecretsGetter, namespace string) (Tokens, *TokenSecret, error) {
 	if o.TokenFile != "" || o.TokenSecret == "" {
 		tokens, err := o.Tokens(getenv)
 		return tokens, nil, err
@@ -60,7 +60,7 @@ func (o *ServingOptions) LoadTokens(ctx context.Context, getenv func(string) str
 
 // Load reads the Secret's tokens, creating the Secret with one generated
 // token first if it does not exist.
-func (t *TokenSecret) Load(ctx context.Context) (map[string]string, error) {
+func (t *TokenSecret) Load(ctx context.Context) (Tokens, error) {
 	secrets := t.Secrets.Secrets(t.Namespace)
 	s, err := secrets.Get(ctx, t.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -94,7 +94,7 @@ func (t *TokenSecret) create(ctx context.Context) (*corev1.Secret, error) {
 	return created, err
 }
 
-func (t *TokenSecret) parse(s *corev1.Secret) (map[string]string, error) {
+func (t *TokenSecret) parse(s *corev1.Secret) (Tokens, error) {
 	data, ok := s.Data[TokenSecretKey]
 	if !ok {
 		return nil, fmt.Errorf("discovery token Secret %s/%s has no key %q", t.Namespace, t.Name, TokenSecretKey)

@@ -162,13 +162,30 @@ func matches(e *proxyEntry, selector map[string]string) bool {
 	return crawlv1alpha1.SelectorMatches(selector, e.info.Attributes)
 }
 
+// selectLocked is the proxy req gets now, or nil: the best of every
+// namespace req may use (selectInLocked).
 func (s *Store) selectLocked(req *AcquireRequest, now time.Time) *proxyEntry {
-	best := s.treeLocked(indexKey{ns: req.Namespace})
+	if req.Namespace != "" || req.Namespaces == nil {
+		return s.selectInLocked(req.Namespace, req, now)
+	}
+	var found *proxyEntry
+	for _, ns := range req.Namespaces {
+		if e := s.selectInLocked(ns, req, now); e != nil && (found == nil || lessEntry(e, found)) {
+			found = e
+		}
+	}
+	return found
+}
+
+// selectInLocked is the first proxy of namespace ns ("" = any) in selection
+// order that can take req now.
+func (s *Store) selectInLocked(ns string, req *AcquireRequest, now time.Time) *proxyEntry {
+	best := s.treeLocked(indexKey{ns: ns})
 	if best == nil {
 		return nil
 	}
 	for k, v := range req.Selector {
-		t := s.treeLocked(indexKey{ns: req.Namespace, attr: true, k: k, v: v})
+		t := s.treeLocked(indexKey{ns: ns, attr: true, k: k, v: v})
 		if t == nil {
 			return nil
 		}
@@ -190,11 +207,28 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time) *proxyEntry {
 	return found
 }
 
+// explainLocked counts why no proxy of the namespaces req may use took it.
 func (s *Store) explainLocked(req *AcquireRequest, now time.Time) *NoMatchError {
+	if req.Namespace != "" || req.Namespaces == nil {
+		return s.explainInLocked(req.Namespace, req, now)
+	}
 	var c NoMatchError
-	set := s.members[indexKey{ns: req.Namespace}]
+	for _, ns := range req.Namespaces {
+		n := s.explainInLocked(ns, req, now)
+		c.Considered += n.Considered
+		c.AtCapacity += n.AtCapacity
+		c.InCooldown += n.InCooldown
+		c.Unhealthy += n.Unhealthy
+		c.Free += n.Free
+	}
+	return &c
+}
+
+func (s *Store) explainInLocked(ns string, req *AcquireRequest, now time.Time) *NoMatchError {
+	var c NoMatchError
+	set := s.members[indexKey{ns: ns}]
 	for k, v := range req.Selector {
-		m := s.members[indexKey{ns: req.Namespace, attr: true, k: k, v: v}]
+		m := s.members[indexKey{ns: ns, attr: true, k: k, v: v}]
 		if len(m) < len(set) {
 			set = m
 		}

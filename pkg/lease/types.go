@@ -59,6 +59,9 @@ type AcquireRequest struct {
 	// Namespace restricts candidates to Proxies of this namespace. "" means any
 	// namespace (only the HTTP API offers that; the Kubernetes API always sets it).
 	Namespace string
+	// Namespaces, with Namespace "", restricts candidates to Proxies of these
+	// namespaces (the namespaces an HTTP token may use); nil means any.
+	Namespaces []string
 	// Selector must be a subset of a proxy's attributes (equality on every pair).
 	Selector map[string]string
 	// Target is the site the lease is for; proxies cooling down for it are skipped.

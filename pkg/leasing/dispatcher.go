@@ -53,7 +53,8 @@ var (
 // targets, while requests for the same target keep their order.
 func (leaseDispatcher) Class(req lease.AcquireRequest) string { return classKey(req) }
 
-// classKey encodes namespace, target and the sorted selector pairs, each
+// classKey encodes namespace (or the namespaces a request without one is
+// limited to), target and the sorted selector pairs, each
 // length-prefixed so that no two requests share a key by accident.
 func classKey(req lease.AcquireRequest) string {
 	keys := make([]string, 0, len(req.Selector))
@@ -68,6 +69,12 @@ func classKey(req lease.AcquireRequest) string {
 		b.WriteString(s)
 	}
 	part(req.Namespace)
+	if req.Namespaces != nil {
+		// A limited "any namespace" is its own class: sorted, so that the
+		// same set is one class.
+		nss := slices.Sorted(slices.Values(req.Namespaces))
+		part("in:" + strings.Join(nss, ","))
+	}
 	part(req.Target)
 	for _, k := range keys {
 		part(k)

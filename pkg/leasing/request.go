@@ -44,6 +44,8 @@ func (r Request) acquireRequest() lease.AcquireRequest {
 		Namespace: r.Namespace, Name: r.Name, NamePrefix: r.NamePrefix,
 		Selector: r.Selector, Target: r.Target, TTL: r.TTL,
 		Holder: r.Identity.Holder, Flow: r.Identity.Flow, Meta: r.Meta,
+		// Without a namespace: any of the identity's.
+		Namespaces: r.Identity.Namespaces,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -165,7 +166,8 @@ func (s *Service) Limits() Limits { return Limits{MaxTTL: s.store.MaxTTL(), MaxW
 // Acquire grants a lease now or, with req.Wait, when capacity appears in
 // time. Errors (*Error): ReasonInvalid (ttlSeconds, waitSeconds),
 // ReasonNoMatch with counts, ReasonQueueFull with RetryAfter,
-// ReasonAlreadyExists, ReasonCancelled (a grant made as the caller left is
+// ReasonAlreadyExists, ReasonForbidden (a namespace the identity may not
+// use), ReasonCancelled (a grant made as the caller left is
 // given back), ReasonShuttingDown.
 func (s *Service) Acquire(ctx context.Context, req Request) (*lease.Lease, error) {
 	if err := s.gate.check(ctx); err != nil {
@@ -192,6 +194,10 @@ func (s *Service) Acquire(ctx context.Context, req Request) (*lease.Lease, error
 // same for both doors), the TTL by the store's own rule (CheckTTL), the wait
 // against this door's maximum.
 func (s *Service) validate(req Request) error {
+	if req.Namespace != "" && !req.Identity.MayUse(req.Namespace) {
+		return &Error{Reason: ReasonForbidden, err: fmt.Errorf("%s may lease only in the namespaces %s, not in %q",
+			req.Identity.Holder, strings.Join(req.Identity.Namespaces, ", "), req.Namespace)}
+	}
 	var e *Error
 	if err := s.store.CheckTTL(req.TTL); err != nil {
 		e = invalidTTL(err, req.TTL)

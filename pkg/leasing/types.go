@@ -1,6 +1,7 @@
 package leasing
 
 import (
+	"slices"
 	"strings"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
@@ -54,6 +55,15 @@ const HTTPHolderPrefix = "http:"
 // fair-queue flow its waiting requests share.
 type Identity struct {
 	Holder, Flow string
+	// Namespaces are the only namespaces the identity may lease in (an HTTP
+	// token's scope); nil means every namespace (a Kubernetes user, whom
+	// RBAC limits per namespace, and an unscoped token).
+	Namespaces []string
+}
+
+// MayUse reports whether the identity may lease in namespace ns.
+func (id Identity) MayUse(ns string) bool {
+	return id.Namespaces == nil || slices.Contains(id.Namespaces, ns)
 }
 
 // HTTPIdentity is the identity of an HTTP API token: holder

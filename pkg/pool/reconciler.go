@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -144,9 +145,13 @@ func replicasOf(p *crawlv1alpha1.ProxyPool) int32 {
 }
 
 // serves reports whether a request could be granted one of the pool's
-// Proxies: its namespace, and a selector the template's attributes satisfy.
+// Proxies: its namespace (or one of those a request without a namespace is
+// limited to), and a selector the template's attributes satisfy.
 func serves(p *crawlv1alpha1.ProxyPool, q lease.AcquireRequest) bool {
-	if q.Namespace != "" && q.Namespace != p.Namespace {
+	switch {
+	case q.Namespace != "" && q.Namespace != p.Namespace:
+		return false
+	case q.Namespace == "" && q.Namespaces != nil && !slices.Contains(q.Namespaces, p.Namespace):
 		return false
 	}
 	return crawlv1alpha1.SelectorMatches(q.Selector, p.Spec.Template.Spec.Attributes)

@@ -250,7 +250,7 @@ func readOperatorSecrets(ctx context.Context, cfg *rest.Config) (token string, c
 		return "", nil, err
 	}
 	for t, identity := range tokens {
-		if identity == discovery.DefaultIdentity {
+		if identity.Identity == discovery.DefaultIdentity {
 			token = t
 		}
 	}

@@ -47,7 +47,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	if err != nil {
 		return nil, nil, fmt.Errorf("building a Kubernetes client: %w", err)
 	}
-	var tokens map[string]string
+	var tokens discovery.Tokens
 	var tokenSecret *discovery.TokenSecret
 	if o.Discovery.Enabled() {
 		if tokens, tokenSecret, err = o.Discovery.LoadTokens(ctx, os.Getenv, kube.CoreV1(), o.Namespace); err != nil {
@@ -221,7 +221,7 @@ func setupServingCert(ctx context.Context, mgr manager.Manager, cfg *rest.Config
 // configured token authenticates as its identity, which becomes the holder
 // and default flow of its leases; it serves TLS with its own files, else the
 // managed certificate (nil: none), else plain HTTP when asked for.
-func newDiscoveryServer(o *discovery.ServingOptions, tokens map[string]string, svc *leasing.Service, managed *certs.Manager) (*discovery.Server, error) {
+func newDiscoveryServer(o *discovery.ServingOptions, tokens discovery.Tokens, svc *leasing.Service, managed *certs.Manager) (*discovery.Server, error) {
 	var m dynamiccertificates.CertKeyContentProvider
 	if managed != nil {
 		m = managed

@@ -63,7 +63,7 @@ func newServer(t *testing.T) (*httptest.Server, *lease.Store, *clocktesting.Fake
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := discovery.New(discovery.Options{Tokens: map[string]string{"tok": discovery.DefaultIdentity, "other-tok": "other"}, Service: svc})
+	s, err := discovery.New(discovery.Options{Tokens: discovery.Tokens{"tok": {Identity: discovery.DefaultIdentity}, "other-tok": {Identity: "other"}}, Service: svc})
 	if err != nil {
 		t.Fatal(err)
 	}

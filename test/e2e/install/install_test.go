@@ -319,7 +319,7 @@ func (e *env) operatorAsInstalled(t *testing.T, d appsv1.Deployment) {
 	}
 	var token string
 	for tk, identity := range tokens {
-		if identity == discovery.DefaultIdentity {
+		if identity.Identity == discovery.DefaultIdentity {
 			token = tk
 		}
 	}

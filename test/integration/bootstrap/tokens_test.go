@@ -40,7 +40,7 @@ func TestTokenSecret(t *testing.T) {
 	}
 	var token string
 	for tk, id := range tokens {
-		if id != discovery.DefaultIdentity || len(tk) != 64 {
+		if id.Identity != discovery.DefaultIdentity || len(tk) != 64 {
 			t.Errorf("generated token of identity %q, %d characters", id, len(tk))
 		}
 		token = tk
@@ -49,7 +49,7 @@ func TestTokenSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again[token] != discovery.DefaultIdentity || len(again) != 1 {
+	if again[token].Identity != discovery.DefaultIdentity || len(again) != 1 {
 		t.Error("a second replica did not load the same token")
 	}
 
