@@ -69,7 +69,8 @@ func (f *fakeLister) ListProxies(ctx context.Context, namespace string) ([]lease
 // operator's default longest wait.
 func newService(tb testing.TB, store *lease.Store, q leasing.Queue, clk clock.PassiveClock, rec leasing.Recorder) *leasing.Service {
 	tb.Helper()
-	svc, err := leasing.NewService(leasing.APIHTTP, DefaultMaxWait, leasing.ServiceDeps{Store: store, Queue: q, Clock: clk, Recorder: rec})
+	svc, err := leasing.NewService(leasing.APIHTTP, DefaultMaxWait, leasing.ServiceDeps{Store: store, Queue: q, Clock: clk, Recorder: rec,
+		Priorities: leasing.PriorityGrants{"token:" + DefaultIdentity: 5}})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -35,9 +35,11 @@ type Core[R, G any] struct {
 	// onQueue is called under the mutex when a request is queued.
 	onQueue func()
 
-	mu        sync.Mutex
-	bands     map[int]*band[R, G]
-	order     []*band[R, G] // bands with waiters, highest priority first
+	mu    sync.Mutex
+	bands map[int]*band[R, G]
+	order []*band[R, G] // bands with waiters, highest priority first
+	// owners counts the waiting requests of each owner (ownerOf).
+	owners    map[string]int
 	deadlines deadlineHeap[R, G]
 	fresh     []*flowQueue[R, G]
 	scratch   []*flowQueue[R, G]
@@ -111,6 +113,7 @@ func NewCore[R, G any](d Dispatcher[R, G], clk clock.PassiveClock, opts Options)
 		opts:    opts,
 		metrics: m,
 		bands:   map[int]*band[R, G]{},
+		owners:  map[string]int{},
 		track:   opts.HeldChangeNotifications,
 		turn:    servedBase,
 		idle:    newTurnMemory(rememberLimit(opts)),
@@ -220,7 +223,7 @@ func (c *Core[R, G]) Enqueue(req Request[R]) (Outcome, G, *Ticket[R, G], error) 
 		c.unlock()
 		return OutcomeRejectedOther, zero, nil, err
 	}
-	if err := c.checkLimitsLocked(req.Priority, fq); err != nil {
+	if err := c.checkLimitsLocked(req, fq); err != nil {
 		c.unlock()
 		return OutcomeRejectedCapacity, zero, nil, err
 	}
@@ -233,6 +236,14 @@ func (c *Core[R, G]) Enqueue(req Request[R]) (Outcome, G, *Ticket[R, G], error) 
 	return OutcomePending, zero, t, nil
 }
 
+// ownerOf is who req counts against for MaxQueuedPerOwner.
+func ownerOf[R any](req Request[R]) string {
+	if req.Owner != "" {
+		return req.Owner
+	}
+	return req.Flow
+}
+
 // classOf is the class of payload ("" without a Classifier).
 func (c *Core[R, G]) classOf(payload R) string {
 	if c.classify == nil {
@@ -241,12 +252,15 @@ func (c *Core[R, G]) classOf(payload R) string {
 	return c.classify(payload)
 }
 
-func (c *Core[R, G]) checkLimitsLocked(priority int, fq *flowQueue[R, G]) *RejectedError {
+func (c *Core[R, G]) checkLimitsLocked(req Request[R], fq *flowQueue[R, G]) *RejectedError {
 	if m := c.opts.MaxQueuedPerFlow; m > 0 && fq != nil && fq.n >= m {
 		return c.rejectLocked(OutcomeRejectedCapacity, LimitFlow, ErrQueueFull)
 	}
+	if m := c.opts.MaxQueuedPerOwner; m > 0 && c.owners[ownerOf(req)] >= m {
+		return c.rejectLocked(OutcomeRejectedCapacity, LimitOwner, ErrQueueFull)
+	}
 	if m := c.opts.MaxQueuedPerBand; m > 0 {
-		if b := c.bands[priority]; b != nil && b.n >= m {
+		if b := c.bands[req.Priority]; b != nil && b.n >= m {
 			return c.rejectLocked(OutcomeRejectedCapacity, LimitBand, ErrQueueFull)
 		}
 	}
@@ -297,6 +311,7 @@ func (c *Core[R, G]) queueLocked(req Request[R], now time.Time, fq *flowQueue[R,
 		c.deadlines.push(t)
 	}
 	b.n++
+	c.owners[ownerOf(req)]++
 	c.stats.Waiting++
 	c.metrics.FlowControlQueueLength(b.priority, b.n)
 	if c.onQueue != nil {

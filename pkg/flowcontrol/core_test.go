@@ -30,6 +30,7 @@ func TestLimitsRejectAtOnce(t *testing.T) {
 	type req struct {
 		flow     string
 		priority int
+		owner    string
 	}
 	cases := []struct {
 		name string
@@ -40,7 +41,7 @@ func TestLimitsRejectAtOnce(t *testing.T) {
 		{
 			name: "per flow",
 			opts: Options{MaxQueuedPerFlow: 2, RetryAfter: 3 * time.Second},
-			reqs: []req{{"a", 0}, {"a", 0}, {"a", 0}, {"b", 0}, {"a", 1}},
+			reqs: []req{{"a", 0, ""}, {"a", 0, ""}, {"a", 0, ""}, {"b", 0, ""}, {"a", 1, ""}},
 			want: []limitResult{
 				{Outcome: OutcomePending}, {Outcome: OutcomePending},
 				{Outcome: OutcomeRejectedCapacity, Limit: LimitFlow, RetryAfter: 3 * time.Second},
@@ -50,7 +51,7 @@ func TestLimitsRejectAtOnce(t *testing.T) {
 		{
 			name: "per band",
 			opts: Options{MaxQueuedPerBand: 2},
-			reqs: []req{{"a", 0}, {"b", 0}, {"c", 0}, {"c", 1}},
+			reqs: []req{{"a", 0, ""}, {"b", 0, ""}, {"c", 0, ""}, {"c", 1, ""}},
 			want: []limitResult{
 				{Outcome: OutcomePending}, {Outcome: OutcomePending},
 				{Outcome: OutcomeRejectedCapacity, Limit: LimitBand, RetryAfter: DefaultRetryAfter},
@@ -60,7 +61,7 @@ func TestLimitsRejectAtOnce(t *testing.T) {
 		{
 			name: "global",
 			opts: Options{MaxQueued: 3, RetryAfter: time.Minute},
-			reqs: []req{{"a", 0}, {"b", 1}, {"c", 2}, {"d", 3}, {"a", 0}},
+			reqs: []req{{"a", 0, ""}, {"b", 1, ""}, {"c", 2, ""}, {"d", 3, ""}, {"a", 0, ""}},
 			want: []limitResult{
 				{Outcome: OutcomePending}, {Outcome: OutcomePending}, {Outcome: OutcomePending},
 				{Outcome: OutcomeRejectedCapacity, Limit: LimitGlobal, RetryAfter: time.Minute},
@@ -68,8 +69,20 @@ func TestLimitsRejectAtOnce(t *testing.T) {
 			},
 		},
 		{
+			// One owner over many flows and bands; its requests that
+			// leave the queue make room again (below).
+			name: "per owner",
+			opts: Options{MaxQueuedPerOwner: 3, MaxQueuedPerFlow: 10},
+			reqs: []req{{"a/1", 0, "a"}, {"a/2", 1, "a"}, {"a/3", 2, "a"}, {"a/4", 3, "a"}, {"b", 0, "b"}, {"a-flow", 0, ""}},
+			want: []limitResult{
+				{Outcome: OutcomePending}, {Outcome: OutcomePending}, {Outcome: OutcomePending},
+				{Outcome: OutcomeRejectedCapacity, Limit: LimitOwner, RetryAfter: DefaultRetryAfter},
+				{Outcome: OutcomePending}, {Outcome: OutcomePending},
+			},
+		},
+		{
 			name: "zero limits are unlimited",
-			reqs: []req{{"a", 0}, {"a", 0}, {"a", 0}, {"a", 0}},
+			reqs: []req{{"a", 0, ""}, {"a", 0, ""}, {"a", 0, ""}, {"a", 0, ""}},
 			want: []limitResult{{Outcome: OutcomePending}, {Outcome: OutcomePending}, {Outcome: OutcomePending}, {Outcome: OutcomePending}},
 		},
 	}
@@ -79,7 +92,7 @@ func TestLimitsRejectAtOnce(t *testing.T) {
 			c := NewCore(f, clocktesting.NewFakePassiveClock(t0), tc.opts)
 			var got []limitResult
 			for _, r := range tc.reqs {
-				o, _, tk, err := c.Enqueue(Request[fakeReq]{Flow: r.flow, Priority: r.priority})
+				o, _, tk, err := c.Enqueue(Request[fakeReq]{Flow: r.flow, Priority: r.priority, Owner: r.owner})
 				res := limitResult{Outcome: o}
 				if o == OutcomePending {
 					if tk == nil || err != nil {
@@ -629,4 +642,28 @@ func TestWaitingClassDoesNotBlockItsFlow(t *testing.T) {
 			checkAccounting(t, c.Stats())
 		})
 	}
+}
+
+// An owner's count falls as its requests leave the queue, whichever way:
+// the limit holds what waits, not what ever waited.
+func TestOwnerLimitCountsWhatWaits(t *testing.T) {
+	f := newFake()
+	c := NewCore(f, clocktesting.NewFakePassiveClock(t0), Options{MaxQueuedPerOwner: 1})
+	enqueue := func(flow string) (Outcome, *Ticket[fakeReq, fakeGrant]) {
+		t.Helper()
+		o, _, tk, _ := c.Enqueue(Request[fakeReq]{Flow: flow, Owner: "a"})
+		return o, tk
+	}
+	o, first := enqueue("a/1")
+	if o != OutcomePending {
+		t.Fatalf("first request: %v", o)
+	}
+	if o, _ := enqueue("a/2"); o != OutcomeRejectedCapacity {
+		t.Fatalf("second request of the owner: %v, want rejected", o)
+	}
+	c.Cancel(first, OutcomeEvictedCancelled)
+	if o, _ := enqueue("a/2"); o != OutcomePending {
+		t.Errorf("a request after the owner's only waiting one left: %v, want pending", o)
+	}
+	checkAccounting(t, c.Stats())
 }

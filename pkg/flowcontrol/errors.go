@@ -37,6 +37,7 @@ const (
 	LimitFlow   Limit = "flow"
 	LimitBand   Limit = "band"
 	LimitGlobal Limit = "global"
+	LimitOwner  Limit = "owner"
 )
 
 // RejectedError is returned for a request that was never queued. It matches

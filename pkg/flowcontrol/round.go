@@ -348,6 +348,11 @@ func (c *Core[R, G]) detachLocked(t *Ticket[R, G]) {
 	wasHead := f.remove(t)
 	c.deadlines.remove(t)
 	c.stats.Waiting--
+	if o := ownerOf(t.req); c.owners[o] > 1 {
+		c.owners[o]--
+	} else {
+		delete(c.owners, o)
+	}
 	b.n--
 	c.metrics.FlowControlQueueLength(b.priority, b.n)
 	switch {

@@ -77,6 +77,10 @@ type Request[R any] struct {
 	// Priority selects the band. Higher values are served first, as with
 	// Kubernetes PriorityClass values; between bands priority is strict.
 	Priority int
+	// Owner is who the request counts against for MaxQueuedPerOwner: the
+	// identity behind its flow, whatever flow and band it picks ("" = its
+	// Flow).
+	Owner string
 	// Payload is handed to Dispatcher.TryDispatch unchanged.
 	Payload R
 	// Deadline is the last instant (exclusive) at which the request may be
@@ -97,7 +101,8 @@ const (
 	OutcomePending Outcome = iota
 	// OutcomeDispatched: the request holds a grant.
 	OutcomeDispatched
-	// OutcomeRejectedCapacity: a queue limit (flow, band or global) was reached.
+	// OutcomeRejectedCapacity: a queue limit (flow, owner, band or global) was
+	// reached.
 	OutcomeRejectedCapacity
 	// OutcomeRejectedOther: shut down, invalid request, deadline already
 	// passed, caller already gone, or the dispatcher failed on the fast path.
@@ -197,6 +202,10 @@ type Options struct {
 	MaxQueuedPerBand int
 	// MaxQueued caps all waiting requests.
 	MaxQueued int
+	// MaxQueuedPerOwner caps the waiting requests of one owner
+	// (Request.Owner) over all its flows and bands: an identity that splits
+	// its requests over many flows or bands still cannot fill MaxQueued.
+	MaxQueuedPerOwner int
 	// RetryAfter is the hint carried by capacity rejections (HTTP Retry-After).
 	// Default DefaultRetryAfter.
 	RetryAfter time.Duration

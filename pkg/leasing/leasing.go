@@ -32,6 +32,7 @@ type Leasing struct {
 	queueMetrics *flowcontrolmetrics.Metrics
 	stopHook     func()
 	stopHeld     func()
+	priorities   PriorityGrants
 }
 
 // Clock is what the store (its sweep ticker) and the queue (its timer) need;
@@ -55,8 +56,9 @@ func NewWithStore(store *lease.Store, opts Options, clk Clock) *Leasing {
 		ctl:          ctl,
 		queueMetrics: qm,
 		// Capacity the store observes wakes the queue.
-		stopHook: store.OnCapacity(ctl.OnCapacity),
-		stopHeld: ReportHeldChanges(store, ctl),
+		stopHook:   store.OnCapacity(ctl.OnCapacity),
+		stopHeld:   ReportHeldChanges(store, ctl),
+		priorities: opts.MaxPriority,
 	}
 }
 

@@ -41,6 +41,13 @@ type Options struct {
 	QueueMaxPerBand int
 	QueueMax        int
 	QueueRetryAfter time.Duration
+	// QueueMaxPerIdentity bounds the waiting requests of one identity (a
+	// token identity or a Kubernetes user) over all its flows and bands; 0
+	// means a quarter of QueueMax, so that no identity can fill the queue.
+	QueueMaxPerIdentity int
+	// MaxPriority grants priorities above the default (PriorityGrants);
+	// nil: none.
+	MaxPriority PriorityGrants
 }
 
 // DefaultOptions returns the defaults.
@@ -56,6 +63,7 @@ func DefaultOptions() Options {
 		QueueMaxPerBand:       DefaultQueueMaxPerBand,
 		QueueMax:              DefaultQueueMax,
 		QueueRetryAfter:       flowcontrol.DefaultRetryAfter,
+		MaxPriority:           PriorityGrants{},
 	}
 }
 
@@ -70,6 +78,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.QueueMaxPerFlow, "lease-queue-max-per-flow", o.QueueMaxPerFlow, "Waiting lease requests one flow (token identity or Kubernetes user) may have in one priority band.")
 	fs.IntVar(&o.QueueMaxPerBand, "lease-queue-max-per-band", o.QueueMaxPerBand, "Waiting lease requests per priority band.")
 	fs.IntVar(&o.QueueMax, "lease-queue-max", o.QueueMax, "Waiting lease requests in all.")
+	fs.Var(o.MaxPriority, "lease-max-priority", fmt.Sprintf("Who may ask for a priority above the default 0: subject=priority, comma-separated, subject token:<identity>, user:<name> or group:<name> (e.g. token:crawler-a=10,group:ops=5); a request above its identity's highest is refused. Anyone may ask for less, down to %d.", MinPriority))
+	fs.IntVar(&o.QueueMaxPerIdentity, "lease-queue-max-per-identity", o.QueueMaxPerIdentity, "Waiting lease requests one identity (token identity or Kubernetes user) may have over all its flows and priority bands (0: a quarter of --lease-queue-max).")
 	fs.DurationVar(&o.QueueRetryAfter, "lease-queue-retry-after", o.QueueRetryAfter, "Retry-After of a lease request rejected because a wait queue is full.")
 }
 
@@ -109,6 +119,9 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: must be at least 1, got %d", q.flag, q.v))
 		}
 	}
+	if o.QueueMaxPerIdentity < 0 {
+		errs = append(errs, fmt.Errorf("--lease-queue-max-per-identity: must not be negative, got %d", o.QueueMaxPerIdentity))
+	}
 	return errors.Join(errs...)
 }
 
@@ -124,13 +137,22 @@ func (o *Options) StoreOptions() lease.Options {
 	}
 }
 
+// queueMaxPerIdentity is QueueMaxPerIdentity, defaulted.
+func (o *Options) queueMaxPerIdentity() int {
+	if o.QueueMaxPerIdentity > 0 {
+		return o.QueueMaxPerIdentity
+	}
+	return max(o.QueueMax/4, 1)
+}
+
 // queueOptions are the wait queue's options, observed by m (nil: none).
 func (o *Options) queueOptions(m flowcontrol.Metrics) flowcontrol.Options {
 	return flowcontrol.Options{
-		MaxQueuedPerFlow: o.QueueMaxPerFlow,
-		MaxQueuedPerBand: o.QueueMaxPerBand,
-		MaxQueued:        o.QueueMax,
-		RetryAfter:       o.QueueRetryAfter,
-		Metrics:          m,
+		MaxQueuedPerFlow:  o.QueueMaxPerFlow,
+		MaxQueuedPerBand:  o.QueueMaxPerBand,
+		MaxQueued:         o.QueueMax,
+		MaxQueuedPerOwner: o.queueMaxPerIdentity(),
+		RetryAfter:        o.QueueRetryAfter,
+		Metrics:           m,
 	}
 }

@@ -108,6 +108,8 @@ type Service struct {
 	rec     Recorder
 	gate    *Gate
 	ids     IDVerifier
+	// priorities grant priorities above the default.
+	priorities PriorityGrants
 }
 
 // IDVerifier reads the lease a signed lease ID names; *leaseid.Signer
@@ -135,6 +137,8 @@ type ServiceDeps struct {
 	// IDs, when set, reads signed lease IDs, so that a renew or
 	// release of a lease lost in a crash takes it back (lease.Store.Readmit).
 	IDs IDVerifier
+	// Priorities grant priorities above the default (nil: none).
+	Priorities PriorityGrants
 }
 
 // NewService returns the service of the front door api, whose requests may
@@ -152,12 +156,14 @@ func NewService(api string, maxWait time.Duration, deps ServiceDeps) (*Service, 
 	if deps.Recorder == nil {
 		deps.Recorder = nopRecorder{}
 	}
-	return &Service{api: api, maxWait: maxWait, store: deps.Store, queue: deps.Queue, clock: deps.Clock, rec: deps.Recorder, gate: deps.Gate, ids: deps.IDs}, nil
+	return &Service{api: api, maxWait: maxWait, store: deps.Store, queue: deps.Queue, clock: deps.Clock, rec: deps.Recorder, gate: deps.Gate, ids: deps.IDs,
+		priorities: deps.Priorities}, nil
 }
 
 // Service returns the service of front door api over this store and queue.
 func (l *Leasing) Service(api string, maxWait time.Duration, rec Recorder) (*Service, error) {
-	return NewService(api, maxWait, ServiceDeps{Store: l.Store, Queue: l.Waiter, Clock: l.clock, Recorder: rec, Gate: l.Gate, IDs: l.IDs})
+	return NewService(api, maxWait, ServiceDeps{Store: l.Store, Queue: l.Waiter, Clock: l.clock, Recorder: rec, Gate: l.Gate, IDs: l.IDs,
+		Priorities: l.priorities})
 }
 
 // Limits are the bounds Acquire and Renew check.
@@ -207,6 +213,13 @@ func (s *Service) validate(req Request) error {
 			e = invalid()
 		}
 		e.Fields = append(errs, e.Fields...)
+	}
+	if maxP := s.priorities.Max(req.Identity); req.Priority > maxP || req.Priority < MinPriority {
+		if e == nil {
+			e = invalid()
+		}
+		e.Fields = append(e.Fields, field.Invalid(field.NewPath("priority"), req.Priority,
+			fmt.Sprintf("must be between %d and %d for this identity: a priority above 0 is granted by the operator's --lease-max-priority", MinPriority, maxP)))
 	}
 	var wait *field.Error
 	switch secs := int64(req.Wait / time.Second); {

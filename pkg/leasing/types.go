@@ -59,6 +59,8 @@ type Identity struct {
 	// token's scope); nil means every namespace (a Kubernetes user, whom
 	// RBAC limits per namespace, and an unscoped token).
 	Namespaces []string
+	// Groups are a Kubernetes user's groups (PriorityGrants of a group).
+	Groups []string
 }
 
 // MayUse reports whether the identity may lease in namespace ns.

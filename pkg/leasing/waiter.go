@@ -42,7 +42,9 @@ func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority in
 		flow = AnonymousFlow
 	}
 	outcome, l, err := w.ctl.EnqueueAndWait(ctx, flowcontrol.Request[lease.AcquireRequest]{
-		Flow:     flow,
+		Flow: flow,
+		// Every flow and band of one identity counts against its limit.
+		Owner:    req.Holder,
 		Priority: priority,
 		Payload:  req,
 		Deadline: deadline,

@@ -53,7 +53,9 @@ type ProxyLeaseSpec struct {
 	// +optional
 	WaitSeconds int32 `json:"waitSeconds,omitempty"`
 	// Priority is the priority band of a waiting request: higher bands are served
-	// first. Defaults to 0. Immutable.
+	// first. Defaults to 0. Any user may ask for -10 to 0; above 0 only as far
+	// as the operator's --lease-max-priority grants the user or one of its
+	// groups. Immutable.
 	// +optional
 	Priority int32 `json:"priority,omitempty"`
 }

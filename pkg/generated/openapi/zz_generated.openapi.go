@@ -344,7 +344,7 @@ func schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseSpec(ref common.Refer
 					},
 					"priority": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Priority is the priority band of a waiting request: higher bands are served first. Defaults to 0. Immutable.",
+							Description: "Priority is the priority band of a waiting request: higher bands are served first. Defaults to 0. Any user may ask for -10 to 0; above 0 only as far as the operator's --lease-max-priority grants the user or one of its groups. Immutable.",
 							Type:        []string{"integer"},
 							Format:      "int32",
 						},

@@ -185,6 +185,10 @@ func (r *REST) acquire(ctx context.Context, namespace, holder string, pl *leasin
 	if prefix != "" {
 		name = ""
 	}
+	id := leasing.KubernetesIdentity(holder)
+	if u, ok := genericapirequest.UserFrom(ctx); ok {
+		id.Groups = u.GetGroups() // for priority grants to groups
+	}
 	l, err := r.svc.Acquire(ctx, leasing.Request{
 		Namespace:  namespace,
 		Name:       name,
@@ -192,7 +196,7 @@ func (r *REST) acquire(ctx context.Context, namespace, holder string, pl *leasin
 		Selector:   pl.Spec.Selector,
 		Target:     pl.Spec.Target,
 		TTL:        leasing.Seconds(int64(*pl.Spec.TTLSeconds)),
-		Identity:   leasing.KubernetesIdentity(holder),
+		Identity:   id,
 		Meta:       metadataOf(pl),
 		Wait:       leasing.Seconds(int64(pl.Spec.WaitSeconds)),
 		Priority:   int(pl.Spec.Priority),

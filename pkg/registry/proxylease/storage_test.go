@@ -54,7 +54,8 @@ func newFixture(t testing.TB, opts lease.Options, proxies ...lease.ProxyInfo) *f
 		store.UpsertProxy(p)
 	}
 	q, rec := &leasingtest.Queue{Store: store}, &outcomes{}
-	svc, err := leasing.NewService(leasing.APIKubernetes, 30*time.Second, leasing.ServiceDeps{Store: store, Queue: q, Clock: clk, Recorder: rec})
+	svc, err := leasing.NewService(leasing.APIKubernetes, 30*time.Second, leasing.ServiceDeps{Store: store, Queue: q, Clock: clk, Recorder: rec,
+		Priorities: leasing.PriorityGrants{"user:carol": 5}})
 	if err != nil {
 		t.Fatal(err)
 	}
