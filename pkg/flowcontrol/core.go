@@ -38,14 +38,16 @@ type Core[R, G any] struct {
 	mu    sync.Mutex
 	bands map[int]*band[R, G]
 	order []*band[R, G] // bands with waiters, highest priority first
-	// owners counts the waiting requests of each owner (ownerOf).
-	owners    map[string]int
-	deadlines deadlineHeap[R, G]
-	fresh     []*flowQueue[R, G]
-	scratch   []*flowQueue[R, G]
-	skipped   []*flowQueue[R, G]
-	parked    []*flowQueue[R, G]
-	tmp       flowHeap[R, G]
+	// owners counts the waiting requests of each owner (ownerOf);
+	// ownerFlows are the waiting flows of each owner, in every band.
+	owners     map[string]int
+	ownerFlows map[string][]*flowQueue[R, G]
+	deadlines  deadlineHeap[R, G]
+	fresh      []*flowQueue[R, G]
+	scratch    []*flowQueue[R, G]
+	skipped    []*flowQueue[R, G]
+	parked     []*flowQueue[R, G]
+	tmp        flowHeap[R, G]
 	// exhausted: the dispatcher said nothing is free, and no capacity event
 	// happened since; new requests then queue without asking it.
 	exhausted  bool
@@ -82,7 +84,10 @@ type Core[R, G any] struct {
 const maxDirty = 4096
 
 // HeldChanged reports that Held(flow) changed other than by this core's own
-// grant (a release, an expiry, an acquisition that bypassed the queue). It
+// grant (a release, an expiry, an acquisition that bypassed the queue); flow
+// may also name an owner (Request.Owner), for a Dispatcher whose Held of a
+// flow is what its owner holds: every waiting flow of that owner is then
+// re-read. It
 // only matters with Options.HeldChangeNotifications; it never blocks on the
 // core's mutex, so it may be called from inside Dispatcher calls.
 func (c *Core[R, G]) HeldChanged(flow string) {
@@ -108,15 +113,16 @@ func NewCore[R, G any](d Dispatcher[R, G], clk clock.PassiveClock, opts Options)
 		m = NopMetrics{}
 	}
 	c := &Core[R, G]{
-		d:       d,
-		clock:   clk,
-		opts:    opts,
-		metrics: m,
-		bands:   map[int]*band[R, G]{},
-		owners:  map[string]int{},
-		track:   opts.HeldChangeNotifications,
-		turn:    servedBase,
-		idle:    newTurnMemory(rememberLimit(opts)),
+		d:          d,
+		clock:      clk,
+		opts:       opts,
+		metrics:    m,
+		bands:      map[int]*band[R, G]{},
+		owners:     map[string]int{},
+		ownerFlows: map[string][]*flowQueue[R, G]{},
+		track:      opts.HeldChangeNotifications,
+		turn:       servedBase,
+		idle:       newTurnMemory(rememberLimit(opts)),
 	}
 	if cl, ok := d.(Classifier[R]); ok {
 		c.classify = cl.Class
@@ -295,7 +301,8 @@ func (c *Core[R, G]) queueLocked(req Request[R], now time.Time, fq *flowQueue[R,
 		c.order = slices.Insert(c.order, i, b)
 	}
 	if fq == nil {
-		fq = &flowQueue[R, G]{name: req.Flow, band: b, turn: c.joinTurnLocked(req.Flow), heapIdx: -1, tmpIdx: -1}
+		fq = &flowQueue[R, G]{name: req.Flow, owner: ownerOf(req), band: b, turn: c.joinTurnLocked(req.Flow), heapIdx: -1, tmpIdx: -1}
+		c.ownerFlows[fq.owner] = append(c.ownerFlows[fq.owner], fq)
 		if c.usesHeld() {
 			fq.held = c.d.Held(req.Flow)
 		}

@@ -14,7 +14,9 @@
 // EnqueueAndWait(ctx, Request) (Outcome, G, error).
 //
 // Ordering. Priority: higher Request.Priority first, strictly. Within a band
-// the flow holding the fewest grants (Dispatcher.Held) goes first, ties to
+// the flow holding the fewest grants (Dispatcher.Held; the lease dispatcher
+// answers what the flow's identity holds over all its flows, so shares are
+// per identity first) goes first, ties to
 // the flow served least recently: each grant — in a round or on the fast
 // path — is a turn that moves its flow behind every other; a flow keeps its
 // turn while it does not wait (it is remembered, see below), and a flow

@@ -130,7 +130,10 @@ func (q *classQueue[R, G]) remove(t *Ticket[R, G]) bool {
 // documentation, "Classes").
 type flowQueue[R, G any] struct {
 	name string
-	band *band[R, G]
+	// owner is ownerOf the flow's first request: a HeldChanged(owner)
+	// refreshes this flow's held too.
+	owner string
+	band  *band[R, G]
 	// ready are the classes not parked, by head sequence; parked are the
 	// classes whose head found nothing free in the current round (empty
 	// between rounds).

@@ -126,8 +126,29 @@ func (c *Core[R, G]) syncHeldLocked() {
 				b.heap.fix(f)
 			}
 		}
+		for _, f := range c.ownerFlows[name] {
+			if f.name != name && !f.band.stale {
+				f.held = c.d.Held(f.name)
+				f.band.heap.fix(f)
+			}
+		}
 	}
 	clear(dirty)
+}
+
+// dropOwnerFlowLocked forgets f, which no longer waits, among its owner's.
+func (c *Core[R, G]) dropOwnerFlowLocked(f *flowQueue[R, G]) {
+	flows := c.ownerFlows[f.owner]
+	if i := slices.Index(flows, f); i >= 0 {
+		flows[i] = flows[len(flows)-1]
+		flows[len(flows)-1] = nil
+		flows = flows[:len(flows)-1]
+	}
+	if len(flows) == 0 {
+		delete(c.ownerFlows, f.owner)
+	} else {
+		c.ownerFlows[f.owner] = flows
+	}
 }
 
 // freshRoundLocked offers the current capacity to the flows whose head was
@@ -359,6 +380,7 @@ func (c *Core[R, G]) detachLocked(t *Ticket[R, G]) {
 	case f.n == 0:
 		b.heap.remove(f)
 		b.drop(f)
+		c.dropOwnerFlowLocked(f)
 		f.fresh = false
 		if c.remember {
 			c.idle.put(f.name, f.turn)

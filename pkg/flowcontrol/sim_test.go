@@ -3,6 +3,7 @@ package flowcontrol
 import (
 	"container/heap"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -378,6 +379,35 @@ func (s *sim) checkInvariants() {
 	// that compete for the same proxies), whatever waits before it.
 	s.core.mu.Lock()
 	defer s.core.mu.Unlock()
+	// The owners' records are the waiting flows and requests.
+	owned, waiting := map[*flowQueue[fakeReq, fakeGrant]]bool{}, map[string]int{}
+	for o, flows := range s.core.ownerFlows {
+		for _, f := range flows {
+			if f.owner != o || owned[f] {
+				s.violate("flow %s listed under owner %q (its owner %q), or twice", f.name, o, f.owner)
+			}
+			owned[f] = true
+		}
+	}
+	for _, b := range s.core.order {
+		for _, f := range b.flows {
+			if !owned[f] {
+				s.violate("waiting flow %s (band %d) is not among its owner's", f.name, b.priority)
+			}
+			delete(owned, f)
+			for _, q := range append(slices.Clone(f.ready.items), f.parked...) {
+				for t := q.head; t != nil; t = t.next {
+					waiting[ownerOf(t.req)]++
+				}
+			}
+		}
+	}
+	if len(owned) > 0 {
+		s.violate("%d flows listed under owners no longer wait", len(owned))
+	}
+	if !maps.Equal(waiting, s.core.owners) {
+		s.violate("waiting requests per owner %v, counted %v", waiting, s.core.owners)
+	}
 	for _, b := range s.core.order {
 		for _, f := range b.flows {
 			for _, t := range firstPerSelector(f) {

@@ -191,6 +191,7 @@ func (s *Store) insertLocked(le *leaseEntry, why Reason, p *pending) {
 	s.leases[le.ID] = le
 	s.setNameLocked(le)
 	s.flows[le.Flow]++
+	s.holders[le.Holder]++
 	heap.Push(&s.expiries, le)
 	s.scheduledLocked(le.ExpiresAt)
 	s.setLeasesLocked(le.proxy, le.proxy.leases+1)

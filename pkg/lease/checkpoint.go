@@ -164,6 +164,7 @@ func (s *Store) Restore(st State) error {
 		s.leases[l.ID] = le
 		s.setNameLocked(le)
 		s.flows[l.Flow]++
+		s.holders[l.Holder]++
 		heap.Push(&s.expiries, le)
 		s.scheduledLocked(le.ExpiresAt)
 		s.setLeasesLocked(e, e.leases+1)

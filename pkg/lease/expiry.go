@@ -87,6 +87,11 @@ func (s *Store) endLocked(le *leaseEntry, endedAt time.Time, reason Reason, p *p
 	} else {
 		delete(s.flows, le.Flow)
 	}
+	if n := s.holders[le.Holder] - 1; n > 0 {
+		s.holders[le.Holder] = n
+	} else {
+		delete(s.holders, le.Holder)
+	}
 	until := endedAt.Add(s.opts.CooldownWindow)
 	s.tombs[le.ID] = tombstone{name: nk, proxy: le.proxy.key, target: le.Target, holder: le.Holder, reason: reason, until: until}
 	if le.Name != le.ID {

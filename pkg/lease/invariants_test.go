@@ -18,6 +18,7 @@ func checkInvariants(s *Store) []string {
 	// Lease table ↔ per-proxy counts, capacity, names, flows, expiry heap.
 	perProxy := map[*proxyEntry]int{}
 	perFlow := map[string]int{}
+	perHolder := map[string]int{}
 	named := 0
 	for id, le := range s.leases {
 		if le.ID != id {
@@ -25,6 +26,7 @@ func checkInvariants(s *Store) []string {
 		}
 		perProxy[le.proxy]++
 		perFlow[le.Flow]++
+		perHolder[le.Holder]++
 		if s.proxies[le.proxy.key] != le.proxy {
 			fail("lease %s points at proxy %s the store forgot", id, le.proxy.key)
 		}
@@ -63,6 +65,9 @@ func checkInvariants(s *Store) []string {
 		if s.flows[f] != n {
 			fail("flow %q: lease table %d, HeldBy %d", f, n, s.flows[f])
 		}
+	}
+	if !maps.Equal(perHolder, s.holders) {
+		fail("leases per holder %v, HeldByHolder counts %v", perHolder, s.holders)
 	}
 
 	// Proxies: counts, capacity, index membership, members.

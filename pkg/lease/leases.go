@@ -329,6 +329,17 @@ func (s *Store) Active() int {
 	return n
 }
 
+// HeldByHolder returns the number of live leases of a holder, over all its
+// flows, in O(1) (amortised over the expiries it applies).
+func (s *Store) HeldByHolder(holder string) int {
+	var p pending
+	s.mu.Lock()
+	s.advanceLocked(s.now(), &p)
+	n := s.holders[holder]
+	s.unlockAndNotify(&p)
+	return n
+}
+
 // HeldBy returns the number of live leases of a flow, in O(1) (amortised
 // over the expiries it applies).
 func (s *Store) HeldBy(flow string) int {

@@ -52,7 +52,9 @@ type Store struct {
 	tombQ     []tombRef
 	tombHead  int
 	flows     map[string]int
-	revision  uint64
+	// holders counts live leases per holder (HeldByHolder).
+	holders  map[string]int
+	revision uint64
 	// coolings counts cooldowns started (Changes: a checkpoint must see
 	// them, and a report on an ended lease starts one without a revision).
 	coolings uint64
@@ -144,6 +146,7 @@ func New(opts Options, clk clock.WithTicker) (*Store, error) {
 		tombs:     map[string]tombstone{},
 		tombNames: map[ProxyKey]string{},
 		flows:     map[string]int{},
+		holders:   map[string]int{},
 		cooledBy:  map[string]int{},
 		wake:      make(chan struct{}, 1),
 	}

@@ -29,8 +29,8 @@ type LeaseStore interface {
 	TryAcquire(req lease.AcquireRequest) (*lease.Lease, error)
 	// Diagnose returns the counts Acquire would report for req now.
 	Diagnose(req lease.AcquireRequest) *lease.NoMatchError
-	// HeldBy returns the live leases whose Flow is flow.
-	HeldBy(flow string) int
+	// HeldByHolder returns the live leases whose Holder is holder.
+	HeldByHolder(holder string) int
 	// Release ends a lease; idempotent.
 	Release(id string) bool
 	// NextChange is the next lease expiry or cooldown end (zero: none).
@@ -102,7 +102,11 @@ func (d leaseDispatcher) TryDispatch(flow string, req lease.AcquireRequest) (*le
 	}
 }
 
-func (d leaseDispatcher) Held(flow string) int { return d.store.HeldBy(flow) }
+// Held is what the identity behind flow holds over all its flows: the
+// queue's fair shares are per identity first (an identity that splits its
+// requests over many flows gets one identity's share, divided among its
+// flows by turn), as API Priority and Fairness keys flows by user.
+func (d leaseDispatcher) Held(flow string) int { return d.store.HeldByHolder(holderOfFlow(flow)) }
 
 func (d leaseDispatcher) Release(l *lease.Lease) {
 	if l != nil {

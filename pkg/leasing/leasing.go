@@ -70,15 +70,17 @@ func (l *Leasing) Shutdown(ctx context.Context) error {
 	return l.ctl.Shutdown(ctx)
 }
 
-// ReportHeldChanges tells ctl of every change of a flow's held leases (a
+// ReportHeldChanges tells ctl of every change of a holder's held leases (a
 // grant, a release, an expiry, a lease ended with its Proxy), so that with
 // Options.HeldChangeNotifications a dispatch round re-reads Held only for
-// the flows that changed instead of for every waiting flow. It returns the
+// that holder's flows instead of for every waiting flow. It returns the
 // cancel of the subscription.
 func ReportHeldChanges(store *lease.Store, ctl *LeaseController) (cancel func()) {
 	return store.Subscribe(func(ev lease.Event) {
 		if ev.Type == lease.Added || ev.Type == lease.Deleted {
-			ctl.HeldChanged(ev.Lease.Flow)
+			// Held is per holder (leaseDispatcher.Held): every waiting
+			// flow of the holder is re-read.
+			ctl.HeldChanged(ev.Lease.Holder)
 		}
 	})
 }

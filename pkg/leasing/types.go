@@ -83,6 +83,18 @@ func HTTPIdentity(identity, flow string) Identity {
 // could pass for an HTTP holder (or for an escaped name).
 const kubernetesEscapePrefix = "kubernetes:"
 
+// holderOfFlow is the holder whose requests wait in flow: HTTPIdentity's
+// "http:<identity>/<flow>" is held by "http:<identity>" (an identity is a
+// DNS label: it has no '/'); every other flow is its holder's own
+// (KubernetesIdentity, and HTTPIdentity without a flow).
+func holderOfFlow(flow string) string {
+	if strings.HasPrefix(flow, HTTPHolderPrefix) {
+		holder, _, _ := strings.Cut(flow, "/")
+		return holder
+	}
+	return flow
+}
+
 // KubernetesIdentity is the identity of a Kubernetes user of the ProxyLease
 // API: the user name is both holder and flow, except that a name beginning
 // with "http:" (or "kubernetes:") gets "kubernetes:" in front, so that no

@@ -3,6 +3,7 @@ package gcpprovider
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -35,7 +36,8 @@ func TestCreateReadyThroughSquid(t *testing.T) {
 	if in.Status != gcefake.StatusRunning || in.NatIP == "" || p.Status.IP != in.NatIP {
 		t.Errorf("instance %s %s natIP %q, proxy IP %q: want RUNNING at the proxy's IP", in.Name, in.Status, in.NatIP, p.Status.IP)
 	}
-	if in.Labels[gcp.LabelTag] != "proxy-operator" || in.Labels[gcp.LabelOwnerUID] != string(p.UID) {
+	// The installation's own tag (derived: provider.InstallationTag).
+	if !regexp.MustCompile(`^proxy-operator-[0-9a-f]{12}$`).MatchString(in.Labels[gcp.LabelTag]) || in.Labels[gcp.LabelOwnerUID] != string(p.UID) {
 		t.Errorf("ownership labels %v", in.Labels)
 	}
 	throughProxy(t, p.Status.IP)
