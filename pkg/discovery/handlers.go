@@ -214,7 +214,7 @@ func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
 	case leasing.ReasonForbidden:
 		writeError(w, http.StatusForbidden, wire.CodeForbidden, err.Error())
 	case leasing.ReasonCooldownLimit:
-		writeError(w, http.StatusForbidden, wire.CodeCooldownLimit, err.Error()+" (--lease-max-cooldowns-per-holder)")
+		writeError(w, http.StatusForbidden, wire.CodeCooldownLimit, err.Error())
 	case leasing.ReasonNotFound:
 		writeError(w, http.StatusNotFound, wire.CodeUnknownLease, "no lease "+id+" (or it ended more than a cooldown window ago)")
 	case leasing.ReasonEnded:

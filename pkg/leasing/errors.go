@@ -200,7 +200,7 @@ func storeError(id string, err error) error {
 		e.ID, e.err = id, err
 		return e
 	case lease.IsCooldownLimit(err):
-		return &Error{Reason: ReasonCooldownLimit, ID: id, err: err}
+		return &Error{Reason: ReasonCooldownLimit, ID: id, err: fmt.Errorf("%w (--lease-max-cooldowns-per-holder)", err)}
 	case lease.IsAlreadyExists(err):
 		return &Error{Reason: ReasonAlreadyExists, ID: id, err: err}
 	case lease.IsNoRoom(err):

@@ -68,7 +68,7 @@ func statusFor(kind schema.GroupKind, name string, root *field.Path, err error, 
 	case leasing.ReasonCooldownLimit:
 		// 403, as a ResourceQuota refusal: a 429's Retry-After would have
 		// client-go sleep and retry for up to a cooldown window on its own.
-		return apierrors.NewForbidden(proxyLeaseResource, name, fmt.Errorf("%w (--lease-max-cooldowns-per-holder)", err))
+		return apierrors.NewForbidden(proxyLeaseResource, name, err)
 	case leasing.ReasonAlreadyExists:
 		return apierrors.NewAlreadyExists(proxyLeaseResource, name)
 	case leasing.ReasonCancelled:
