@@ -52,8 +52,12 @@ verify: ## generate must leave no change; gofmt; go vet
 	hack/verify.sh
 
 .PHONY: build
-build: ## build bin/proxy-operator
+build: auth-helper ## build bin/proxy-operator (and bin/proxy-auth-helper)
 	$(GO) build -o bin/proxy-operator ./cmd/proxy-operator
+
+.PHONY: auth-helper
+auth-helper: ## build bin/proxy-auth-helper, the Squid auth helper every proxy runs (the node agent and the Compute Engine fake run it)
+	$(GO) build -o bin/proxy-auth-helper ./cmd/proxy-auth-helper
 
 .PHONY: test
 test: tools squid python prometheus ## everything: unit, then integration and e2e (installs tools and squid first)
@@ -66,13 +70,13 @@ test-unit: tools prometheus ## unit tests with the race detector (hack/image run
 	$(PYTHON) -m unittest discover -s clients/python/tests -v
 
 .PHONY: test-integration
-test-integration: tools squid python ## tests under test/ against real control planes, one package at a time
+test-integration: tools squid python auth-helper ## tests under test/ against real control planes, one package at a time
 	$(GO) test -p $(INTEGRATION_P) -timeout $(INTEGRATION_TIMEOUT) $(INTEGRATION_FLAGS) ./test/...
 
 # Built and exec'd (not `go run`) so that make waits for the teardown and a
 # SIGTERM sent to make reaches the dev process itself.
 .PHONY: dev
-dev: tools squid ## run the local environment in the foreground until Ctrl-C (writes .dev/)
+dev: tools squid auth-helper ## run the local environment in the foreground until Ctrl-C (writes .dev/)
 	$(GO) build -o bin/dev ./hack/dev
 	$(GO) build -o bin/proxy-operator ./cmd/proxy-operator
 	exec bin/dev -operator-binary bin/proxy-operator $(DEV_ARGS)
@@ -102,4 +106,4 @@ checkpoint-faults: tools ## the lease checkpoint (3 shards) under CHECKPOINT_FAU
 
 .PHONY: clean
 clean: ## remove build outputs and .dev/ (keeps the slow bin/ tool builds)
-	rm -rf .dev bin/proxy-operator bin/dev
+	rm -rf .dev bin/proxy-operator bin/dev bin/proxy-auth-helper

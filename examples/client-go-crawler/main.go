@@ -135,7 +135,8 @@ func run(ctx context.Context, leases typedleasing.ProxyLeaseInterface, cfg confi
 	if proxy == nil {
 		return fmt.Errorf("lease %s came back without a proxy", pl.Name)
 	}
-	fmt.Fprintf(out, "leased %s (%s) as %s until %s\n", proxy.Name, proxy.URL, pl.Name, pl.Status.ExpireTime.Format(time.RFC3339))
+	// The URL carries the lease's proxy credentials: never print them.
+	fmt.Fprintf(out, "leased %s (%s) as %s until %s\n", proxy.Name, redacted(proxy.URL), pl.Name, pl.Status.ExpireTime.Format(time.RFC3339))
 
 	// Keep the lease while the fetch runs: renewing is a patch of
 	// spec.ttlSeconds (any update renews for that many seconds from now).
@@ -180,7 +181,7 @@ func keepRenewing(ctx context.Context, leases typedleasing.ProxyLeaseInterface, 
 func fetch(ctx context.Context, proxyURL, target string, timeout time.Duration) (int, int64, error) {
 	pu, err := url.Parse(proxyURL)
 	if err != nil {
-		return 0, 0, fmt.Errorf("lease returned a bad proxy URL %q: %w", proxyURL, err)
+		return 0, 0, fmt.Errorf("lease returned an unparsable proxy URL: %w", err)
 	}
 	// A fresh transport per lease: connections must go through this proxy only.
 	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), DisableKeepAlives: true}, Timeout: timeout}
@@ -190,9 +191,18 @@ func fetch(ctx context.Context, proxyURL, target string, timeout time.Duration) 
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("fetching %s through %s: %w", target, proxyURL, err)
+		return 0, 0, fmt.Errorf("fetching %s through %s: %w", target, pu.Redacted(), err)
 	}
 	defer resp.Body.Close()
 	n, _ := io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, n, nil
+}
+
+// redacted is a proxy URL without its password, for output.
+func redacted(proxyURL string) string {
+	u, err := url.Parse(proxyURL)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	return u.Redacted()
 }

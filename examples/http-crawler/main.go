@@ -128,12 +128,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			log.Printf("releasing lease %s: %v", l.LeaseID, err)
 		}
 	}()
-	fmt.Fprintf(out, "leased %s/%s (%s) until %s\n", l.Proxy.Namespace, l.Proxy.Name, l.Proxy.URL, l.ExpiresAt.Format(time.RFC3339))
-
+	// The URL carries the lease's proxy credentials: print it redacted.
 	proxyURL, err := url.Parse(l.Proxy.URL)
 	if err != nil {
-		return fmt.Errorf("lease returned a bad proxy URL %q: %w", l.Proxy.URL, err)
+		return fmt.Errorf("lease of %s/%s returned an unparsable proxy URL: %w", l.Proxy.Namespace, l.Proxy.Name, err)
 	}
+	fmt.Fprintf(out, "leased %s/%s (%s) until %s\n", l.Proxy.Namespace, l.Proxy.Name, proxyURL.Redacted(), l.ExpiresAt.Format(time.RFC3339))
 	// A fresh transport per lease: connections must go through this proxy only.
 	tr := &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}
 	hc := &http.Client{Transport: tr, Timeout: cfg.timeout}
@@ -143,7 +143,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("fetching %s through %s: %w", cfg.target, l.Proxy.URL, err)
+		return fmt.Errorf("fetching %s through %s: %w", cfg.target, proxyURL.Redacted(), err)
 	}
 	n, _ := io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()

@@ -23,11 +23,16 @@ import (
 
 // Where things are in the image.
 const (
-	BinaryPath  = "/usr/local/bin/proxy-operator"
-	CertsPath   = "/etc/ssl/certs/ca-certificates.crt"
-	NonRootUser = "65532"
-	versionPkg  = "github.com/proxy-operator/proxy-operator/pkg/version"
-	sourceURL   = "https://github.com/proxy-operator/proxy-operator"
+	BinaryPath = "/usr/local/bin/proxy-operator"
+	// HelperPath is the proxy auth helper, where the kubernetes provider's
+	// init container runs it from.
+	HelperPath = "/proxy-auth-helper"
+	// HelperPackage is the helper's main package.
+	HelperPackage = "./cmd/proxy-auth-helper"
+	CertsPath     = "/etc/ssl/certs/ca-certificates.crt"
+	NonRootUser   = "65532"
+	versionPkg    = "github.com/proxy-operator/proxy-operator/pkg/version"
+	sourceURL     = "https://github.com/proxy-operator/proxy-operator"
 )
 
 // Options say what to build.
@@ -123,11 +128,15 @@ func Build(o Options) (v1.ImageIndex, []v1.Image, error) {
 		if !ok || goos != "linux" {
 			return nil, nil, fmt.Errorf("platform %q: want linux/<arch>", p)
 		}
-		bin, err := buildBinary(o, goarch)
+		bin, err := buildBinary(o, o.Package, goarch)
 		if err != nil {
 			return nil, nil, err
 		}
-		img, err := image(o, goarch, base, bin)
+		helper, err := buildBinary(o, HelperPackage, goarch)
+		if err != nil {
+			return nil, nil, err
+		}
+		img, err := image(o, goarch, base, bin, helper)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", p, err)
 		}
@@ -140,11 +149,11 @@ func Build(o Options) (v1.ImageIndex, []v1.Image, error) {
 	return idx, images, nil
 }
 
-// buildBinary builds a static, reproducible binary for goarch.
-func buildBinary(o Options, goarch string) (string, error) {
-	out := filepath.Join(o.WorkDir, "proxy-operator-"+goarch)
+// buildBinary builds a static, reproducible binary of pkg for goarch.
+func buildBinary(o Options, pkg, goarch string) (string, error) {
+	out := filepath.Join(o.WorkDir, filepath.Base(pkg)+"-"+goarch)
 	ldflags := fmt.Sprintf("-s -w -buildid= -X %s.version=%s -X %s.revision=%s", versionPkg, o.Version, versionPkg, o.Revision)
-	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, o.Package)
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -206,12 +215,18 @@ func baseLayer(certs []byte, epoch time.Time) (v1.Layer, error) {
 	}, epoch)
 }
 
-func image(o Options, goarch string, base v1.Layer, binPath string) (v1.Image, error) {
+func image(o Options, goarch string, base v1.Layer, binPath, helperPath string) (v1.Image, error) {
 	bin, err := os.ReadFile(binPath)
 	if err != nil {
 		return nil, err
 	}
+	helper, err := os.ReadFile(helperPath)
+	if err != nil {
+		return nil, err
+	}
 	app, err := layerOf([]entry{
+		// What a Squid pod's init container copies (--install-to).
+		{name: strings.TrimPrefix(HelperPath, "/"), mode: 0o755, data: helper},
 		{name: "usr/", mode: 0o755, dir: true},
 		{name: "usr/local/", mode: 0o755, dir: true},
 		{name: "usr/local/bin/", mode: 0o755, dir: true},

@@ -113,6 +113,14 @@ func appendStatus(b []byte, s *leasingv1alpha1.ProxyLeaseStatus) []byte {
 	timePtr(&f, "acquireTime", s.AcquireTime)
 	timePtr(&f, "expireTime", s.ExpireTime)
 	f.String("lastResult", string(s.LastResult), true)
+	if c := s.Credentials; c != nil {
+		f.Key("credentials")
+		cf := plainjson.Fields{B: append(f.B, '{')}
+		cf.String("username", c.Username, false)
+		cf.String("password", c.Password, false)
+		timePtr(&cf, "expireTime", c.ExpireTime)
+		f.B = append(cf.B, '}')
+	}
 	if len(s.Conditions) > 0 {
 		f.Key("conditions")
 		f.B = append(f.B, '[')

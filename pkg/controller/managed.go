@@ -37,12 +37,16 @@ func (r *ProxyReconciler) reconcileManaged(ctx context.Context, rc *reconcileCtx
 	if err != nil {
 		return r.cloudInitFailure(ctx, rc, err)
 	}
-	hash := SpecHash(&p.Spec, cloudInit)
+	var auth []byte
+	if r.ProxyAuth != nil {
+		auth = r.ProxyAuth.InstanceAuth(p.Namespace, p.Name)
+	}
+	hash := SpecHash(&p.Spec, cloudInit, auth)
 	annotation := p.Annotations[crawlv1alpha1.SpecHashAnnotation]
 
 	switch {
 	case p.Status.ProviderID == "":
-		return r.createInstance(ctx, rc, prov, cloudInit, hash)
+		return r.createInstance(ctx, rc, prov, instanceInput{cloudInit: cloudInit, auth: auth}, hash)
 	case annotation == "":
 		// An instance without a recorded hash (older operator, lost
 		// annotation): adopt it as matching the current spec.
@@ -75,7 +79,13 @@ func (r *ProxyReconciler) cloudInitFailure(ctx context.Context, rc *reconcileCtx
 // its providerID and the spec hash it was built from, and polls it.
 // Create is idempotent by name, so a retry after a lost status write finds
 // the same instance instead of creating a second.
-func (r *ProxyReconciler) createInstance(ctx context.Context, rc *reconcileCtx, prov provider.Provider, cloudInit, hash string) (ctrl.Result, error) {
+// instanceInput is what an instance is built from besides the spec.
+type instanceInput struct {
+	cloudInit string
+	auth      []byte
+}
+
+func (r *ProxyReconciler) createInstance(ctx context.Context, rc *reconcileCtx, prov provider.Provider, in instanceInput, hash string) (ctrl.Result, error) {
 	p := rc.proxy
 	if wait, ok := r.createFailures.wait(p.UID, p.Generation, r.now()); ok {
 		return ctrl.Result{RequeueAfter: wait}, nil
@@ -86,7 +96,8 @@ func (r *ProxyReconciler) createInstance(ctx context.Context, rc *reconcileCtx, 
 		Tag:             r.tag(),
 		OwnerUID:        p.UID,
 		Namespace:       p.Namespace,
-		CloudInit:       cloudInit,
+		CloudInit:       in.cloudInit,
+		ProxyAuth:       in.auth,
 		CloudInitSecret: cloudInitSecretOf(p),
 		Proxy:           p.Spec.DeepCopy(),
 		SpecHash:        instanceSpecHash(hash),

@@ -35,12 +35,13 @@ import (
 // restricts what is held, not what may be read). Events go through the
 // events.k8s.io API (the manager's GetEventRecorder; patch is for event
 // series). Pods are for the kubernetes provider, which runs in this process
-// and polls pods directly without a watch.
+// and polls pods directly without a watch; it also writes each pod's proxy
+// auth Secret (create, update on a retry, delete with the pod).
 //
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies/status,verbs=patch
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;create;delete
 
@@ -123,6 +124,14 @@ func (i Intervals) WithDefaults() Intervals {
 	return i
 }
 
+// InstanceAuth is the proxy auth configuration of the instance of a Proxy
+// (pkg/proxyauth: the helper's configuration, with the proxy's own key);
+// *proxyauth.Instances implements it.
+type InstanceAuth interface {
+	// InstanceAuth returns the configuration of Proxy namespace/name.
+	InstanceAuth(namespace, name string) []byte
+}
+
 // ProxyReconciler reconciles Proxy objects. Fields are set by the composition
 // root before SetupWithManager; Client, Providers are required, the rest are
 // optional (nil Recorder: no events; nil Health and HealthEvents: no health
@@ -146,6 +155,9 @@ type ProxyReconciler struct {
 	Clock clock.PassiveClock
 	// Tag is the tag instances are created with (default provider.DefaultTag).
 	Tag string
+	// ProxyAuth gives each instance its proxy auth configuration (nil:
+	// instances check no credentials).
+	ProxyAuth InstanceAuth
 
 	// createFailures backs off creates whose instance vanished (in memory,
 	// like the workqueue's own backoff).

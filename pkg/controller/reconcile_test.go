@@ -138,7 +138,7 @@ func TestReconcileCreateToSteadyState(t *testing.T) {
 	}
 	p = h.proxy()
 	wantID := fake.ProviderID(provider.NameFromUID("uid-a"))
-	if p.Status.ProviderID != wantID || p.Annotations[crawlv1alpha1.SpecHashAnnotation] != SpecHash(&p.Spec, "") {
+	if p.Status.ProviderID != wantID || p.Annotations[crawlv1alpha1.SpecHashAnnotation] != SpecHash(&p.Spec, "", nil) {
 		t.Fatalf("pass 2: providerID %q annotation %q", p.Status.ProviderID, p.Annotations[crawlv1alpha1.SpecHashAnnotation])
 	}
 	if c := provisioned(p); c.Reason != crawlv1alpha1.ReasonProvisioning || p.Status.Phase != crawlv1alpha1.PhaseProvisioning {
@@ -377,7 +377,7 @@ func TestReconcileReplacesAnInstanceOfAnotherSpec(t *testing.T) {
 			p := withFinalizer(managedProxy("a"))
 			h := newHarness(t, p)
 			h.key = types.NamespacedName{Namespace: "ns", Name: "a"}
-			current := instanceSpecHash(SpecHash(&p.Spec, ""))
+			current := instanceSpecHash(SpecHash(&p.Spec, "", nil))
 			left, err := h.prov.Create(t.Context(), provider.CreateRequest{
 				Name: provider.NameFromUID(p.UID), Tag: provider.DefaultTag, OwnerUID: p.UID, SpecHash: tt.leftover(current),
 			})

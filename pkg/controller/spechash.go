@@ -21,13 +21,20 @@ type specHashInput struct {
 	Kubernetes *crawlv1alpha1.KubernetesProviderSpec `json:"kubernetes,omitempty"`
 	GCP        *crawlv1alpha1.GCPProviderSpec        `json:"gcp,omitempty"`
 	CloudInit  string                                `json:"cloudInit,omitempty"`
+	// ProxyAuth is a digest of the instance's proxy auth configuration
+	// (its key, where it polls, the CA): a rotated key replaces instances.
+	ProxyAuth string `json:"proxyAuth,omitempty"`
 }
 
 // SpecHash returns the hex SHA-256 of the provider-relevant parts of spec and
 // the resolved cloud-init data: the value of the spec-hash annotation. JSON
 // encoding sorts map keys, so the hash is deterministic.
-func SpecHash(spec *crawlv1alpha1.ProxySpec, cloudInit string) string {
+func SpecHash(spec *crawlv1alpha1.ProxySpec, cloudInit string, proxyAuth []byte) string {
 	in := specHashInput{CloudInit: cloudInit}
+	if len(proxyAuth) > 0 {
+		sum := sha256.Sum256(proxyAuth)
+		in.ProxyAuth = hex.EncodeToString(sum[:])
+	}
 	if spec != nil {
 		in.Provider = spec.Provider
 		in.Kubernetes = spec.Kubernetes

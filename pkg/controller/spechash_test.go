@@ -20,7 +20,7 @@ func baseSpec() crawlv1alpha1.ProxySpec {
 
 func TestSpecHash(t *testing.T) {
 	base := baseSpec()
-	baseHash := SpecHash(&base, "ci")
+	baseHash := SpecHash(&base, "ci", nil)
 	tests := []struct {
 		name      string
 		mutate    func(*crawlv1alpha1.ProxySpec)
@@ -50,7 +50,7 @@ func TestSpecHash(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := baseSpec()
 			tt.mutate(&s)
-			got := SpecHash(&s, tt.cloudInit)
+			got := SpecHash(&s, tt.cloudInit, nil)
 			if (got == baseHash) != tt.same {
 				t.Errorf("SpecHash same=%v, want same=%v", got == baseHash, tt.same)
 			}
@@ -59,7 +59,7 @@ func TestSpecHash(t *testing.T) {
 			}
 		})
 	}
-	if SpecHash(nil, "") == "" {
+	if SpecHash(nil, "", nil) == "" {
 		t.Error("nil spec hashes to empty")
 	}
 }

@@ -50,5 +50,16 @@ func appendLeaseJSON(b []byte, l *wire.Lease) ([]byte, bool) {
 		return b, false
 	}
 	f.Int("ttlSeconds", l.TTLSeconds, false)
+	if c := l.Credentials; c != nil {
+		f.Key("credentials")
+		cf := plainjson.Fields{B: append(f.B, '{')}
+		cf.String("username", c.Username, false)
+		cf.String("password", c.Password, false)
+		cf.Key("expiresAt")
+		if cf.B, ok = plainjson.AppendTime(cf.B, c.ExpiresAt); !ok {
+			return b, false
+		}
+		f.B = append(cf.B, '}')
+	}
 	return append(f.B, "}\n"...), true
 }

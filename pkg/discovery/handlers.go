@@ -82,8 +82,9 @@ func toWireProxy(p leasing.ProxyInfo) wire.Proxy {
 	}
 }
 
-func toWireLease(l *leasing.Lease) wire.Lease {
-	return wire.Lease{
+// toWireLease is l as its holder sees it, with its proxy's credentials.
+func (s *Server) toWireLease(l *leasing.Lease) wire.Lease {
+	out := wire.Lease{
 		LeaseID:       l.ID,
 		Proxy:         toWireProxy(l.Proxy),
 		ProxyHealthy:  l.Proxy.Healthy,
@@ -91,6 +92,11 @@ func toWireLease(l *leasing.Lease) wire.Lease {
 		ExpiresAt:     l.ExpiresAt.UTC(),
 		TTLSeconds:    int64(l.TTLSeconds()),
 	}
+	if c, ok := s.opts.Service.Credentials(*l); ok {
+		out.Proxy.URL = c.WithURL(l.Proxy.URL)
+		out.Credentials = &wire.Credentials{Username: c.Username, Password: c.Password, ExpiresAt: c.ExpiresAt.UTC()}
+	}
+	return out
 }
 
 func (s *Server) listProxies(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +176,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/v1/leases/"+l.ID)
-	writeLease(w, http.StatusCreated, toWireLease(l), buf)
+	writeLease(w, http.StatusCreated, s.toWireLease(l), buf)
 }
 
 // writeServiceError is the one place the leasing Service's error vocabulary
@@ -255,7 +261,7 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request) {
 	}
 	buf := s.buffer()
 	defer s.recycle(buf)
-	writeLease(w, http.StatusOK, toWireLease(&l), buf)
+	writeLease(w, http.StatusOK, s.toWireLease(&l), buf)
 }
 
 // release is idempotent: an unknown or ended lease is 204 too.
@@ -301,5 +307,5 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 		writeServiceError(w, r, err)
 		return
 	}
-	writeLease(w, http.StatusOK, toWireLease(l), buf)
+	writeLease(w, http.StatusOK, s.toWireLease(l), buf)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // wrap applies the middleware, outermost first: recover → request log →
@@ -149,7 +150,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				ri.identity, ri.namespaces = t.Identity, t.Namespaces
 			}
 		}
-		if r.URL.Path == "/healthz" {
+		// A proxy's helper authenticates with its proxy's key (liveList).
+		if r.URL.Path == "/healthz" || r.URL.Path == proxyauth.LivePath {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 type openAPIDoc struct {
@@ -114,6 +115,7 @@ func TestOpenAPIExamplesDecode(t *testing.T) {
 		"#/components/schemas/Error":     func() any { return new(wire.Error) },
 		"#/components/schemas/ProxyList": func() any { return new(wire.ProxyList) },
 		"#/components/schemas/Lease":     func() any { return new(wire.Lease) },
+		"#/components/schemas/LiveList":  func() any { return new(proxyauth.LiveList) },
 	}
 	examples := 0
 	for key, op := range ops {

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // Defaults.
@@ -247,6 +248,7 @@ func (s *Server) routes() []route {
 		{http.MethodDelete, "/v1/leases/{id}", s.release},
 		{http.MethodPost, "/v1/leases/{id}/report", s.report},
 		{http.MethodPost, "/v1/leases/{id}/renew", s.renew},
+		{http.MethodGet, proxyauth.LivePath, s.liveList},
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // Defaults of Options.
@@ -57,6 +58,13 @@ type ProbeMetrics interface {
 	Forget(proxy string)
 }
 
+// ProbeAuth mints the credentials of one probe of a proxy;
+// *proxyauth.Keyring implements it.
+type ProbeAuth interface {
+	// ProbeCredentials are valid for one probe of p (about a minute).
+	ProbeCredentials(p proxyauth.ProxyRef) proxyauth.Credentials
+}
+
 // Options configure New. Zero fields take the defaults; Reader is required.
 type Options struct {
 	// Workers is the number of concurrent probes (default 8).
@@ -78,6 +86,9 @@ type Options struct {
 	Reader Reader
 	// Prober sends probes (default NewHTTPProber with Denied).
 	Prober Prober
+	// Auth, when set, mints the credentials probes of Managed proxies send
+	// (the proxies refuse requests without; External ones check none).
+	Auth ProbeAuth
 	// Denied is what the default Prober may not reach.
 	Denied Denylist
 	// Metrics receives every probe (default none).
@@ -319,6 +330,9 @@ func (e *Engine) tick(ctx context.Context, now time.Time, jobs chan<- job) {
 			continue
 		}
 		j := job{st: st, target: Target{Key: key, ProxyURL: proxyURL, HealthCheck: st.hc}}
+		if e.opts.Auth != nil && !p.Spec.IsExternal() {
+			j.target.ProxyUser = e.opts.Auth.ProbeCredentials(proxyauth.ProxyRef{Namespace: p.Namespace, Name: p.Name}).Userinfo()
+		}
 		select {
 		case jobs <- j:
 			st.inFlight = true

@@ -27,6 +27,9 @@ type Target struct {
 	ProxyURL string
 	// HealthCheck is the Proxy's spec.healthCheck with defaults applied.
 	HealthCheck crawlv1alpha1.HealthCheck
+	// ProxyUser, when set, are the credentials the proxy asks of a probe
+	// (a Managed proxy checks them; see ProbeAuth).
+	ProxyUser *url.Userinfo
 }
 
 // Prober sends one health probe.
@@ -83,6 +86,7 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) (time.Duration, error)
 	if err != nil || target.Host == "" || (target.Scheme != "http" && target.Scheme != "https") {
 		return 0, fmt.Errorf("%w: health check URL %q must be an absolute http or https URL", ErrInvalidTarget, hc.URL)
 	}
+	proxyURL.User = t.ProxyUser
 	tlsConfig, err := clientTLSConfig(hc.TLS)
 	if err != nil {
 		return 0, err

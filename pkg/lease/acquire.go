@@ -194,6 +194,6 @@ func (s *Store) insertLocked(le *leaseEntry, why Reason, p *pending) {
 	s.holders[le.Holder]++
 	heap.Push(&s.expiries, le)
 	s.scheduledLocked(le.ExpiresAt)
-	s.setLeasesLocked(le.proxy, le.proxy.leases+1)
+	s.attachLocked(le)
 	s.emitLocked(p, Added, why, le)
 }

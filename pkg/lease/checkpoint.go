@@ -167,7 +167,7 @@ func (s *Store) Restore(st State) error {
 		s.holders[l.Holder]++
 		heap.Push(&s.expiries, le)
 		s.scheduledLocked(le.ExpiresAt)
-		s.setLeasesLocked(e, e.leases+1)
+		s.attachLocked(le)
 	}
 	for _, c := range st.Cooldowns {
 		if c.Until.After(now) {

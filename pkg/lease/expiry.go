@@ -102,7 +102,7 @@ func (s *Store) endLocked(le *leaseEntry, endedAt time.Time, reason Reason, p *p
 	}
 	s.tombQ = append(s.tombQ, tombRef{id: le.ID, until: until})
 	e := le.proxy
-	s.setLeasesLocked(e, e.leases-1)
+	s.detachLocked(le)
 	p.capacity = p.capacity || e.indexed
 	s.forgetIfUnusedLocked(e)
 	s.revision++

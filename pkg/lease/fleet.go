@@ -1,11 +1,13 @@
 package lease
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // UpsertProxy adds or updates a proxy of the fleet. Unchanged information is
@@ -60,16 +62,34 @@ func (s *Store) followProxyLocked(e *proxyEntry, p *pending) {
 	}
 }
 
-// leasesOnLocked returns the live leases on e. It scans every lease: only
-// address or health changes and removals of a leased proxy call it.
+// leasesOnLocked returns the live leases on e, oldest grant first.
 func (s *Store) leasesOnLocked(e *proxyEntry) []*leaseEntry {
-	var out []*leaseEntry
-	for _, le := range s.leases {
-		if le.proxy == e {
-			out = append(out, le)
+	out := make([]*leaseEntry, 0, len(e.live))
+	for le := range e.live {
+		out = append(out, le)
+	}
+	slices.SortFunc(out, func(a, b *leaseEntry) int {
+		return cmp.Or(a.AcquiredAt.Compare(b.AcquiredAt), strings.Compare(a.ID, b.ID))
+	})
+	return out
+}
+
+// LiveOn returns the IDs of the leases live on the proxy key and the store's
+// time of that answer (what a proxy's auth helper is told, see
+// pkg/proxyauth).
+func (s *Store) LiveOn(key ProxyKey) ([]string, time.Time) {
+	var p pending
+	s.mu.Lock()
+	now := s.now()
+	s.advanceLocked(now, &p)
+	var ids []string
+	if e := s.proxies[key]; e != nil {
+		for _, le := range s.leasesOnLocked(e) {
+			ids = append(ids, le.ID)
 		}
 	}
-	return out
+	s.unlockAndNotify(&p)
+	return ids, now
 }
 
 // RemoveProxy takes a proxy out of the fleet. Its live leases end (reason

@@ -104,6 +104,23 @@ func (s *Store) setLeasesLocked(e *proxyEntry, n int) {
 	s.indexLocked(e)
 }
 
+// attachLocked counts le, a new live lease, on its proxy.
+func (s *Store) attachLocked(le *leaseEntry) {
+	e := le.proxy
+	if e.live == nil {
+		e.live = make(map[*leaseEntry]struct{})
+	}
+	e.live[le] = struct{}{}
+	s.setLeasesLocked(e, e.leases+1)
+}
+
+// detachLocked uncounts le, a lease that ended, from its proxy.
+func (s *Store) detachLocked(le *leaseEntry) {
+	e := le.proxy
+	delete(e.live, le)
+	s.setLeasesLocked(e, e.leases-1)
+}
+
 // addMembersLocked requires e to be unindexed.
 func (s *Store) addMembersLocked(e *proxyEntry) {
 	e.trees = e.trees[:0]

@@ -21,6 +21,7 @@ func ProxyInfoFromProxy(p *crawlv1alpha1.Proxy) ProxyInfo {
 		Attributes: p.Spec.Attributes,
 		Healthy:    p.IsHealthy() && host != "" && p.DeletionTimestamp == nil,
 		Draining:   p.Annotations[crawlv1alpha1.DrainingAnnotation] != "",
+		External:   p.Spec.IsExternal(),
 	}
 	if p.Status.LatencyMillis != nil {
 		info.LatencyMillis = *p.Status.LatencyMillis

@@ -51,7 +51,7 @@ func TestProxyInfoFromProxy(t *testing.T) {
 			p.Spec.Mode = crawlv1alpha1.ModeExternal
 			p.Spec.Endpoint = &crawlv1alpha1.Endpoint{Host: "proxy.example.net", Port: 8080}
 		}, func(i ProxyInfo) ProxyInfo {
-			i.URL, i.Host, i.Port = "http://proxy.example.net:8080", "proxy.example.net", 8080
+			i.URL, i.Host, i.Port, i.External = "http://proxy.example.net:8080", "proxy.example.net", 8080, true
 			return i
 		}},
 	}

@@ -100,8 +100,9 @@ type proxyEntry struct {
 	// trees are the built avail trees among keys (the entry is in all of
 	// them when indexed, in none otherwise).
 	trees []*btree.BTreeG[*proxyEntry]
-	// leases counts live leases on this proxy.
+	// leases counts live leases on this proxy, which live holds.
 	leases int
+	live   map[*leaseEntry]struct{}
 	// removed: gone from the fleet but kept while leases or cooldowns remain,
 	// so a re-added proxy of the same name keeps its counts and cooldowns.
 	removed       bool

@@ -31,6 +31,9 @@ type ProxyInfo struct {
 	// lease, the live ones renew as usual and show it. Counted as at
 	// capacity in a NoMatchError.
 	Draining bool
+	// External proxies run outside the operator and check no lease
+	// credentials; the operator's own (Managed) do (pkg/proxyauth).
+	External bool
 }
 
 // Key returns the proxy's namespace/name.
@@ -45,12 +48,13 @@ func (p ProxyInfo) clone() ProxyInfo {
 // where the proxy is, whether it is healthy and whether it is draining (not
 // its latency, which changes with every report and would flood watchers).
 func (p ProxyInfo) leaseVisible(q ProxyInfo) bool {
-	return p.URL != q.URL || p.Host != q.Host || p.Port != q.Port || p.Healthy != q.Healthy || p.Draining != q.Draining
+	return p.URL != q.URL || p.Host != q.Host || p.Port != q.Port || p.Healthy != q.Healthy || p.Draining != q.Draining ||
+		p.External != q.External
 }
 
 func (p ProxyInfo) equal(q ProxyInfo) bool {
 	return p.Namespace == q.Namespace && p.Name == q.Name && p.URL == q.URL && p.Host == q.Host &&
-		p.Port == q.Port && p.LatencyMillis == q.LatencyMillis && p.Healthy == q.Healthy && p.Draining == q.Draining &&
+		p.Port == q.Port && p.LatencyMillis == q.LatencyMillis && p.Healthy == q.Healthy && p.Draining == q.Draining && p.External == q.External &&
 		maps.Equal(p.Attributes, q.Attributes)
 }
 

@@ -31,6 +31,13 @@ func (s *Signer) LoadKey(ctx context.Context, secrets corev1client.SecretsGetter
 // usable key is an error that names it: replacing the key would orphan
 // every lease signed with it, so the operator leaves that to a human.
 func EnsureKey(ctx context.Context, secrets corev1client.SecretsGetter, namespace, name string) ([]byte, error) {
+	return EnsureKeyFor(ctx, secrets, namespace, name, "lease signing key", "leases signed with the old one can then not be reclaimed")
+}
+
+// EnsureKeyFor is EnsureKey for any random key of KeySize bytes kept the same
+// way (the proxy auth key too): what names the key in logs and errors, and
+// loss says what replacing it costs.
+func EnsureKeyFor(ctx context.Context, secrets corev1client.SecretsGetter, namespace, name, what, loss string) ([]byte, error) {
 	c := secrets.Secrets(namespace)
 	s, err := c.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -43,19 +50,19 @@ func EnsureKey(ctx context.Context, secrets corev1client.SecretsGetter, namespac
 			Data: map[string][]byte{SecretKey: key},
 		}, metav1.CreateOptions{})
 		if err == nil {
-			log.FromContext(ctx).Info("lease signing key created", "secret", namespace+"/"+name)
+			log.FromContext(ctx).Info(what+" created", "secret", namespace+"/"+name)
 		}
 		if apierrors.IsAlreadyExists(err) {
 			s, err = c.Get(ctx, name, metav1.GetOptions{})
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the lease signing key %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("reading the %s %s/%s: %w", what, namespace, name, err)
 	}
 	key := s.Data[SecretKey]
 	if len(key) < KeySize {
-		return nil, fmt.Errorf("lease signing key %s/%s: data[%q] has %d bytes, want at least %d (delete the Secret to have a new key made; leases signed with the old one can then not be reclaimed)",
-			namespace, name, SecretKey, len(key), KeySize)
+		return nil, fmt.Errorf("%s %s/%s: data[%q] has %d bytes, want at least %d (delete the Secret to have a new key made; %s)",
+			what, namespace, name, SecretKey, len(key), KeySize, loss)
 	}
 	return key, nil
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // A closed gate refuses every lease method with ReasonNotLeader naming the
@@ -28,10 +29,15 @@ func TestGateRefusesUntilOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	gate := NewGate(func(context.Context) string { return "operator-0_abc" })
-	closed, err := NewService(APIHTTP, time.Minute, ServiceDeps{Store: e.store, Queue: e.queue, Clock: e.clk, Recorder: e.rec, Gate: gate})
+	keyring, err := proxyauth.NewKeyring(make([]byte, proxyauth.MinKeySize), e.clk)
 	if err != nil {
 		t.Fatal(err)
 	}
+	closed, err := NewService(APIHTTP, time.Minute, ServiceDeps{Store: e.store, Queue: e.queue, Clock: e.clk, Recorder: e.rec, Gate: gate, Auth: keyring})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leased := proxyauth.ProxyRef{Namespace: granted.Proxy.Namespace, Name: granted.Proxy.Name}
 	ctx := context.Background()
 	calls := map[string]func() error{
 		"Acquire": func() error { _, err := closed.Acquire(ctx, request(time.Minute, 0)); return err },
@@ -50,10 +56,16 @@ func TestGateRefusesUntilOpen(t *testing.T) {
 		"Revision":   func() error { _, err := closed.Revision(ctx); return err },
 		"Counts":     func() error { _, err := closed.Counts(ctx); return err },
 		"Proxies":    func() error { _, err := closed.Proxies(ctx, ""); return err },
+		"LiveList": func() error {
+			_, err := closed.LiveList(ctx, leased, proxyauth.ListToken(keyring.ProxyKey(leased), leased, e.clk.Now()))
+			return err
+		},
 	}
 	// Every method that answers a request is gated: a new one must be added
 	// above, or to the methods that answer none.
-	answersNone := map[string]bool{"Limits": true, "Invalid": true, "Watch": true, "FeedRevision": true}
+	answersNone := map[string]bool{"Limits": true, "Invalid": true, "Watch": true, "FeedRevision": true,
+		// Pure functions of a lease the caller already has.
+		"Credentials": true, "ProxyURL": true}
 	svcType := reflect.TypeOf(closed)
 	for i := range svcType.NumMethod() {
 		if m := svcType.Method(i).Name; calls[m] == nil && !answersNone[m] {

@@ -26,6 +26,9 @@ type Leasing struct {
 	// IDs, when set before Service is called, reads signed lease IDs so
 	// the services take back leases lost in a crash (see Service.Reclaim).
 	IDs IDVerifier
+	// Auth, when set before Service is called, mints the credentials of
+	// each lease's proxy (pkg/proxyauth); nil: proxies check none.
+	Auth ProxyAuth
 
 	clock        clock.PassiveClock
 	ctl          *LeaseController

@@ -110,6 +110,8 @@ type Service struct {
 	ids     IDVerifier
 	// priorities grant priorities above the default.
 	priorities PriorityGrants
+	// auth mints proxy credentials (nil: proxies check none).
+	auth ProxyAuth
 }
 
 // IDVerifier reads the lease a signed lease ID names; *leaseid.Signer
@@ -139,6 +141,9 @@ type ServiceDeps struct {
 	IDs IDVerifier
 	// Priorities grant priorities above the default (nil: none).
 	Priorities PriorityGrants
+	// Auth mints the credentials of a lease's proxy (nil: proxies check
+	// none, answers carry none).
+	Auth ProxyAuth
 }
 
 // NewService returns the service of the front door api, whose requests may
@@ -157,13 +162,13 @@ func NewService(api string, maxWait time.Duration, deps ServiceDeps) (*Service, 
 		deps.Recorder = nopRecorder{}
 	}
 	return &Service{api: api, maxWait: maxWait, store: deps.Store, queue: deps.Queue, clock: deps.Clock, rec: deps.Recorder, gate: deps.Gate, ids: deps.IDs,
-		priorities: deps.Priorities}, nil
+		priorities: deps.Priorities, auth: deps.Auth}, nil
 }
 
 // Service returns the service of front door api over this store and queue.
 func (l *Leasing) Service(api string, maxWait time.Duration, rec Recorder) (*Service, error) {
 	return NewService(api, maxWait, ServiceDeps{Store: l.Store, Queue: l.Waiter, Clock: l.clock, Recorder: rec, Gate: l.Gate, IDs: l.IDs,
-		Priorities: l.priorities})
+		Priorities: l.priorities, Auth: l.Auth})
 }
 
 // Limits are the bounds Acquire and Renew check.

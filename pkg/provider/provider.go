@@ -87,6 +87,11 @@ type CreateRequest struct {
 	// it instead of copying the data into the instance's spec, where anyone
 	// who may read that spec would read it.
 	CloudInitSecret *SecretKeyRef
+	// ProxyAuth is the configuration of the proxy's auth helper (JSON, see
+	// pkg/proxyauth HelperConfig: it holds the proxy's own key), which the
+	// provider hands to the instance where only it can read it (a Secret
+	// volume, VM metadata). Empty: the instance checks no credentials.
+	ProxyAuth []byte
 	// Proxy is the owner's spec, for provider blocks and attributes. It may
 	// be nil; providers must not modify it.
 	Proxy *crawlv1alpha1.ProxySpec

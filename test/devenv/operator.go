@@ -83,23 +83,20 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 			}
 		}
 	}
+	// The replicas' flags name the front discovery port, known below.
 	args := func(p Ports) []string {
-		a := OperatorArgs(e, p)
+		a := OperatorArgs(e, p, front.Discovery)
 		if n > 1 {
 			a = append(a, electionArgs...)
 		}
 		return append(a, e.opts.OperatorArgs...)
-	}
-	// Bad flags are reported now, not as a restart loop.
-	if err := checkOperatorArgs(args(replicaPorts[0])); err != nil {
-		return err
 	}
 	for i := range replicaPorts {
 		name, pidFile := "operator", e.path("operator.pid")
 		if n > 1 {
 			name, pidFile = fmt.Sprintf("operator-%d", i), e.path(fmt.Sprintf("operator-%d.pid", i))
 		}
-		r := &replica{name: name, binary: binary, args: args(replicaPorts[i]), ports: replicaPorts[i],
+		r := &replica{name: name, binary: binary, ports: replicaPorts[i],
 			pidFile: pidFile, logPath: e.path(LogsDir, name+".log"), progress: e.progressf}
 		c.replicas = append(c.replicas, r)
 	}
@@ -131,6 +128,13 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 		apiPort = front.APIServer
 	} else {
 		front = replicaPorts[0]
+	}
+	for _, r := range c.replicas {
+		r.args = args(r.ports)
+	}
+	// Bad flags are reported now, not as a restart loop.
+	if err := checkOperatorArgs(c.replicas[0].args); err != nil {
+		return err
 	}
 	if err := registerAPIService(ctx, cfg, apiPort); err != nil {
 		return err
@@ -203,8 +207,9 @@ func reservePorts(r *ports.Reservation, p Ports) (Ports, error) {
 // namespace), both providers (pods pinned to the node agent's node, Compute
 // Engine VMs on e's endpoint and project), and the provisioning and deletion
 // polls shortened from 5s to 1s (a local squid starts in well under a
-// second).
-func OperatorArgs(e *Env, p Ports) []string {
+// second), and the proxies' auth helpers polling the discovery API at the
+// front port discoveryPort (the Service's) with the operator's own CA.
+func OperatorArgs(e *Env, p Ports, discoveryPort int) []string {
 	return []string{
 		"--kubeconfig=" + e.KubeconfigPath,
 		"--namespace=" + apiserver.DefaultServiceNamespace,
@@ -220,6 +225,7 @@ func OperatorArgs(e *Env, p Ports) []string {
 		"--health-probe-bind-address=" + hostPort(p.Probes),
 		"--discovery-bind-address=" + hostPort(p.Discovery),
 		"--apiserver-bind-address=127.0.0.1", "--apiserver-secure-port=" + strconv.Itoa(p.APIServer),
+		"--proxy-auth-operator-url=https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(discoveryPort)),
 	}
 }
 

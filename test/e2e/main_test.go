@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -43,9 +44,13 @@ var (
 var shared *environment
 
 // environment is one control plane, node agent, operator and target server.
+// operatorNamespace is the operator's own (its proxy auth key's Secret).
+const operatorNamespace = "default"
+
 type environment struct {
 	cp     *controlplane.ControlPlane
 	client client.Client
+	kube   kubernetes.Interface
 	agent  *nodeagent.Agent
 	// target is the local HTTP server requests are proxied to.
 	target *httptest.Server
@@ -135,6 +140,9 @@ func start() (_ *environment, retErr error) {
 	if err != nil {
 		return env, err
 	}
+	if env.kube, err = kubernetes.NewForConfig(env.cp.RESTConfig()); err != nil {
+		return env, err
+	}
 
 	env.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		env.targetHits.inc()
@@ -220,6 +228,8 @@ func waitOperatorWorking(ctx context.Context, c client.Client) error {
 // servers off (no fixed ports) and pods pinned to the agent's node.
 func operatorOptions() *app.Options {
 	opts := app.NewOptions()
+	// Its proxy auth key Secret goes there; the proxies check credentials.
+	opts.Namespace = operatorNamespace
 	opts.MetricsAddr = "0"
 	opts.HealthProbeAddr = "0"
 	// The lease APIs have their own e2e packages; off here so nothing binds

@@ -27,6 +27,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
@@ -146,13 +147,22 @@ func fetchThrough(proxyURL, target string) (int, string, error) {
 }
 
 // assertForwards proves that p's status.ip:3128 is a working proxy to the
-// local target, with net/http and, if installed, curl -x.
+// local target for the operator's credentials, with net/http and, if
+// installed, curl -x, and only for them: without, it answers 407.
 func assertForwards(t *testing.T, p *crawlv1alpha1.Proxy) {
 	t.Helper()
-	proxyURL := "http://" + net.JoinHostPort(p.Status.IP, "3128")
-	if got := p.ProxyURL(); got != proxyURL {
-		t.Errorf("ProxyURL() = %q, want %q", got, proxyURL)
+	bare := "http://" + net.JoinHostPort(p.Status.IP, "3128")
+	if got := p.ProxyURL(); got != bare {
+		t.Errorf("ProxyURL() = %q, want %q", got, bare)
 	}
+	if code, _, err := fetchThrough(bare, shared.target.URL+"/page"); err != nil || code != http.StatusProxyAuthRequired {
+		t.Fatalf("GET through %s without credentials = (%d, %v), want 407", bare, code, err)
+	}
+	keyring, err := framework.OperatorKeyring(t.Context(), shared.kube.CoreV1(), operatorNamespace, proxyauth.DefaultSecretName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyURL := framework.ProbeURL(keyring, p.Namespace, p.Name, bare)
 	before := shared.targetHits.get()
 	code, body, err := fetchThrough(proxyURL, shared.target.URL+"/page")
 	if err != nil || code != http.StatusOK || !strings.Contains(body, "e2e target") || !strings.Contains(body, "squid") {

@@ -10,16 +10,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
 // Backend serves the proxy of an instance. Start runs when an instance is
-// inserted and returns the address ("ip:port") the proxy listens on once it
+// inserted, with the instance's metadata items (key to value), and returns the address ("ip:port") the proxy listens on once it
 // does, and a function that stops it; the instance turns RUNNING with that
 // IP as its natIP only after Start returned. An error makes the instance
 // TERMINATED.
 type Backend interface {
-	Start(ctx context.Context, instance, userData string) (addr string, stop func() error, err error)
+	Start(ctx context.Context, instance string, metadata map[string]string) (addr string, stop func() error, err error)
 }
 
 // NoBackend serves nothing: each instance gets a distinct address in
@@ -30,7 +31,7 @@ type NoBackend struct {
 }
 
 // Start implements Backend.
-func (b *NoBackend) Start(context.Context, string, string) (string, func() error, error) {
+func (b *NoBackend) Start(context.Context, string, map[string]string) (string, func() error, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.n++
@@ -39,13 +40,19 @@ func (b *NoBackend) Start(context.Context, string, string) (string, func() error
 
 // SquidBackend runs Debian's squid for each instance on its own loopback
 // address from a pool (default 127.0.3.2–127.0.3.254, disjoint from the node
-// agent's), in a directory of its own that also receives the user-data.
+// agent's), in a directory of its own that also receives the user-data. An
+// instance whose metadata has the proxy auth configuration
+// (gcp.MetadataProxyAuth) checks credentials, as the documented cloud-init
+// makes a VM do.
 type SquidBackend struct {
 	squidPath string
-	pool      *nodeagent.AddrPool
-	baseDir   string
-	ownsDir   bool
-	grace     time.Duration
+	// authHelper is the helper copied into baseDir ("": authHelperErr).
+	authHelper    string
+	authHelperErr error
+	pool          *nodeagent.AddrPool
+	baseDir       string
+	ownsDir       bool
+	grace         time.Duration
 }
 
 // SquidOptions configure NewSquidBackend.
@@ -57,6 +64,9 @@ type SquidOptions struct {
 	BaseDir string
 	// SquidPath is the squid binary (default: found as the node agent does).
 	SquidPath string
+	// AuthHelper is the proxy-auth-helper binary (default: found as the
+	// node agent does).
+	AuthHelper string
 }
 
 // NewSquidBackend checks that squid exists and prepares the base directory.
@@ -89,6 +99,11 @@ func NewSquidBackend(o SquidOptions) (*SquidBackend, error) {
 	if err := os.Chmod(b.baseDir, 0o755); err != nil {
 		return nil, err
 	}
+	if src, err := nodeagent.LookAuthHelper(o.AuthHelper); err != nil {
+		b.authHelperErr = err
+	} else if b.authHelper, err = nodeagent.InstallAuthHelper(src, b.baseDir); err != nil {
+		b.authHelperErr = err
+	}
 	return b, nil
 }
 
@@ -106,7 +121,11 @@ func (b *SquidBackend) Close() error {
 }
 
 // Start implements Backend.
-func (b *SquidBackend) Start(ctx context.Context, instance, userData string) (string, func() error, error) {
+func (b *SquidBackend) Start(ctx context.Context, instance string, metadata map[string]string) (string, func() error, error) {
+	auth := metadata[gcp.MetadataProxyAuth]
+	if auth != "" && b.authHelper == "" {
+		return "", nil, fmt.Errorf("the instance checks proxy credentials, and the backend has no auth helper: %w", b.authHelperErr)
+	}
 	addr, err := b.pool.Allocate(func(a netip.Addr) bool {
 		return !nodeagent.PortFree(netip.AddrPortFrom(a, nodeagent.DefaultSquidPort).String())
 	})
@@ -119,12 +138,15 @@ func (b *SquidBackend) Start(ctx context.Context, instance, userData string) (st
 		return "", nil, err
 	}
 	_ = os.Chmod(dir, 0o777)
-	if userData != "" {
+	if userData := metadata[gcp.MetadataUserData]; userData != "" {
 		_ = os.WriteFile(filepath.Join(dir, "user-data"), []byte(userData), 0o644)
 	}
 	// The VM's name in squid's Via header, as a pod's name is for the
 	// node agent's squids: origins can tell the proxies apart.
 	cfg := nodeagent.SquidConfig{Addr: addr, Dir: dir, VisibleHostname: instance[strings.LastIndex(instance, "/")+1:]}
+	if auth != "" {
+		cfg.AuthConfig, cfg.AuthHelper = []byte(auth), b.authHelper
+	}
 	sq, err := nodeagent.StartSquid(b.squidPath, cfg, os.Environ())
 	if err != nil {
 		b.pool.Release(addr)

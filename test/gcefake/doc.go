@@ -14,5 +14,5 @@
 // failures.
 //
 // It is test support: it imports computepb for the wire types, the node
-// agent's Squid helpers and nothing of pkg/ but the provider's label names.
+// agent's Squid helpers and nothing of pkg/ but the providers' label and metadata names.
 package gcefake

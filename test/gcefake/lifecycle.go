@@ -25,11 +25,11 @@ func (s *Server) addLocked(k key, pb *computepb.Instance, created time.Time) *in
 	pb.Status = proto.String(StatusProvisioning)
 	in := &instance{key: k, pb: pb, ready: make(chan struct{})}
 	s.instances[k] = in
-	userData := metadataValue(pb, "user-data")
+	meta := metadataMap(pb)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		addr, stop, err := s.opts.Backend.Start(context.Background(), k.String(), userData)
+		addr, stop, err := s.opts.Backend.Start(context.Background(), k.String(), meta)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		in.addr, in.stop, in.startErr = addr, stop, err
@@ -182,13 +182,13 @@ func setNatIP(pb *computepb.Instance, addr string) {
 	ni.AccessConfigs[0].NatIP = proto.String(host)
 }
 
-func metadataValue(pb *computepb.Instance, k string) string {
+// metadataMap is the instance's metadata items, key to value.
+func metadataMap(pb *computepb.Instance) map[string]string {
+	m := map[string]string{}
 	for _, it := range pb.GetMetadata().GetItems() {
-		if it.GetKey() == k {
-			return it.GetValue()
-		}
+		m[it.GetKey()] = it.GetValue()
 	}
-	return ""
+	return m
 }
 
 func randomID() uint64 {

@@ -225,7 +225,7 @@ func TestPlant(t *testing.T) {
 // nothing to stop (as NoBackend).
 type gatedBackend struct{ release chan struct{} }
 
-func (b gatedBackend) Start(ctx context.Context, _, _ string) (string, func() error, error) {
+func (b gatedBackend) Start(context.Context, string, map[string]string) (string, func() error, error) {
 	<-b.release
 	return "127.0.2.9:3128", nil, nil
 }

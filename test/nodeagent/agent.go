@@ -63,6 +63,10 @@ type Options struct {
 	// SquidPath is the squid binary. Default: squid on $PATH, else
 	// /usr/sbin/squid.
 	SquidPath string
+	// AuthHelper is the proxy-auth-helper binary, for pods that check
+	// proxy credentials (LookAuthHelper: default on $PATH, else the
+	// module's bin/, built if missing).
+	AuthHelper string
 	// BaseDir holds one directory per instance. It and its parents must be
 	// traversable by squid's user (proxy); the agent makes BaseDir 0755.
 	// Default: a new temporary directory, removed when Run returns.
@@ -134,13 +138,17 @@ func (o *Options) setDefaults() {
 // Agent plays the kubelet for tagged pods on one Node. Create it with New and
 // run it with Run; an Agent runs once.
 type Agent struct {
-	opts        Options
-	client      kubernetes.Interface
-	pool        *AddrPool
-	squidPath   string
-	baseDir     string
-	ownsBaseDir bool
-	log         logr.Logger
+	opts      Options
+	client    kubernetes.Interface
+	pool      *AddrPool
+	squidPath string
+	// authHelper is the helper copied into baseDir ("" with
+	// authHelperErr saying why there is none).
+	authHelper    string
+	authHelperErr error
+	baseDir       string
+	ownsBaseDir   bool
+	log           logr.Logger
 
 	queue  workqueue.TypedRateLimitingInterface[string]
 	lister corelisters.PodLister
@@ -243,6 +251,12 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	// squid runs as proxy and must reach its instance directory.
 	if err := os.Chmod(a.baseDir, 0o755); err != nil {
 		return nil, fmt.Errorf("opening base dir to squid's user: %w", err)
+	}
+	// Pods that check credentials need the helper; the others run without.
+	if src, err := LookAuthHelper(opts.AuthHelper); err != nil {
+		a.authHelperErr = err
+	} else if a.authHelper, err = InstallAuthHelper(src, a.baseDir); err != nil {
+		a.authHelperErr = err
 	}
 	return a, nil
 }
@@ -555,6 +569,15 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) *instance {
 		return fail(ReasonStartError, err)
 	}
 	cfg := SquidConfig{Addr: addr, Port: inst.port, Dir: inst.dir, VisibleHostname: pod.Name}
+	if cfg.AuthConfig, err = a.authConfig(ctx, pod); err != nil {
+		return fail(ReasonStartError, err)
+	}
+	if len(cfg.AuthConfig) > 0 {
+		if a.authHelper == "" {
+			return fail(ReasonStartError, fmt.Errorf("the pod checks proxy credentials, and the node agent has no auth helper: %w", a.authHelperErr))
+		}
+		cfg.AuthHelper = a.authHelper
+	}
 	sq, err := StartSquid(a.squidPath, cfg, env)
 	if err != nil {
 		return fail(ReasonStartError, err)

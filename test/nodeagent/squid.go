@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // DefaultSquidPort is the port squid listens on when the pod names none.
@@ -34,7 +36,16 @@ type SquidConfig struct {
 	// VisibleHostname appears in squid's error pages; it avoids squid's
 	// start-up failure when the machine's hostname does not resolve.
 	VisibleHostname string
+	// AuthConfig, when set, is the proxy auth helper's configuration
+	// (pkg/proxyauth HelperConfig): squid then refuses (407) requests
+	// without a lease's credentials, checked by the helper at AuthHelper.
+	AuthConfig []byte
+	// AuthHelper is the proxy-auth-helper binary (required with AuthConfig).
+	AuthHelper string
 }
+
+// AuthConfigPath is where StartSquid writes AuthConfig.
+func (c SquidConfig) AuthConfigPath() string { return filepath.Join(c.Dir, "proxy-auth.json") }
 
 // ListenAddr returns "Addr:Port".
 func (c SquidConfig) ListenAddr() string {
@@ -74,23 +85,30 @@ func (c SquidConfig) Validate() error {
 		return fmt.Errorf("squid config: dir %q must not contain spaces or quotes", c.Dir)
 	case strings.ContainsAny(c.VisibleHostname, " \t\n"):
 		return fmt.Errorf("squid config: visible hostname %q must not contain whitespace", c.VisibleHostname)
+	case len(c.AuthConfig) > 0 && (c.AuthHelper == "" || strings.ContainsAny(c.AuthHelper, " \t\n\"'")):
+		return fmt.Errorf("squid config: auth helper %q must be a path without spaces or quotes", c.AuthHelper)
 	}
 	return nil
 }
 
-// RenderSquidConfig returns the squid.conf for c: an open forward proxy on
+// RenderSquidConfig returns the squid.conf for c: a forward proxy on
 // c.ListenAddr() that caches nothing and keeps every file inside c.Dir, so
-// many instances run side by side without sharing state.
+// many instances run side by side without sharing state. With c.AuthConfig
+// it serves only a lease's credentials (as the operator's pods and VMs do);
+// without, anyone (it is reachable on loopback only).
 func RenderSquidConfig(c SquidConfig) string {
 	host := c.VisibleHostname
 	if host == "" {
 		host = "proxy-operator-squid"
 	}
+	access := "http_access allow all"
+	if len(c.AuthConfig) > 0 {
+		access = strings.TrimSuffix(proxyauth.SquidAuthConfig(c.AuthHelper, c.AuthConfigPath()), "\n")
+	}
 	lines := []string{
 		"# Rendered by the proxy-operator node agent.",
 		"http_port " + c.ListenAddr(),
-		// Reachable only on loopback, so open access is safe here.
-		"http_access allow all",
+		access,
 		"cache deny all",
 		"cache_mem 8 MB",
 		// A replaced pod must release its address quickly.
@@ -128,6 +146,12 @@ type Squid struct {
 func StartSquid(squidPath string, c SquidConfig, env []string) (*Squid, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	if len(c.AuthConfig) > 0 {
+		// squid runs the helper as its own user, which must read this.
+		if err := os.WriteFile(c.AuthConfigPath(), c.AuthConfig, 0o644); err != nil {
+			return nil, fmt.Errorf("writing the proxy auth config: %w", err)
+		}
 	}
 	if err := os.WriteFile(c.ConfigPath(), []byte(RenderSquidConfig(c)), 0o644); err != nil {
 		return nil, fmt.Errorf("writing squid config: %w", err)

@@ -51,6 +51,10 @@ func TestRenderSquidConfigVariants(t *testing.T) {
 		{"explicit port", SquidConfig{Addr: addr("127.0.0.9"), Port: 8080, Dir: "/d"}, "http_port 127.0.0.9:8080"},
 		{"default hostname", SquidConfig{Addr: addr("127.0.0.9"), Dir: "/d"}, "visible_hostname proxy-operator-squid"},
 		{"paths follow dir", SquidConfig{Addr: addr("127.0.0.9"), Dir: "/other"}, "pid_filename /other/squid.pid"},
+		{"credentials checked", SquidConfig{Addr: addr("127.0.0.9"), Dir: "/d", AuthConfig: []byte("{}"), AuthHelper: "/d/proxy-auth-helper"},
+			"auth_param basic program /d/proxy-auth-helper --config /d/proxy-auth.json"},
+		{"denied without", SquidConfig{Addr: addr("127.0.0.9"), Dir: "/d", AuthConfig: []byte("{}"), AuthHelper: "/d/proxy-auth-helper"},
+			"http_access deny !proxy_operator_lease"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,7 +92,7 @@ func TestSquidConfigValidate(t *testing.T) {
 
 // squidDir returns a fresh directory squid's user can write, removed at the
 // end of the test. t.TempDir's parents are 0700, closed to that user.
-func squidDir(t *testing.T) string {
+func squidDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "nodeagent-test-")
 	if err != nil {
@@ -102,7 +106,7 @@ func squidDir(t *testing.T) string {
 }
 
 // testSquidPath finds squid or fails: the node agent is useless without it.
-func testSquidPath(t *testing.T) string {
+func testSquidPath(t testing.TB) string {
 	t.Helper()
 	p, err := LookSquid("")
 	if err != nil {
@@ -113,7 +117,7 @@ func testSquidPath(t *testing.T) string {
 
 // freeTestAddr returns an address of the range reserved for this package's
 // unit tests on which nothing listens.
-func freeTestAddr(t *testing.T) SquidConfig {
+func freeTestAddr(t testing.TB) SquidConfig {
 	t.Helper()
 	pool, err := NewAddrPool(addr("127.0.3.2"), addr("127.0.3.40"))
 	if err != nil {

@@ -84,6 +84,14 @@ type ProxyLeaseStatus struct {
 	// LastResult is the result of the most recent report on this lease.
 	// +optional
 	LastResult ReportResult `json:"lastResult,omitempty"`
+	// Credentials are what the leased proxy asks for (HTTP Basic in
+	// Proxy-Authorization; proxy.url carries them as userinfo). The proxy
+	// refuses (407) a request without them, after they expire, and within
+	// 30 seconds after the lease is deleted. A renewal (a new
+	// spec.ttlSeconds) brings new ones. Absent for an External proxy, which
+	// checks none.
+	// +optional
+	Credentials *ProxyCredentials `json:"credentials,omitempty"`
 	// Conditions: ProxyHealthy says whether the leased proxy passes its
 	// health probes now (False: move to another proxy or wait).
 	// +optional
@@ -112,8 +120,9 @@ const (
 type LeasedProxy struct {
 	// Name is the name of the Proxy object (in the lease's namespace).
 	Name string `json:"name"`
-	// URL is the proxy URL to configure in the crawler's HTTP client, for example
-	// "http://10.0.0.7:3128".
+	// URL is the proxy URL to configure in the crawler's HTTP client, with
+	// the lease's credentials as userinfo, for example
+	// "http://user:password@10.0.0.7:3128".
 	URL string `json:"url"`
 	// Host is the proxy's address (IP or host name).
 	// +optional
@@ -127,6 +136,18 @@ type LeasedProxy struct {
 	// LatencyMillis is the proxy's last measured probe latency.
 	// +optional
 	LatencyMillis *int64 `json:"latencyMillis,omitempty"`
+}
+
+// ProxyCredentials are a lease's credentials for its proxy.
+type ProxyCredentials struct {
+	// Username is a handle of the lease.
+	Username string `json:"username"`
+	// Password is signed for this lease and proxy, valid until ExpireTime.
+	Password string `json:"password"`
+	// ExpireTime is when the proxy stops accepting them: the lease's
+	// expiry when they were issued, rounded up to the second.
+	// +optional
+	ExpireTime *metav1.Time `json:"expireTime,omitempty"`
 }
 
 // ProxyLeaseList is a list of ProxyLeases.

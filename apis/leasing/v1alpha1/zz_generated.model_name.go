@@ -11,6 +11,11 @@ func (in LeasedProxy) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ProxyCredentials) OpenAPIModelName() string {
+	return "com.example.crawl.leasing.v1alpha1.ProxyCredentials"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ProxyLease) OpenAPIModelName() string {
 	return "com.example.crawl.leasing.v1alpha1.ProxyLease"
 }

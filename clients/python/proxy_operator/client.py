@@ -29,7 +29,8 @@ class Proxy:
 
     name: str
     namespace: str
-    url: str
+    #: For a lease, with the lease's proxy credentials as userinfo (kept out of repr and logs).
+    url: str = field(repr=False)
     host: str
     port: int
     attributes: Dict[str, str] = field(default_factory=dict)

@@ -16,7 +16,7 @@ import (
 )
 
 func TestLeasingFlags(t *testing.T) {
-	o, err := parse(t, "--discovery-bind-address=127.0.0.1:9090", "--discovery-token-file=/run/token",
+	o, err := parseInPod(t, "crawl", "--discovery-bind-address=127.0.0.1:9090", "--discovery-token-file=/run/token",
 		"--discovery-tls-cert-file=/run/tls.crt", "--discovery-tls-private-key-file=/run/tls.key",
 		"--max-leases-per-proxy=3", "--max-lease-ttl=2h", "--default-lease-ttl=10m", "--cooldown-window=90s",
 		"--lease-max-cooldowns-per-holder=50", "--lease-max-priority=token:crawler-a=10,group:ops=5", "--lease-max-priority=user:alice=3",
@@ -107,7 +107,7 @@ func TestLeasingValidateReportsEveryProblem(t *testing.T) {
 		}
 	}
 	// Negative control: the same flags with valid values pass.
-	if _, err := parse(t, "--discovery-bind-address=0", "--max-leases-per-proxy=2", "--max-lease-ttl=1m",
+	if _, err := parseInPod(t, "crawl", "--discovery-bind-address=0", "--max-leases-per-proxy=2", "--max-lease-ttl=1m",
 		"--default-lease-ttl=30s", "--cooldown-window=1s", "--lease-queue-max=1", "--apiserver-max-wait=20s"); err != nil {
 		t.Errorf("valid options rejected: %v", err)
 	}

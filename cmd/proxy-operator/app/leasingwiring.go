@@ -27,6 +27,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/metrics"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // setupLeasing builds the lease store and the wait queue (pkg/leasing) and
@@ -40,7 +41,7 @@ import (
 // (leasing.Takeover, which then writes the checkpoint); a standby answers
 // 503 naming the leader and is not ready. reg receives the store's and the
 // queue's collectors.
-func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics *metrics.Metrics) (*leasing.Leasing, *leasing.Takeover, error) {
+func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics *metrics.Metrics, keyring *proxyauth.Keyring, instances *proxyauth.Instances) (*leasing.Leasing, *leasing.Takeover, error) {
 	logger := log.FromContext(ctx)
 	// Uncached: the operator must not cache every Secret of the cluster.
 	kube, err := kubernetes.NewForConfig(cfg)
@@ -68,6 +69,9 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	l := leasing.NewWithStore(store, o.Leasing, clk)
 	if signer != nil {
 		l.IDs = signer
+	}
+	if keyring != nil {
+		l.Auth = keyring
 	}
 	// Only the replica that leads serves leases, once it has loaded them.
 	var leader func(context.Context) string
@@ -106,6 +110,10 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	servingCert, err := setupServingCert(ctx, mgr, cfg, kube, o)
 	if err != nil {
 		return nil, nil, err
+	}
+	if instances != nil && servingCert != nil {
+		// Proxies poll the discovery API, which serves this certificate.
+		instances.DefaultCA(servingCert.CABundle)
 	}
 
 	if o.Discovery.Enabled() {

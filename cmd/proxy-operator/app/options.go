@@ -26,6 +26,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/pool"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // Options is every setting of the operator binary.
@@ -88,6 +89,9 @@ type Options struct {
 	// LeaseIDs signs lease IDs so that leases a crash lost since the last
 	// checkpoint are taken back (its --lease-signing-* flags).
 	LeaseIDs leaseid.Options
+	// ProxyAuth makes every proxy the operator runs check a live lease's
+	// credentials.
+	ProxyAuth proxyauth.Options
 	// Pool is the ProxyPool controller's (its --pool-* flags).
 	Pool pool.Options
 	// Certs is the operator's own CA and serving certificate (its
@@ -128,6 +132,7 @@ func NewOptions() *Options {
 		Certs:            certs.DefaultOptions(),
 		Checkpoint:       checkpoint.DefaultOptions(),
 		Pool:             pool.DefaultOptions(),
+		ProxyAuth:        proxyauth.DefaultOptions(),
 		APIServer:        apiserver.NewOptions(),
 		Zap:              zap.Options{Development: false},
 	}
@@ -167,6 +172,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Certs.AddFlags(fs)
 	o.Checkpoint.AddFlags(fs)
 	o.LeaseIDs.AddFlags(fs)
+	o.ProxyAuth.AddFlags(fs)
 	o.Pool.AddFlags(fs)
 	o.Leasing.AddFlags(fs)
 	fs.AddFlagSet(o.APIServer.FlagSet())
@@ -277,6 +283,11 @@ func (o *Options) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if c := o.proxyAuthOptions(); c.Enabled() {
+		if err := c.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := o.Leasing.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -312,6 +323,14 @@ func (o *Options) checkpointOptions() checkpoint.Options {
 // namespace.
 func (o *Options) leaseIDOptions() leaseid.Options {
 	c := o.LeaseIDs
+	c.Namespace = o.Namespace
+	return c
+}
+
+// proxyAuthOptions are the --proxy-auth-* options in the operator's
+// namespace.
+func (o *Options) proxyAuthOptions() proxyauth.Options {
+	c := o.ProxyAuth
 	c.Namespace = o.Namespace
 	return c
 }

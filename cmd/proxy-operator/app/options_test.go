@@ -27,11 +27,11 @@ func parse(t *testing.T, args ...string) (*Options, error) {
 	return o, o.Validate()
 }
 
-// parseDev is parse with the discovery API on plain HTTP, as a local run
-// asks for it.
+// parseDev is parse with the discovery API on plain HTTP and the
+// operator's namespace named, as a local run asks for them.
 func parseDev(t *testing.T, args ...string) (*Options, error) {
 	t.Helper()
-	return parse(t, append([]string{"--discovery-plain-http"}, args...)...)
+	return parse(t, append([]string{"--discovery-plain-http", "--namespace=proxy-operator-system"}, args...)...)
 }
 
 // parseInPod is parse as the operator reads its flags in a pod of namespace
@@ -42,10 +42,17 @@ func parseInPod(t *testing.T, ns string, args ...string) (*Options, error) {
 }
 
 // The defaults are valid but for one choice the operator will not make
-// alone: how the HTTP discovery API serves its bearer tokens.
+// alone: how the HTTP discovery API serves its bearer tokens. Out of a
+// cluster it must also be told its namespace, where the proxy auth key is.
 func TestDefaultsAreValid(t *testing.T) {
-	if _, err := parse(t); !errors.Is(err, discovery.ErrNoServingCert) {
-		t.Fatalf("defaults: %v, want only %v", err, discovery.ErrNoServingCert)
+	if _, err := parseInPod(t, "proxy-operator-system"); !errors.Is(err, discovery.ErrNoServingCert) || strings.Contains(err.Error(), "proxy-auth") {
+		t.Fatalf("defaults in a pod: %v, want only %v", err, discovery.ErrNoServingCert)
+	}
+	if _, err := parse(t, "--discovery-plain-http"); err == nil || !strings.Contains(err.Error(), "--proxy-auth-secret: the operator's namespace is unknown") {
+		t.Fatalf("defaults out of a cluster: %v, want the proxy auth key's namespace asked for", err)
+	}
+	if _, err := parse(t, "--discovery-plain-http", "--proxy-auth-secret="); err != nil {
+		t.Fatalf("proxy auth off out of a cluster: %v", err)
 	}
 	o, err := parseDev(t)
 	if err != nil {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	kubeclient "k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -27,12 +29,14 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/gc"
 	"github.com/proxy-operator/proxy-operator/pkg/health"
+	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/metrics"
 	"github.com/proxy-operator/proxy-operator/pkg/pool"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // The leader-election RBAC of this binary is declared in artifacts/rbac
@@ -41,6 +45,10 @@ import (
 
 // EventReporter is the reporting controller of the operator's Events.
 const EventReporter = "proxy-operator"
+
+// OperatorContainer is the operator's container in its pod
+// (artifacts/operator/operator.yaml).
+const OperatorContainer = "operator"
 
 // NewScheme returns the scheme of every type the operator reads or writes.
 func NewScheme() (*runtime.Scheme, error) {
@@ -109,8 +117,12 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	}
 	logger.Info("instances of this installation", "instanceTag", tag)
 	constructors := map[string]provider.Constructor{
-		kubernetes.Name: func(context.Context) (provider.Provider, error) {
-			return kubernetes.New(direct, o.Kubernetes)
+		kubernetes.Name: func(ctx context.Context) (provider.Provider, error) {
+			kopts := o.Kubernetes
+			if err := kopts.DefaultHelperImageFrom(ctx, direct, o.Namespace, os.Getenv(kubernetes.PodNameEnv), OperatorContainer); err != nil {
+				return nil, err
+			}
+			return kubernetes.New(direct, kopts)
 		},
 		gcp.Name: func(ctx context.Context) (provider.Provider, error) {
 			return gcp.New(ctx, o.GCP)
@@ -119,6 +131,11 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	providers, err := provider.NewRegistry(ctx, o.Providers, constructors, provider.MetricsWrapper(m))
 	if err != nil {
 		return fmt.Errorf("building providers: %w", err)
+	}
+
+	keyring, instances, err := proxyAuth(ctx, cfg, o)
+	if err != nil {
+		return err
 	}
 
 	// The orphan collector is leader-elected: it deletes.
@@ -143,6 +160,9 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	// of status, over its event channel and snapshots.
 	hopts := health.Options{Clock: clock.RealClock{}, Reader: mgr.GetCache(), Metrics: m}
 	o.Health.Apply(&hopts)
+	if keyring != nil {
+		hopts.Auth = keyring
+	}
 	// Probes never reach the API server on a Proxy author's behalf.
 	if err := hopts.Denied.AddServer(ctx, cfg.Host); err != nil {
 		return fmt.Errorf("denying the API server to health probes: %w", err)
@@ -155,7 +175,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("adding health engine: %w", err)
 	}
 
-	leases, takeover, err := setupLeasing(ctx, mgr, cfg, o, ctrlmetrics.Registry, m)
+	leases, takeover, err := setupLeasing(ctx, mgr, cfg, o, ctrlmetrics.Registry, m, keyring, instances)
 	if err != nil {
 		return err
 	}
@@ -169,6 +189,9 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		Intervals:    o.Intervals,
 		Clock:        clock.RealClock{},
 		Tag:          tag,
+	}
+	if instances != nil {
+		r.ProxyAuth = instances
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("setting up proxy reconciler: %w", err)
@@ -242,4 +265,36 @@ func instanceTag(ctx context.Context, c client.Reader, o *Options) (string, erro
 		return "", fmt.Errorf("deriving the instance tag from namespace %s (or pass --instance-tag): %w", metav1.NamespaceSystem, err)
 	}
 	return provider.InstallationTag(ns.UID, o.Namespace), nil
+}
+
+// proxyAuth loads the proxy auth key (creating its Secret on first start)
+// and builds the keyring and the instances' configurations; both nil when
+// proxy auth is off.
+func proxyAuth(ctx context.Context, cfg *rest.Config, o *Options) (*proxyauth.Keyring, *proxyauth.Instances, error) {
+	po := o.proxyAuthOptions()
+	if !po.Enabled() {
+		log.FromContext(ctx).Info("WARNING: proxy auth is off (--proxy-auth-secret is empty): the proxies serve anyone who reaches them, with or without a lease")
+		return nil, nil, nil
+	}
+	kube, err := kubeclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("building a Kubernetes client: %w", err)
+	}
+	key, err := leaseid.EnsureKeyFor(ctx, kube.CoreV1(), po.Namespace, po.SecretName, "proxy auth key", "every proxy is then replaced, as its key changes")
+	if err != nil {
+		return nil, nil, err
+	}
+	keyring, err := proxyauth.NewKeyring(key, clock.RealClock{})
+	if err != nil {
+		return nil, nil, err
+	}
+	instances, err := po.Instances(keyring)
+	if err != nil {
+		return nil, nil, err
+	}
+	if po.OperatorURL == "" {
+		log.FromContext(ctx).Info("WARNING: --proxy-auth-operator-url is empty: a released lease's proxy credentials work until the lease's expiry")
+	}
+	log.FromContext(ctx).Info("proxies check lease credentials", "keyFingerprint", keyring.Fingerprint(), "operatorURL", po.OperatorURL)
+	return keyring, instances, nil
 }

@@ -142,6 +142,19 @@ type Lease struct {
 	ProxyDraining bool      `json:"proxyDraining,omitempty"`
 	ExpiresAt     time.Time `json:"expiresAt"`
 	TTLSeconds    int64     `json:"ttlSeconds"`
+	// Credentials are what the proxy asks for (HTTP Basic in
+	// Proxy-Authorization; Proxy.URL carries them as userinfo). A renewal
+	// answers new ones. Absent for an External proxy, which checks none.
+	Credentials *Credentials `json:"credentials,omitempty"`
+}
+
+// Credentials are a lease's proxy credentials.
+type Credentials struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+	// ExpiresAt is when the proxy stops accepting them (the lease's expiry
+	// when they were issued, to the second).
+	ExpiresAt time.Time `json:"expiresAt"`
 }
 
 // Health is the body of GET /healthz.

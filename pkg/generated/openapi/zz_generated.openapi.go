@@ -18,6 +18,7 @@ import (
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
 		v1alpha1.LeasedProxy{}.OpenAPIModelName():         schema_proxy_operator_apis_leasing_v1alpha1_LeasedProxy(ref),
+		v1alpha1.ProxyCredentials{}.OpenAPIModelName():    schema_proxy_operator_apis_leasing_v1alpha1_ProxyCredentials(ref),
 		v1alpha1.ProxyLease{}.OpenAPIModelName():          schema_proxy_operator_apis_leasing_v1alpha1_ProxyLease(ref),
 		v1alpha1.ProxyLeaseList{}.OpenAPIModelName():      schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseList(ref),
 		v1alpha1.ProxyLeaseReport{}.OpenAPIModelName():    schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseReport(ref),
@@ -98,7 +99,7 @@ func schema_proxy_operator_apis_leasing_v1alpha1_LeasedProxy(ref common.Referenc
 					},
 					"url": {
 						SchemaProps: spec.SchemaProps{
-							Description: "URL is the proxy URL to configure in the crawler's HTTP client, for example \"http://10.0.0.7:3128\".",
+							Description: "URL is the proxy URL to configure in the crawler's HTTP client, with the lease's credentials as userinfo, for example \"http://user:password@10.0.0.7:3128\".",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
@@ -144,6 +145,44 @@ func schema_proxy_operator_apis_leasing_v1alpha1_LeasedProxy(ref common.Referenc
 				Required: []string{"name", "url"},
 			},
 		},
+	}
+}
+
+func schema_proxy_operator_apis_leasing_v1alpha1_ProxyCredentials(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ProxyCredentials are a lease's credentials for its proxy.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"username": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Username is a handle of the lease.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"password": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Password is signed for this lease and proxy, valid until ExpireTime.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"expireTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExpireTime is when the proxy stops accepting them: the lease's expiry when they were issued, rounded up to the second.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"username", "password"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -401,6 +440,12 @@ func schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseStatus(ref common.Ref
 							Format:      "",
 						},
 					},
+					"credentials": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Credentials are what the leased proxy asks for (HTTP Basic in Proxy-Authorization; proxy.url carries them as userinfo). The proxy refuses (407) a request without them, after they expire, and within 30 seconds after the lease is deleted. A renewal (a new spec.ttlSeconds) brings new ones. Absent for an External proxy, which checks none.",
+							Ref:         ref(v1alpha1.ProxyCredentials{}.OpenAPIModelName()),
+						},
+					},
 					"conditions": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -426,7 +471,7 @@ func schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseStatus(ref common.Ref
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.LeasedProxy{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1alpha1.LeasedProxy{}.OpenAPIModelName(), v1alpha1.ProxyCredentials{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 

@@ -28,6 +28,11 @@ const (
 // MetadataUserData is the metadata key cloud-init's GCE datasource reads.
 const MetadataUserData = "user-data"
 
+// MetadataProxyAuth is the metadata key of the proxy auth helper's
+// configuration (CreateRequest.ProxyAuth): the VM's cloud-init reads it from
+// the metadata server and runs Squid with the helper (docs/credentials.md).
+const MetadataProxyAuth = "proxy-operator-auth"
+
 // accessConfigName is the conventional name of the external NAT config.
 const accessConfigName = "External NAT"
 
@@ -117,10 +122,15 @@ func buildInsertRequest(defaultProject string, req provider.CreateRequest, attem
 	if len(g.Tags) > 0 {
 		inst.Tags = &computepb.Tags{Items: slices.Sorted(slices.Values(g.Tags))}
 	}
+	var meta []*computepb.Items
 	if req.CloudInit != "" {
-		inst.Metadata = &computepb.Metadata{Items: []*computepb.Items{{
-			Key: proto.String(MetadataUserData), Value: proto.String(req.CloudInit),
-		}}}
+		meta = append(meta, &computepb.Items{Key: proto.String(MetadataUserData), Value: proto.String(req.CloudInit)})
+	}
+	if len(req.ProxyAuth) > 0 {
+		meta = append(meta, &computepb.Items{Key: proto.String(MetadataProxyAuth), Value: proto.String(string(req.ProxyAuth))})
+	}
+	if len(meta) > 0 {
+		inst.Metadata = &computepb.Metadata{Items: meta}
 	}
 	if g.Spot {
 		// A preempted Spot VM stops (TERMINATED), which the reconciler

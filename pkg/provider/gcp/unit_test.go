@@ -150,6 +150,24 @@ func TestBuildInsertRequestRules(t *testing.T) {
 		}
 		seen[id] = what
 	}
+	// The proxy auth configuration reaches the VM as its own metadata item,
+	// beside the user data, and is part of the request.
+	withAuth := fullRequest()
+	withAuth.ProxyAuth = []byte(`{"namespace":"crawl","name":"vm-1"}`)
+	authed, err := buildInsertRequest("crawl-default", withAuth, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := map[string]string{}
+	for _, it := range authed.GetInstanceResource().GetMetadata().GetItems() {
+		items[it.GetKey()] = it.GetValue()
+	}
+	if d := cmp.Diff(map[string]string{MetadataUserData: withAuth.CloudInit, MetadataProxyAuth: string(withAuth.ProxyAuth)}, items); d != "" {
+		t.Errorf("metadata with proxy auth (-want +got):\n%s", d)
+	}
+	if prev, dup := seen[authed.GetRequestId()]; dup {
+		t.Errorf("requestId with proxy auth equals that of %s", prev)
+	}
 	for id := range seen {
 		if len(id) != 36 || strings.Count(id, "-") != 4 || id[14] != '5' {
 			t.Errorf("requestId %q is not a version-5-style UUID", id)

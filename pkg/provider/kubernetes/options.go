@@ -1,13 +1,16 @@
 package kubernetes
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Options configure the provider.
@@ -29,6 +32,16 @@ type Options struct {
 	// pod (bypassing the scheduler, and with it taints and quotas of node
 	// selection); refused otherwise.
 	AllowProxyNodeName bool
+	// HelperImage holds the proxy auth helper at /proxy-auth-helper (the
+	// operator's image). Default DefaultHelperImage.
+	HelperImage string
+}
+
+func (o *Options) helperImage() string {
+	if o.HelperImage == "" {
+		return DefaultHelperImage
+	}
+	return o.HelperImage
 }
 
 // AddFlags registers the provider's flags on fs.
@@ -37,6 +50,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Image, "kubernetes-pod-image", o.Image, "Squid image of the kubernetes provider (default: its pinned image).")
 	fs.StringSliceVar(&o.AllowedImages, "kubernetes-allowed-images", o.AllowedImages, "Images a Proxy's spec.kubernetes.image may name besides --kubernetes-pod-image and the pinned Squid image (comma-separated; default none: any other image fails the Proxy).")
 	fs.StringVar(&o.NodeName, "kubernetes-pod-node-name", o.NodeName, "Set spec.nodeName of the kubernetes provider's pods (bypasses the scheduler; e.g. the local node agent's node).")
+	fs.StringVar(&o.HelperImage, "kubernetes-auth-helper-image", o.HelperImage, "Image whose /proxy-auth-helper an init container copies into each Squid pod (default: the operator's own image, read from its pod $"+PodNameEnv+", else "+DefaultHelperImage+").")
 	fs.BoolVar(&o.AllowProxyNodeName, "kubernetes-allow-proxy-node-name", o.AllowProxyNodeName, "Let a Proxy's spec.kubernetes.nodeName place its pod on a node, bypassing the scheduler (default: such a Proxy fails).")
 }
 
@@ -88,4 +102,30 @@ func (o *Options) nodeNameFor(requested string) (string, error) {
 		return "", fmt.Errorf("spec.kubernetes.nodeName %q is not allowed: it bypasses the scheduler; an operator admin may allow it with --kubernetes-allow-proxy-node-name", requested)
 	}
 	return requested, nil
+}
+
+// PodNameEnv names the operator's own pod (the Downward API, in the
+// install): its image is the default helper image.
+const PodNameEnv = "POD_NAME"
+
+// DefaultHelperImageFrom sets HelperImage, when no flag set it, to the image
+// of container in the operator's own pod namespace/podName (the install
+// sets $POD_NAME): the operator's image, which holds the helper too, so that
+// the image an overlay sets is the one Squid pods copy the helper from.
+// Without a pod name it leaves the default.
+func (o *Options) DefaultHelperImageFrom(ctx context.Context, c client.Reader, namespace, podName, container string) error {
+	if o.HelperImage != "" || podName == "" {
+		return nil
+	}
+	var pod corev1.Pod
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: podName}, &pod); err != nil {
+		return fmt.Errorf("reading the operator's pod %s/%s for its image (set --kubernetes-auth-helper-image instead): %w", namespace, podName, err)
+	}
+	for _, ct := range pod.Spec.Containers {
+		if ct.Name == container {
+			o.HelperImage = ct.Image
+			return nil
+		}
+	}
+	return fmt.Errorf("the operator's pod %s/%s has no container %q (set --kubernetes-auth-helper-image)", namespace, podName, container)
 }

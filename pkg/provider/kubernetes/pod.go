@@ -137,7 +137,7 @@ func buildPod(req provider.CreateRequest, opts Options) (*corev1.Pod, error) {
 		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: dir})
 	}
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      req.Name,
 			Namespace: ns,
@@ -183,7 +183,11 @@ func buildPod(req provider.CreateRequest, opts Options) (*corev1.Pod, error) {
 				},
 			}},
 		},
-	}, nil
+	}
+	if len(req.ProxyAuth) > 0 {
+		addAuth(pod, opts.helperImage())
+	}
+	return pod, nil
 }
 
 // stateOf maps a pod onto the provider's states.

@@ -55,6 +55,12 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (stri
 		return "", provider.NewError(provider.ErrPermanent, provider.OpCreate, err)
 	}
 	id := ProviderID(ns, req.Name)
+	if len(req.ProxyAuth) > 0 {
+		// Before the pod, which mounts it.
+		if err := p.ensureAuthSecret(ctx, req, ns); err != nil {
+			return "", err
+		}
+	}
 	err = p.c.Create(ctx, pod)
 	switch {
 	case err == nil:
@@ -92,7 +98,7 @@ func (p *Provider) Delete(ctx context.Context, providerID string) error {
 	pod.Namespace, pod.Name = ns, name
 	err := p.c.Delete(ctx, pod)
 	if err == nil || apierrors.IsNotFound(err) {
-		return nil
+		return p.deleteAuthSecret(ctx, ns, name)
 	}
 	return classify(provider.OpDelete, fmt.Errorf("deleting %s: %w", describe(ns, name), err))
 }

@@ -135,9 +135,9 @@ func (c *leaseCache) applyLocked(ev leasing.Event) {
 // objects renders ev's objects once.
 func (c *leaseCache) objectsLocked(ev *cacheEvent) (obj, prev *leasingv1alpha1.ProxyLease) {
 	if ev.obj == nil {
-		ev.obj = buildObject(&ev.lease, c.rvBase.Load())
+		ev.obj = buildObject(c.svc, &ev.lease, c.rvBase.Load())
 		if ev.prev != nil {
-			ev.prevObj = buildObject(ev.prev, c.rvBase.Load())
+			ev.prevObj = buildObject(c.svc, ev.prev, c.rvBase.Load())
 		}
 	}
 	return ev.obj, ev.prevObj
@@ -179,12 +179,12 @@ func (c *leaseCache) get(ctx context.Context, namespace, name string) (leasing.L
 	if err != nil || !ok {
 		return leasing.Lease{}, nil, false, err
 	}
-	return l, buildObject(&l, c.rvBase.Load()), true, nil
+	return l, buildObject(c.svc, &l, c.rvBase.Load()), true, nil
 }
 
 // render is the object of a lease the service just returned.
 func (c *leaseCache) render(l *leasing.Lease) *leasingv1alpha1.ProxyLease {
-	return buildObject(l, c.rvBase.Load())
+	return buildObject(c.svc, l, c.rvBase.Load())
 }
 
 // list renders the live leases of namespace ("" = all) that pred accepts,
@@ -197,7 +197,7 @@ func (c *leaseCache) list(ctx context.Context, namespace string, pred func(*leas
 	}
 	var out []leasingv1alpha1.ProxyLease
 	for i := range leases {
-		if obj := buildObject(&leases[i], c.rvBase.Load()); pred(obj) {
+		if obj := buildObject(c.svc, &leases[i], c.rvBase.Load()); pred(obj) {
 			out = append(out, *obj)
 		}
 	}
@@ -294,7 +294,7 @@ func (c *leaseCache) watch(ctx context.Context, namespace string, opts *metainte
 		c.awaitLocked(initialRev)
 		from = initialRev
 		for i := range initial {
-			if obj := buildObject(&initial[i], c.rvBase.Load()); w.pred(obj) {
+			if obj := buildObject(c.svc, &initial[i], c.rvBase.Load()); w.pred(obj) {
 				w.queue = append(w.queue, watch.Event{Type: watch.Added, Object: obj})
 			}
 		}

@@ -39,7 +39,7 @@ func uidFor(leaseID string) types.UID {
 // the Kubernetes API was given (owner references, managed fields, the
 // selector and priority; nil for a lease made over HTTP). The resourceVersion
 // is rvBase plus the store revision (see leaseCache.rvBase).
-func buildObject(l *leasing.Lease, rvBase uint64) *leasingv1alpha1.ProxyLease {
+func buildObject(svc *leasing.Service, l *leasing.Lease, rvBase uint64) *leasingv1alpha1.ProxyLease {
 	obj := &leasingv1alpha1.ProxyLease{}
 	tmpl, _ := l.Meta.Extra.(*leasingv1alpha1.ProxyLease)
 	if tmpl != nil {
@@ -81,6 +81,11 @@ func buildObject(l *leasing.Lease, rvBase uint64) *leasingv1alpha1.ProxyLease {
 			Port:       l.Proxy.Port,
 			Attributes: maps.Clone(l.Proxy.Attributes),
 		},
+	}
+	if c, ok := svc.Credentials(*l); ok {
+		obj.Status.Proxy.URL = c.WithURL(l.Proxy.URL)
+		exp := metav1.NewTime(c.ExpiresAt)
+		obj.Status.Credentials = &leasingv1alpha1.ProxyCredentials{Username: c.Username, Password: c.Password, ExpireTime: &exp}
 	}
 	if l.Proxy.LatencyMillis > 0 {
 		ms := l.Proxy.LatencyMillis

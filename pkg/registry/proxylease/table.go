@@ -3,6 +3,7 @@ package proxylease
 import (
 	"context"
 	"fmt"
+	neturl "net/url"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,7 +58,7 @@ func (t tableConvertor) ConvertToTable(_ context.Context, obj, tableOptions runt
 func row(pl *leasingv1alpha1.ProxyLease, now time.Time) metav1.TableRow {
 	proxy, url := "<none>", "<none>"
 	if p := pl.Status.Proxy; p != nil {
-		proxy, url = p.Name, p.URL
+		proxy, url = p.Name, withoutUserinfo(p.URL)
 	}
 	target := pl.Spec.Target
 	if target == "" {
@@ -79,4 +80,15 @@ func row(pl *leasingv1alpha1.ProxyLease, now time.Time) metav1.TableRow {
 		Cells:  []any{pl.Name, proxy, target, pl.Status.HolderIdentity, expires, age, url, pl.Status.LeaseID},
 		Object: runtime.RawExtension{Object: pl},
 	}
+}
+
+// withoutUserinfo is a proxy URL as a table shows it: the credentials it
+// carries stay in the object (-o yaml), out of terminals and screenshots.
+func withoutUserinfo(s string) string {
+	u, err := neturl.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	u.User = nil
+	return u.String()
 }

@@ -477,6 +477,8 @@ func tail(path string, n int) string {
 func operatorArgs(tag string, metricsPort, probePort int, interval time.Duration) []string {
 	return []string{
 		"--kubeconfig=" + shared.cp.KubeconfigPath,
+		// Its proxy auth key's Secret: the VMs check lease credentials.
+		"--namespace=default",
 		"--providers=gcp", "--gcp-project=" + project, "--gcp-endpoint=" + shared.endpoint, "--gcp-request-timeout=5s",
 		"--instance-tag=" + tag,
 		"--gc-interval=" + interval.String(), "--gc-min-age=" + gcMinAge.String(),

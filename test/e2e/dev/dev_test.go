@@ -97,6 +97,7 @@ func TestDevEnvironment(t *testing.T) {
 	t.Run("HTTP API is HTTPS with the operator's own certificate", h.operatorTLS)
 	t.Run("HTTP API without the token is 401", h.unauthorized)
 	t.Run("HTTP list, lease, curl -x, report, release", h.httpLeaseCycle)
+	t.Run("proxies serve a live lease's credentials only", h.proxyCredentials)
 	t.Run("waiting HTTP lease granted on release", h.waitingLease)
 	t.Run("ProxyLease through kube-apiserver", h.proxyLease)
 	t.Run("orphan collector deletes a planted VM and spares the fleet", h.orphanCollected)

@@ -290,6 +290,8 @@ func (e *env) operatorOptions() (*app.Options, error) {
 	}
 
 	opts := app.NewOptions()
+	// Its proxy auth key Secret goes there; the proxies check credentials.
+	opts.Namespace = "default"
 	opts.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	opts.HealthProbeAddr = fmt.Sprintf("127.0.0.1:%d", probePort)
 	opts.Intervals.RequeueNow = 50 * time.Millisecond

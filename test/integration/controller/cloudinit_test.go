@@ -98,7 +98,7 @@ func TestCloudInitSecretRotationReplaces(t *testing.T) {
 	if e.calls(provider.OpDelete) < 1 {
 		t.Errorf("old instance never deleted; calls %s", opsString(e.fake.Calls()))
 	}
-	if want := controller.SpecHash(&p.Spec, "v2"); p.Annotations[crawlv1alpha1.SpecHashAnnotation] != want {
+	if want := controller.SpecHash(&p.Spec, "v2", nil); p.Annotations[crawlv1alpha1.SpecHashAnnotation] != want {
 		t.Errorf("annotation not updated to the v2 hash")
 	}
 }

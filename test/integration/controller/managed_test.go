@@ -41,7 +41,7 @@ func TestManagedLifecycle(t *testing.T) {
 	if !controllerutil.ContainsFinalizer(p, crawlv1alpha1.FinalizerName) {
 		t.Errorf("finalizers = %v, want %s", p.Finalizers, crawlv1alpha1.FinalizerName)
 	}
-	if got, want := p.Annotations[crawlv1alpha1.SpecHashAnnotation], controller.SpecHash(&p.Spec, ""); got != want {
+	if got, want := p.Annotations[crawlv1alpha1.SpecHashAnnotation], controller.SpecHash(&p.Spec, "", nil); got != want {
 		t.Errorf("spec-hash annotation = %q, want %q", got, want)
 	}
 	// Provisioned but never probed: not yet Ready.
@@ -267,7 +267,7 @@ func TestSpecChangeReplacesAndAttributesDoNot(t *testing.T) {
 	if p.Status.ProviderID != id {
 		t.Errorf("replacement providerID = %q, want the same deterministic %q", p.Status.ProviderID, id)
 	}
-	if want := controller.SpecHash(&p.Spec, "#cloud-config\nv: 2\n"); p.Annotations[crawlv1alpha1.SpecHashAnnotation] != want {
+	if want := controller.SpecHash(&p.Spec, "#cloud-config\nv: 2\n", nil); p.Annotations[crawlv1alpha1.SpecHashAnnotation] != want {
 		t.Errorf("annotation = %q, want %q", p.Annotations[crawlv1alpha1.SpecHashAnnotation], want)
 	}
 	req, _ := e.fake.Request(id)

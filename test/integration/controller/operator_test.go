@@ -57,6 +57,8 @@ func TestOperatorWiring(t *testing.T) {
 	}
 
 	o := app.NewOptions()
+	// Its proxy auth key Secret goes there; the proxies check credentials.
+	o.Namespace = "default"
 	o.MetricsAddr = freeAddr(t)
 	o.HealthProbeAddr = freeAddr(t)
 	// Leasing is out of scope here (and its delegated authn needs rights the

@@ -129,6 +129,8 @@ func start() (_ *environment, retErr error) {
 	}
 	ctrl.SetLogger(opLog)
 	opts := app.NewOptions()
+	// Its proxy auth key Secret goes there; the proxies check credentials.
+	opts.Namespace = "default"
 	opts.MetricsAddr, opts.HealthProbeAddr = "0", "0"
 	opts.Discovery.Addr = "0"
 	opts.APIServer.SecureServing.BindPort = 0

@@ -88,13 +88,25 @@ func TestKubectlLeaseForwardsThroughTheOperatorsSquid(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(out), &pl); err != nil {
 		t.Fatal(err)
 	}
-	if pl.Status.Proxy == nil || pl.Status.Proxy.Name != p.Name || pl.Status.Proxy.URL != p.ProxyURL() {
-		t.Fatalf("lease status %+v, want Proxy %s at %s", pl.Status, p.Name, p.ProxyURL())
+	if pl.Status.Proxy == nil || pl.Status.Proxy.Name != p.Name || pl.Status.Credentials == nil {
+		t.Fatalf("lease status %+v, want Proxy %s with credentials", pl.Status, p.Name)
 	}
-
+	// The URL is the Proxy's with the lease's credentials as userinfo.
 	proxyURL, err := url.Parse(pl.Status.Proxy.URL)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if pw, _ := proxyURL.User.Password(); "http://"+proxyURL.Host != p.ProxyURL() || proxyURL.User.Username() != pl.Status.Credentials.Username ||
+		pw != pl.Status.Credentials.Password {
+		t.Fatalf("status.proxy.url %q, want %s with the credentials %s", pl.Status.Proxy.URL, p.ProxyURL(), pl.Status.Credentials.Username)
+	}
+	// Without them, the Squid refuses.
+	bare := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxyURL.Host}), DisableKeepAlives: true},
+		Timeout: 10 * time.Second}
+	if resp, err := bare.Get(shared.target.URL + "/crawl"); err != nil || resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Fatalf("through %s without the credentials: %v, want 407", proxyURL.Host, err)
+	} else {
+		_ = resp.Body.Close()
 	}
 	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	before := shared.targetHits.Load()

@@ -168,6 +168,8 @@ func start(ctx context.Context) (_ *env, err error) {
 	e.discovery = fmt.Sprintf("http://127.0.0.1:%d", discoveryPort)
 
 	opts := app.NewOptions()
+	// Its proxy auth key Secret goes there; the proxies check credentials.
+	opts.Namespace = "default"
 	opts.MetricsAddr = "0"
 	opts.HealthProbeAddr = "0"
 	opts.Kubernetes.NodeName = nodeName

@@ -37,6 +37,7 @@ func run() error {
 	fs.StringVar(&opts.NodeName, "node-name", nodeagent.DefaultNodeName, "Node to register; pods with this spec.nodeName are run.")
 	fs.StringVar(&opts.Tag, "tag", provider.DefaultTag, "Run only pods labelled "+provider.TagLabel+"=<tag>.")
 	fs.StringVar(&opts.SquidPath, "squid", "", "squid binary (default: squid on PATH, else /usr/sbin/squid).")
+	fs.StringVar(&opts.AuthHelper, "auth-helper", "", "proxy-auth-helper binary, for pods that check proxy credentials (default: on PATH, else the module's bin/, built if missing).")
 	fs.StringVar(&opts.BaseDir, "base-dir", "", "Directory for per-pod squid files (default: a temporary directory).")
 	fs.BoolVar(&opts.Bind, "bind", false, "Bind unscheduled tagged pods to this node.")
 	fs.StringVar(&first, "pool-first", first, "First loopback address for squids.")

@@ -1,0 +1,59 @@
+// Command proxy-auth-helper is Squid's basic-auth helper for proxies the
+// operator runs: it accepts a lease's credentials (and the operator's health
+// probes) and nothing else. Squid starts it from the stanza
+// proxyauth.SquidAuthConfig renders.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
+)
+
+func main() {
+	config := flag.String("config", "", "the helper configuration (JSON, written by the operator)")
+	installTo := flag.String("install-to", "", "copy this binary into the directory and exit (a Squid pod's init container)")
+	flag.Parse()
+	if *installTo != "" {
+		if err := install(*installTo); err != nil {
+			fmt.Fprintf(os.Stderr, "proxy-auth-helper: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *config == "" {
+		fmt.Fprintln(os.Stderr, "proxy-auth-helper: --config is required")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	// Squid keeps the helper's stderr in its cache.log.
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	if err := proxyauth.RunHelper(ctx, *config, os.Stdin, os.Stdout, logf); err != nil {
+		logf("proxy-auth-helper: %v", err)
+		os.Exit(1)
+	}
+}
+
+// install copies the running executable into dir, executable by all.
+func install(dir string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding this executable: %w", err)
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", self, err)
+	}
+	dst := filepath.Join(dir, filepath.Base(self))
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		return fmt.Errorf("installing into %s: %w", dir, err)
+	}
+	return nil
+}

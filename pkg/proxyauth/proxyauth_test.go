@@ -1,0 +1,283 @@
+package proxyauth
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+var (
+	start  = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	proxyA = ProxyRef{Namespace: "crawl", Name: "a"}
+	proxyB = ProxyRef{Namespace: "crawl", Name: "b"}
+)
+
+func newKeyring(t *testing.T, clk *clocktesting.FakeClock) *Keyring {
+	t.Helper()
+	k, err := NewKeyring(bytes.Repeat([]byte{7}, MinKeySize), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestNewKeyringRefusesShortKeys(t *testing.T) {
+	if _, err := NewKeyring(make([]byte, MinKeySize-1), nil); err == nil {
+		t.Fatal("a 31-byte key was accepted")
+	}
+}
+
+// tamper changes one character of s to another of the same alphabet.
+func tamper(s string, i int) string {
+	b := []byte(s)
+	if b[i] == 'A' {
+		b[i] = 'B'
+	} else {
+		b[i] = 'A'
+	}
+	return string(b)
+}
+
+// A proxy's helper accepts the credentials of a lease on that proxy and the
+// operator's probes, and refuses everything else with its reason.
+func TestVerifierAcceptsOnlyItsProxysCredentials(t *testing.T) {
+	clk := clocktesting.NewFakeClock(start)
+	k := newKeyring(t, clk)
+	v := NewVerifier(k.HelperConfig(proxyA, "", ""), clk)
+	expires := start.Add(5 * time.Minute)
+	lease := k.LeaseCredentials(proxyA, "lease-1", start, expires)
+	otherKeyring, err := NewKeyring(bytes.Repeat([]byte{8}, MinKeySize), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := k.ProbeCredentials(proxyA)
+	cases := []struct {
+		name       string
+		user, pass string
+		after      time.Duration
+		want       error
+	}{
+		{"the holder's credentials", lease.Username, lease.Password, 0, nil},
+		{"until a second before they expire", lease.Username, lease.Password, 5*time.Minute - time.Second, nil},
+		{"expired", lease.Username, lease.Password, 5 * time.Minute, ErrExpired},
+		{"a lease on another proxy", "", "", 0, ErrBadSignature},
+		{"another installation's key", "", "", 0, ErrBadSignature},
+		{"another lease's username", Handle("lease-2"), lease.Password, 0, ErrBadSignature},
+		{"a tampered MAC", lease.Username, tamper(lease.Password, len(lease.Password)-3), 0, ErrBadSignature},
+		{"a tampered expiry", lease.Username, tamper(lease.Password, 7), 0, ErrBadSignature},
+		{"no password", lease.Username, "", 0, ErrMalformed},
+		{"not base64", lease.Username, "!!!!", 0, ErrMalformed},
+		{"a probe", probe.Username, probe.Password, 0, nil},
+		{"a probe after a minute", probe.Username, probe.Password, ProbeTTL, ErrExpired},
+		{"a probe's password for a lease", lease.Username, probe.Password, 0, ErrBadSignature},
+		{"a lease's password for a probe", ProbeUsername, lease.Password, 0, ErrBadSignature},
+		{"a list token as credentials", listUsername, ListToken(k.ProxyKey(proxyA), proxyA, start), 0, ErrBadSignature},
+	}
+	cases[3].user, cases[3].pass = func() (string, string) {
+		c := k.LeaseCredentials(proxyB, "lease-1", start, expires)
+		return c.Username, c.Password
+	}()
+	cases[4].user, cases[4].pass = func() (string, string) {
+		c := otherKeyring.LeaseCredentials(proxyA, "lease-1", start, expires)
+		return c.Username, c.Password
+	}()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk.SetTime(start.Add(tc.after))
+			err := v.Check(tc.user, tc.pass)
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("Check = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// Per-proxy keys: the key of one proxy verifies nothing of another, so a
+// proxy cannot mint for its neighbours.
+func TestProxyKeysAreDistinct(t *testing.T) {
+	k := newKeyring(t, clocktesting.NewFakeClock(start))
+	if bytes.Equal(k.ProxyKey(proxyA), k.ProxyKey(proxyB)) {
+		t.Fatal("two proxies share a key")
+	}
+	// A name boundary cannot be moved: ns "a", name "bc" vs ns "ab", name "c".
+	if bytes.Equal(k.ProxyKey(ProxyRef{"a", "bc"}), k.ProxyKey(ProxyRef{"ab", "c"})) {
+		t.Fatal("keys of a/bc and ab/c are equal")
+	}
+}
+
+// A renewal mints new credentials; both work while the lease lives (the
+// old ones until their own expiry).
+func TestRenewedCredentials(t *testing.T) {
+	clk := clocktesting.NewFakeClock(start)
+	k := newKeyring(t, clk)
+	v := NewVerifier(k.HelperConfig(proxyA, "", ""), clk)
+	first := k.LeaseCredentials(proxyA, "lease-1", start, start.Add(time.Minute))
+	renewed := k.LeaseCredentials(proxyA, "lease-1", start, start.Add(3*time.Minute))
+	if first.Username != renewed.Username || first.Password == renewed.Password {
+		t.Fatalf("renewal: %+v then %+v: want the same username and a new password", first, renewed)
+	}
+	clk.SetTime(start.Add(2 * time.Minute))
+	if err := v.Check(first.Username, first.Password); !errors.Is(err, ErrExpired) {
+		t.Fatalf("the first credentials after their expiry: %v", err)
+	}
+	if err := v.Check(renewed.Username, renewed.Password); err != nil {
+		t.Fatalf("the renewed credentials: %v", err)
+	}
+}
+
+func TestExpiryRoundsUp(t *testing.T) {
+	k := newKeyring(t, clocktesting.NewFakeClock(start))
+	c := k.LeaseCredentials(proxyA, "l", start, start.Add(1500*time.Millisecond))
+	if want := start.Add(2 * time.Second); !c.ExpiresAt.Equal(want) {
+		t.Fatalf("ExpiresAt = %s, want %s", c.ExpiresAt, want)
+	}
+}
+
+// The live list ends a released lease's credentials: once the helper's list
+// was made after the grant and lacks the lease, they are refused; a lease
+// newer than the list passes; a stale list decides nothing.
+func TestLiveList(t *testing.T) {
+	clk := clocktesting.NewFakeClock(start)
+	k := newKeyring(t, clk)
+	v := NewVerifier(k.HelperConfig(proxyA, "", ""), clk)
+	held := k.LeaseCredentials(proxyA, "held", start, start.Add(time.Hour))
+	released := k.LeaseCredentials(proxyA, "released", start, start.Add(time.Hour))
+
+	clk.Step(10 * time.Second)
+	v.SetLive(LiveList{AsOf: clk.Now().Unix(), Usernames: []string{held.Username}})
+	newer := k.LeaseCredentials(proxyA, "newer", clk.Now(), clk.Now().Add(time.Hour))
+	for _, tc := range []struct {
+		name string
+		c    Credentials
+		want error
+	}{
+		{"listed", held, nil},
+		{"released before the list", released, ErrNotLive},
+		{"granted since the list", newer, nil},
+	} {
+		if err := v.Check(tc.c.Username, tc.c.Password); !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+			t.Errorf("%s: Check = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	clk.Step(StaleAfter + time.Second)
+	if err := v.Check(released.Username, released.Password); err != nil {
+		t.Errorf("with a stale list the expiry decides: %v", err)
+	}
+}
+
+// Squid's helper protocol, with and without concurrency channels.
+func TestServe(t *testing.T) {
+	clk := clocktesting.NewFakeClock(start)
+	k := newKeyring(t, clk)
+	v := NewVerifier(k.HelperConfig(proxyA, "", ""), clk)
+	c := k.LeaseCredentials(proxyA, "l", start, start.Add(time.Minute))
+	in := strings.Join([]string{
+		"0 " + url.PathEscape(c.Username) + " " + url.PathEscape(c.Password),
+		"1 " + c.Username + " " + tamper(c.Password, 20),
+		c.Username + " " + c.Password,
+		"7 only-two",
+		"8 one two three",
+		"",
+	}, "\n")
+	var out bytes.Buffer
+	if err := Serve(strings.NewReader(in), &out, v); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"0 OK",
+		"1 ERR message=credentials%20not%20signed%20for%20this%20proxy",
+		"OK",
+		"ERR message=malformed%20credentials",
+		"ERR message=want:%20%5Bchannel%5D%20username%20password",
+	}
+	if diff := cmp.Diff(want, strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")); diff != "" {
+		t.Fatalf("answers (-want +got):\n%s", diff)
+	}
+}
+
+// The poller reads the operator's answer with a list token the keyring
+// accepts for that proxy only.
+func TestPoller(t *testing.T) {
+	clk := clocktesting.NewFakeClock(start)
+	k := newKeyring(t, clk)
+	var status = http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := ProxyRef{Namespace: r.URL.Query().Get("namespace"), Name: r.URL.Query().Get("name")}
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if r.URL.Path != LivePath || scheme != AuthScheme || k.VerifyListToken(p, token) != nil || k.VerifyListToken(proxyB, token) == nil {
+			http.Error(w, "bad poll", http.StatusForbidden)
+			return
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(`{"asOf":` + strconv.FormatInt(start.Add(10*time.Second).Unix(), 10) + `,"usernames":["` + Handle("held") + `"]}`))
+	}))
+	defer srv.Close()
+	cfg := k.HelperConfig(proxyA, srv.URL, "")
+	v := NewVerifier(cfg, clk)
+	p, err := NewPoller(cfg, v, clk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	released := k.LeaseCredentials(proxyA, "released", start, start.Add(time.Hour))
+	if err := v.Check(released.Username, released.Password); !errors.Is(err, ErrNotLive) {
+		t.Fatalf("after a poll, a lease missing from the list: %v", err)
+	}
+	status = http.StatusServiceUnavailable
+	if err := p.Poll(context.Background()); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("a standby's answer: %v", err)
+	}
+	if err := v.Check(released.Username, released.Password); !errors.Is(err, ErrNotLive) {
+		t.Fatalf("a failed poll dropped the last list: %v", err)
+	}
+}
+
+func TestVerifyListToken(t *testing.T) {
+	clk := clocktesting.NewFakeClock(start)
+	k := newKeyring(t, clk)
+	tok := ListToken(k.ProxyKey(proxyA), proxyA, start)
+	if err := k.VerifyListToken(proxyA, tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.VerifyListToken(proxyB, tok); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("another proxy's token: %v", err)
+	}
+	old := ListToken(k.ProxyKey(proxyA), proxyA, start.Add(-3*time.Minute))
+	if err := k.VerifyListToken(proxyA, old); !errors.Is(err, ErrExpired) {
+		t.Fatalf("a token of 3 minutes ago: %v", err)
+	}
+	future := ListToken(k.ProxyKey(proxyA), proxyA, start.Add(3*time.Minute))
+	if err := k.VerifyListToken(proxyA, future); !errors.Is(err, ErrExpired) {
+		t.Fatalf("a token of 3 minutes ahead: %v", err)
+	}
+}
+
+func TestHelperConfig(t *testing.T) {
+	k := newKeyring(t, clocktesting.NewFakeClock(start))
+	c := k.HelperConfig(proxyA, "https://operator:8443", "")
+	got, err := ParseHelperConfig(c.Marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(c, got); diff != "" {
+		t.Fatalf("round trip (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{`{}`, `{"namespace":"a","name":"b","key":"AAAA"}`, `not json`,
+		`{"namespace":"a","name":"b","key":"` + strings.Repeat("A", 43) + `=","operatorURL":"ftp://x"}`} {
+		if _, err := ParseHelperConfig([]byte(bad)); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package nodeagent
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
+)
+
+var authProxy = proxyauth.ProxyRef{Namespace: "team", Name: "squid-1"}
+
+// startAuthSquid starts squid checking credentials of authProxy under k (or,
+// with k nil, open) and returns its address.
+func startAuthSquid(t testing.TB, k *proxyauth.Keyring) string {
+	t.Helper()
+	cfg := freeTestAddr(t)
+	if k != nil {
+		helper, err := LookAuthHelper("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.AuthHelper, err = InstallAuthHelper(helper, cfg.Dir); err != nil {
+			t.Fatal(err)
+		}
+		cfg.AuthConfig = k.HelperConfig(authProxy, "", "").Marshal()
+	}
+	sq, err := StartSquid(testSquidPath(t), cfg, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sq.Stop(5 * time.Second) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := WaitListening(ctx, cfg.ListenAddr(), sq.Done()); err != nil {
+		t.Fatalf("%v\n%s", err, tailFile(cfg.CacheLogPath(), 20))
+	}
+	return cfg.ListenAddr()
+}
+
+func testKeyring(t testing.TB) *proxyauth.Keyring {
+	t.Helper()
+	k, err := proxyauth.NewKeyring(bytes.Repeat([]byte{9}, proxyauth.MinKeySize), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// With an auth config, squid runs our helper and serves a lease's
+// credentials of its own proxy only (407 otherwise); the config the agent
+// renders is the one every proxy of the operator runs.
+func TestSquidChecksCredentials(t *testing.T) {
+	k := testKeyring(t)
+	addr := startAuthSquid(t, k)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("origin")) }))
+	defer origin.Close()
+	now := time.Now()
+	good := k.LeaseCredentials(authProxy, "l1", now, now.Add(time.Minute))
+	expired := k.LeaseCredentials(authProxy, "l2", now.Add(-time.Hour), now.Add(-time.Minute))
+	other := k.LeaseCredentials(proxyauth.ProxyRef{Namespace: "team", Name: "squid-2"}, "l1", now, now.Add(time.Minute))
+	for _, tc := range []struct {
+		name string
+		user *url.Userinfo
+		want int
+	}{
+		{"none", nil, http.StatusProxyAuthRequired},
+		{"a lease of this proxy", good.Userinfo(), http.StatusOK},
+		{"expired", expired.Userinfo(), http.StatusProxyAuthRequired},
+		{"another proxy's", other.Userinfo(), http.StatusProxyAuthRequired},
+		{"a probe", k.ProbeCredentials(authProxy).Userinfo(), http.StatusOK},
+	} {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr, User: tc.user}), DisableKeepAlives: true}}
+		resp, err := c.Get(origin.URL)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: HTTP %d, want %d", tc.name, resp.StatusCode, tc.want)
+		}
+	}
+}
+
+// BenchmarkSquidThroughput measures requests per second through one squid,
+// open and checking credentials (docs/benchmarks.md): keep-alive clients,
+// 4 per core, each request authenticated.
+func BenchmarkSquidThroughput(b *testing.B) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("origin")) }))
+	defer origin.Close()
+	k := testKeyring(b)
+	now := time.Now()
+	creds := k.LeaseCredentials(authProxy, "bench", now, now.Add(time.Hour))
+	for _, tc := range []struct {
+		name string
+		k    *proxyauth.Keyring
+		user *url.Userinfo
+	}{{"open", nil, nil}, {"auth", k, creds.Userinfo()}} {
+		b.Run(tc.name, func(b *testing.B) {
+			addr := startAuthSquid(b, tc.k)
+			tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr, User: tc.user}), MaxIdleConnsPerHost: 64}
+			defer tr.CloseIdleConnections()
+			c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+			b.SetParallelism(4)
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					resp, err := c.Get(origin.URL)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Errorf("HTTP %d", resp.StatusCode)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+		})
+	}
+}
