@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,21 +92,38 @@ func TestSquidChecksCredentials(t *testing.T) {
 
 // BenchmarkSquidThroughput measures requests per second through one squid,
 // open and checking credentials (docs/benchmarks.md): keep-alive clients,
-// 4 per core, each request authenticated.
+// 4 per core, each request authenticated; "auth-fresh" sends new
+// credentials with every request (a lease per request), so that Squid's
+// cache never answers and every request costs a helper call.
 func BenchmarkSquidThroughput(b *testing.B) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("origin")) }))
 	defer origin.Close()
 	k := testKeyring(b)
 	now := time.Now()
 	creds := k.LeaseCredentials(authProxy, "bench", now, now.Add(time.Hour))
+	var n atomic.Int64
+	fresh := func(addr string) func(*http.Request) (*url.URL, error) {
+		return func(*http.Request) (*url.URL, error) {
+			c := k.LeaseCredentials(authProxy, strconv.FormatInt(n.Add(1), 10), now, now.Add(time.Hour))
+			return &url.URL{Scheme: "http", Host: addr, User: c.Userinfo()}, nil
+		}
+	}
 	for _, tc := range []struct {
-		name string
-		k    *proxyauth.Keyring
-		user *url.Userinfo
-	}{{"open", nil, nil}, {"auth", k, creds.Userinfo()}} {
+		name  string
+		k     *proxyauth.Keyring
+		proxy func(addr string) func(*http.Request) (*url.URL, error)
+	}{
+		{"open", nil, func(addr string) func(*http.Request) (*url.URL, error) {
+			return http.ProxyURL(&url.URL{Scheme: "http", Host: addr})
+		}},
+		{"auth", k, func(addr string) func(*http.Request) (*url.URL, error) {
+			return http.ProxyURL(&url.URL{Scheme: "http", Host: addr, User: creds.Userinfo()})
+		}},
+		{"auth-fresh", k, fresh},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			addr := startAuthSquid(b, tc.k)
-			tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr, User: tc.user}), MaxIdleConnsPerHost: 64}
+			tr := &http.Transport{Proxy: tc.proxy(addr), MaxIdleConnsPerHost: 64}
 			defer tr.CloseIdleConnections()
 			c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 			b.SetParallelism(4)

@@ -40,7 +40,7 @@ func TestCreateReadyThroughSquid(t *testing.T) {
 	if !regexp.MustCompile(`^proxy-operator-[0-9a-f]{12}$`).MatchString(in.Labels[gcp.LabelTag]) || in.Labels[gcp.LabelOwnerUID] != string(p.UID) {
 		t.Errorf("ownership labels %v", in.Labels)
 	}
-	throughProxy(t, p.Status.IP)
+	throughProxy(t, p)
 }
 
 // TestMachineTypeEditReplaces: a machineType edit deletes the VM, waits until
@@ -78,7 +78,7 @@ func TestMachineTypeEditReplaces(t *testing.T) {
 	if !sawDelete || !saw404 {
 		t.Errorf("replacement calls: delete %v, 404 after it %v; want both", sawDelete, saw404)
 	}
-	throughProxy(t, p.Status.IP)
+	throughProxy(t, p)
 }
 
 // TestZoneEditDeletesOldZone: moving a Proxy to another zone deletes the VM

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -27,6 +28,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/gcefake"
@@ -42,6 +44,9 @@ const (
 	quotaRetry = 3 * time.Second
 	timeout    = 90 * time.Second
 )
+
+// operatorNamespace is the operator's own (its proxy auth key's Secret).
+const operatorNamespace = "default"
 
 // shared is the environment of every test in the package; set by TestMain.
 var shared *environment
@@ -130,7 +135,7 @@ func start() (_ *environment, retErr error) {
 	ctrl.SetLogger(opLog)
 	opts := app.NewOptions()
 	// Its proxy auth key Secret goes there; the proxies check credentials.
-	opts.Namespace = "default"
+	opts.Namespace = operatorNamespace
 	opts.MetricsAddr, opts.HealthProbeAddr = "0", "0"
 	opts.Discovery.Addr = "0"
 	opts.APIServer.SecureServing.BindPort = 0
@@ -262,17 +267,38 @@ func inserts(zone string, code int) int {
 }
 
 // throughProxy fetches the target through the proxy at ip:3128.
-func throughProxy(t *testing.T, ip string) {
+// throughProxy proves that the VM of p forwards requests with the
+// operator's credentials for p, and refuses them (407) without.
+func throughProxy(t *testing.T, p *crawlv1alpha1.Proxy) {
 	t.Helper()
-	proxyURL := &url.URL{Scheme: "http", Host: ip + ":3128"}
-	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 5 * time.Second}
-	resp, err := c.Get(shared.target.URL + "/through")
+	kube, err := kubernetes.NewForConfig(shared.cp.RESTConfig())
 	if err != nil {
-		t.Fatalf("GET through proxy %s: %v", proxyURL, err)
+		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Via"), "squid") {
-		t.Fatalf("GET through proxy %s: %s, Via %q; want 200 from squid", proxyURL, resp.Status, resp.Header.Get("Via"))
+	keyring, err := framework.OperatorKeyring(t.Context(), kube.CoreV1(), operatorNamespace, proxyauth.DefaultSecretName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		proxyURL string
+		want     int
+	}{
+		{"http://" + p.Status.IP + ":3128", http.StatusProxyAuthRequired},
+		{framework.ProbeURL(keyring, p.Namespace, p.Name, "http://"+p.Status.IP+":3128"), http.StatusOK},
+	} {
+		proxyURL, err := url.Parse(tc.proxyURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 5 * time.Second}
+		resp, err := c.Get(shared.target.URL + "/through")
+		if err != nil {
+			t.Fatalf("GET through proxy %s: %v", proxyURL.Redacted(), err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.want || !strings.Contains(resp.Header.Get("Via"), "squid") {
+			t.Fatalf("GET through proxy %s: %s, Via %q; want %d from squid", proxyURL.Redacted(), resp.Status, resp.Header.Get("Via"), tc.want)
+		}
 	}
 }
 

@@ -150,6 +150,18 @@ func TestKubectlLeaseForwardsThroughTheOperatorsSquid(t *testing.T) {
 	if table := mustKubectl(t, "", "get", "proxyleases", "-n", ns); !strings.Contains(table, l.LeaseID) {
 		t.Errorf("kubectl does not show the HTTP lease:\n%s", table)
 	}
+	// The Go client's lease URL carries its credentials: a client that
+	// uses it as it is gets through the operator's Squid.
+	goURL, err := url.Parse(l.Proxy.URL)
+	if err != nil || l.Credentials == nil || goURL.User.Username() != l.Credentials.Username {
+		t.Fatalf("the Go client's lease: URL %q, credentials %v; want the URL to carry them", l.Proxy.URL, l.Credentials)
+	}
+	goClient := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(goURL), DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	if resp, err := goClient.Get(shared.target.URL + "/go-client"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("through the Go client's lease: %v, want 200", err)
+	} else {
+		_ = resp.Body.Close()
+	}
 	if err := httpClient.Release(ctx, l.LeaseID); err != nil {
 		t.Fatal(err)
 	}
