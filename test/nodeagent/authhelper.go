@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -111,4 +115,19 @@ func (a *Agent) authConfig(ctx context.Context, pod *corev1.Pod) ([]byte, error)
 		}
 	}
 	return nil, nil
+}
+
+// StatusThrough GETs target through the proxy at proxyAddr ("ip:port") with
+// user as its credentials (nil: none) on a fresh connection, and returns
+// the HTTP status: what a proxy that checks credentials answers them.
+func StatusThrough(proxyAddr string, user *url.Userinfo, target string) (int, error) {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxyAddr, User: user}), DisableKeepAlives: true}}
+	resp, err := c.Get(target)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
 }

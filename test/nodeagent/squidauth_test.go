@@ -77,15 +77,8 @@ func TestSquidChecksCredentials(t *testing.T) {
 		{"another proxy's", other.Userinfo(), http.StatusProxyAuthRequired},
 		{"a probe", k.ProbeCredentials(authProxy).Userinfo(), http.StatusOK},
 	} {
-		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr, User: tc.user}), DisableKeepAlives: true}}
-		resp, err := c.Get(origin.URL)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != tc.want {
-			t.Errorf("%s: HTTP %d, want %d", tc.name, resp.StatusCode, tc.want)
+		if code, err := StatusThrough(addr, tc.user, origin.URL); err != nil || code != tc.want {
+			t.Errorf("%s: HTTP %d (%v), want %d", tc.name, code, err, tc.want)
 		}
 	}
 }

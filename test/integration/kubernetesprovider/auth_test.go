@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,6 +19,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
 	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
+	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
 // A pod created with proxy auth passes Pod Security "restricted" with its
@@ -29,10 +29,7 @@ func TestPodsCheckProxyCredentials(t *testing.T) {
 	e := setup(t)
 	ctx := t.Context()
 	const ns = "restricted-auth"
-	if err := e.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
-		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}); err != nil {
-		t.Fatal(err)
-	}
+	e.restrictedNamespace(t, ns)
 	keyring, err := proxyauth.NewKeyring(bytes.Repeat([]byte{3}, proxyauth.MinKeySize), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -80,15 +77,8 @@ func TestPodsCheckProxyCredentials(t *testing.T) {
 		{"this proxy's lease", mine.Userinfo(), http.StatusOK},
 		{"the operator's probe", keyring.ProbeCredentials(me).Userinfo(), http.StatusOK},
 	} {
-		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: host, User: tc.user}), DisableKeepAlives: true}}
-		resp, err := c.Get(origin.URL)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != tc.want {
-			t.Errorf("%s: HTTP %d, want %d", tc.name, resp.StatusCode, tc.want)
+		if code, err := nodeagent.StatusThrough(host, tc.user, origin.URL); err != nil || code != tc.want {
+			t.Errorf("%s: HTTP %d (%v), want %d", tc.name, code, err, tc.want)
 		}
 	}
 

@@ -31,10 +31,7 @@ func TestPodsPassPodSecurityRestricted(t *testing.T) {
 	e := setup(t)
 	ctx := t.Context()
 	const ns = "restricted"
-	if err := e.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
-		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}); err != nil {
-		t.Fatal(err)
-	}
+	e.restrictedNamespace(t, ns)
 	const userData = "#cloud-config\n# restricted\n"
 	if err := e.admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "boot", Namespace: ns},
 		StringData: map[string]string{"userData": userData}}); err != nil {
@@ -99,5 +96,15 @@ func TestPodsPassPodSecurityRestricted(t *testing.T) {
 		if err := e.admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: req.Name}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
 			t.Errorf("a Proxy naming %s got a pod: %v", tc.name, err)
 		}
+	}
+}
+
+// restrictedNamespace creates namespace ns with Pod Security "restricted"
+// enforced by kube-apiserver's admission.
+func (e *env) restrictedNamespace(t *testing.T, ns string) {
+	t.Helper()
+	if err := e.admin.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}); err != nil {
+		t.Fatal(err)
 	}
 }
