@@ -22,6 +22,9 @@ type Input struct {
 	// Held are the live leases on the pool's Proxies; Waiting the requests
 	// waiting for a lease one of them could serve.
 	Held, Waiting int
+	// Owned is how many Proxies the pool has (being deleted ones aside): a
+	// smaller size that removes none of them applies at once.
+	Owned int
 	// PerProxy is how many leases one Proxy takes (--max-leases-per-proxy).
 	PerProxy int
 	// LowSince is when demand first fell below Replicas (zero: it has not).
@@ -41,7 +44,8 @@ type Decision struct {
 // Proxy's capacity, rounded up, within [minReplicas, maxReplicas]; a larger
 // size applies at once (requests waiting on an empty pool grow it from zero),
 // a smaller one only after demand stayed below the current size for
-// scaleDownDelaySeconds.
+// scaleDownDelaySeconds, unless it removes no Proxy the pool has (a new pool
+// with spec.replicas at its default of 1 and minReplicas 0 creates nothing).
 func Desired(in Input) Decision {
 	a := in.Autoscaling
 	if a == nil {
@@ -68,7 +72,7 @@ func Desired(in Input) Decision {
 		need, reason = hi, crawlv1alpha1.DesiredMax
 	}
 	n := int32(need)
-	if n >= in.Replicas {
+	if n >= in.Replicas || int64(in.Owned) <= need {
 		return Decision{Replicas: n, Reason: reason}
 	}
 	low := in.LowSince

@@ -35,8 +35,14 @@ func TestDesired(t *testing.T) {
 			Decision{5, crawlv1alpha1.DesiredMax, time.Time{}}},
 		{"idle, held at min", Input{Replicas: 2, Autoscaling: auto(2, 5, 80, 0), PerProxy: 1, Now: t0},
 			Decision{2, crawlv1alpha1.DesiredMin, time.Time{}}},
-		{"demand fell: held during the delay", Input{Replicas: 5, Autoscaling: auto(0, 10, 100, 60), Held: 1, PerProxy: 1, Now: t0},
+		{"demand fell: held during the delay", Input{Replicas: 5, Autoscaling: auto(0, 10, 100, 60), Held: 1, PerProxy: 1, Owned: 5, Now: t0},
 			Decision{5, crawlv1alpha1.DesiredScaleDownDelay, t0}},
+		{"a new pool at the default spec.replicas 1, none made yet: to zero at once", Input{Replicas: 1, Autoscaling: auto(0, 10, 80, 300), PerProxy: 1, Now: t0},
+			Decision{0, crawlv1alpha1.DesiredDemand, time.Time{}}},
+		{"the same with its one Proxy made: the delay keeps it", Input{Replicas: 1, Autoscaling: auto(0, 10, 80, 300), PerProxy: 1, Owned: 1, Now: t0},
+			Decision{1, crawlv1alpha1.DesiredScaleDownDelay, t0}},
+		{"smaller, removing none of the 2 it has: at once", Input{Replicas: 5, Autoscaling: auto(0, 10, 100, 60), Held: 2, PerProxy: 1, Owned: 2, Now: t0},
+			Decision{2, crawlv1alpha1.DesiredDemand, time.Time{}}},
 		{"demand stayed low past the delay", Input{Replicas: 5, Autoscaling: auto(0, 10, 100, 60), Held: 1, PerProxy: 1, LowSince: t0, Now: t0.Add(time.Minute)},
 			Decision{1, crawlv1alpha1.DesiredDemand, time.Time{}}},
 		{"idle past the delay: to zero", Input{Replicas: 3, Autoscaling: auto(0, 10, 80, 60), PerProxy: 1, LowSince: t0, Now: t0.Add(2 * time.Minute)},
@@ -65,11 +71,11 @@ func TestDesiredNegativeControls(t *testing.T) {
 		t.Errorf("a waiting request does not grow an empty pool: %+v", got)
 	}
 	noDelay := func(in Input) Decision { in.Autoscaling.ScaleDownDelaySeconds = ptr.To[int32](0); return Desired(in) }
-	in := Input{Replicas: 5, Autoscaling: auto(0, 10, 100, 60), Held: 1, PerProxy: 1, Now: t0}
+	in := Input{Replicas: 5, Autoscaling: auto(0, 10, 100, 60), Held: 1, PerProxy: 1, Owned: 5, Now: t0}
 	if got := noDelay(in); got.Replicas != 1 {
 		t.Fatalf("the broken version waits: %+v", got)
 	}
-	if got := Desired(Input{Replicas: 5, Autoscaling: auto(0, 10, 100, 60), Held: 1, PerProxy: 1, Now: t0}); got.Replicas != 5 {
+	if got := Desired(Input{Replicas: 5, Autoscaling: auto(0, 10, 100, 60), Held: 1, PerProxy: 1, Owned: 5, Now: t0}); got.Replicas != 5 {
 		t.Errorf("demand fell and the pool shrank at once: %+v", got)
 	}
 }

@@ -109,7 +109,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	st := observe(&pool, members, counts, r.Options.DrainTimeout, now)
 	waiting := r.Demand.Waiting(func(q lease.AcquireRequest) bool { return serves(&pool, q) })
 	dec := Desired(Input{
-		Replicas: replicasOf(&pool), Autoscaling: pool.Spec.Autoscaling, Held: st.held, Waiting: waiting,
+		Replicas: replicasOf(&pool), Autoscaling: pool.Spec.Autoscaling, Held: st.held, Waiting: waiting, Owned: len(st.live) + len(st.draining),
 		PerProxy: r.Demand.LeasesPerProxy(), LowSince: r.getLowSince(req.NamespacedName), Now: now,
 	})
 	r.setLowSince(req.NamespacedName, dec.LowSince)

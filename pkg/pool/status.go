@@ -2,12 +2,14 @@ package pool
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
@@ -46,9 +48,14 @@ func (r *Reconciler) patchStatus(ctx context.Context, base, pool *crawlv1alpha1.
 	if equality.Semantic.DeepEqual(base.Status, pool.Status) {
 		return nil
 	}
-	orig := pool.DeepCopy()
-	orig.Status = *base.Status.DeepCopy()
-	if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+	// The whole status, not a diff from base: a diff leaves out the counts
+	// that are 0 on both sides, which a status never written yet then lacks
+	// (kubectl's LEASED column would show nothing instead of 0).
+	patch, err := json.Marshal(map[string]any{"status": pool.Status})
+	if err != nil {
+		return fmt.Errorf("encoding status of pool %s: %w", pool.Name, err)
+	}
+	if err := r.Client.Status().Patch(ctx, pool, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("patching status of pool %s: %w", pool.Name, err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
@@ -481,4 +482,45 @@ func TestTemplateChangeRolls(t *testing.T) {
 		}
 		return len(ps) == 2
 	})
+}
+
+// An autoscaled pool with minReplicas 0 applied without spec.replicas (its
+// default is 1) makes no Proxy while nothing asks for one, and its status
+// shows every count, 0 included (kubectl's LEASED column is 0, not empty).
+func TestAutoscaledPoolStartsEmpty(t *testing.T) {
+	e := start(t, time.Minute)
+	ctx := context.Background()
+	p := &crawlv1alpha1.ProxyPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: e.ns},
+		Spec: crawlv1alpha1.ProxyPoolSpec{
+			Template: crawlv1alpha1.ProxyTemplate{Spec: crawlv1alpha1.ProxySpec{Provider: "kubernetes",
+				Attributes: map[string]string{"pool": "idle"}}},
+			Autoscaling: &crawlv1alpha1.PoolAutoscaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 3},
+		},
+	}
+	if err := e.c.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.Replicas == nil || *p.Spec.Replicas != 1 {
+		t.Fatalf("spec.replicas defaulted to %v, want the CRD's 1 (the case this test is about)", p.Spec.Replicas)
+	}
+	e.waitFor(t, "spec.replicas set to 0 by the autoscaler", 10*time.Second, func() bool {
+		got := e.getPool(t, "idle")
+		return got.Spec.Replicas != nil && *got.Spec.Replicas == 0 && got.Status.ObservedGeneration == got.Generation
+	})
+	// Give a wrongly created Proxy time to show.
+	time.Sleep(2 * time.Second)
+	if ps := e.proxies(t, "idle"); len(ps) != 0 {
+		t.Errorf("an idle autoscaled pool made %d Proxies, want none", len(ps))
+	}
+	var u unstructured.Unstructured
+	u.SetGroupVersionKind(crawlv1alpha1.SchemeGroupVersion.WithKind("ProxyPool"))
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(p), &u); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"replicas", "readyReplicas", "leasedReplicas", "drainingReplicas", "waitingRequests", "desiredReplicas"} {
+		if v, found, err := unstructured.NestedInt64(u.Object, "status", f); err != nil || !found || v != 0 {
+			t.Errorf("status.%s = (%d, found %v, %v), want 0 written", f, v, found, err)
+		}
+	}
 }
