@@ -42,7 +42,13 @@ var (
 // release" to the longest waitSeconds a client may ask for.
 func WaitBuckets() []float64 { return prometheus.ExponentialBuckets(0.001, 4, 10) }
 
-// New returns unregistered metrics with every outcome series present at zero.
+// DefaultBand is the priority band of a request that names none: its queue
+// length series exists from the start, so that a dashboard or an alert sees
+// 0 before any request has waited, not "no data".
+const DefaultBand = 0
+
+// New returns unregistered metrics with every outcome series, and the
+// default band's queue length, present at zero.
 func New() *Metrics {
 	m := &Metrics{
 		queueLength: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -71,6 +77,7 @@ func New() *Metrics {
 		m.waitBy[l] = m.wait.WithLabelValues(l)
 		m.requestsBy[l] = m.requests.WithLabelValues(l)
 	}
+	m.FlowControlQueueLength(DefaultBand, 0)
 	return m
 }
 

@@ -58,6 +58,7 @@ func TestMetricsThroughTheCore(t *testing.T) {
 	want := `
 # HELP proxy_operator_flowcontrol_queue_length Lease requests waiting for capacity, per priority band.
 # TYPE proxy_operator_flowcontrol_queue_length gauge
+proxy_operator_flowcontrol_queue_length{band="0"} 0
 proxy_operator_flowcontrol_queue_length{band="3"} 0
 # HELP proxy_operator_flowcontrol_requests_total Lease requests handled by flow control, by outcome.
 # TYPE proxy_operator_flowcontrol_requests_total counter
@@ -87,5 +88,22 @@ proxy_operator_flowcontrol_requests_total{outcome="rejected_other"} 0
 	m.FlowControlAbandoned()
 	if got := testutil.ToFloat64(m.abandoned); got != 1 {
 		t.Errorf("abandoned = %v, want 1", got)
+	}
+}
+
+// Before any request, the default band's queue length is there at 0 (the
+// dashboard's panel and the alerts query it), and only that band's.
+func TestQueueLengthPresentFromTheStart(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(New()); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP proxy_operator_flowcontrol_queue_length Lease requests waiting for capacity, per priority band.
+# TYPE proxy_operator_flowcontrol_queue_length gauge
+proxy_operator_flowcontrol_queue_length{band="0"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "proxy_operator_flowcontrol_queue_length"); err != nil {
+		t.Error(err)
 	}
 }
