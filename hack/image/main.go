@@ -27,12 +27,12 @@ const (
 	// HelperPath is the proxy auth helper, where the kubernetes provider's
 	// init container runs it from.
 	HelperPath = "/proxy-auth-helper"
-	// HelperPackage is the helper's main package.
-	HelperPackage = "./cmd/proxy-auth-helper"
-	CertsPath     = "/etc/ssl/certs/ca-certificates.crt"
-	NonRootUser   = "65532"
-	versionPkg    = "github.com/proxy-operator/proxy-operator/pkg/version"
-	sourceURL     = "https://github.com/proxy-operator/proxy-operator"
+	// helperDir is the helper's main package, beside the operator's.
+	helperDir   = "proxy-auth-helper"
+	CertsPath   = "/etc/ssl/certs/ca-certificates.crt"
+	NonRootUser = "65532"
+	versionPkg  = "github.com/proxy-operator/proxy-operator/pkg/version"
+	sourceURL   = "https://github.com/proxy-operator/proxy-operator"
 )
 
 // Options say what to build.
@@ -132,7 +132,7 @@ func Build(o Options) (v1.ImageIndex, []v1.Image, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		helper, err := buildBinary(o, HelperPackage, goarch)
+		helper, err := buildBinary(o, helperPackage(o.Package), goarch)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -147,6 +147,17 @@ func Build(o Options) (v1.ImageIndex, []v1.Image, error) {
 		})
 	}
 	return idx, images, nil
+}
+
+// helperPackage is the helper's main package beside mainPkg
+// ("./cmd/proxy-operator" gives "./cmd/proxy-auth-helper").
+func helperPackage(mainPkg string) string {
+	pkg := filepath.Join(filepath.Dir(mainPkg), helperDir)
+	if strings.HasPrefix(mainPkg, "./") {
+		// Relative to the working directory, not an import path.
+		return "./" + pkg
+	}
+	return pkg
 }
 
 // buildBinary builds a static, reproducible binary of pkg for goarch.

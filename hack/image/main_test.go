@@ -200,8 +200,16 @@ func imageContents(t *testing.T, idx v1.ImageIndex, img v1.Image) {
 			t.Errorf("base layer %s: %q, want %q", name, got, want)
 		}
 	}
-	if got := layerFiles(t, layers[1])[strings.TrimPrefix(BinaryPath, "/")]; got != "755 uid=0" {
+	app := layerFiles(t, layers[1])
+	if got := app[strings.TrimPrefix(BinaryPath, "/")]; got != "755 uid=0" {
 		t.Errorf("binary: %q", got)
+	}
+	// The Squid pods' init container runs it from there (--install-to).
+	if got := app[strings.TrimPrefix(HelperPath, "/")]; got != "755 uid=0" {
+		t.Errorf("proxy auth helper %s: %q", HelperPath, got)
+	}
+	if helperPackage("./cmd/proxy-operator") != "./cmd/proxy-auth-helper" {
+		t.Errorf("helper package of ./cmd/proxy-operator: %q", helperPackage("./cmd/proxy-operator"))
 	}
 
 	bin := extractBinary(t, img)
@@ -233,7 +241,7 @@ func imageBinaryRunsTheOperator(t *testing.T, img v1.Image) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin,
-		"--kubeconfig="+cp.KubeconfigPath, "--providers=kubernetes",
+		"--kubeconfig="+cp.KubeconfigPath, "--namespace=default", "--providers=kubernetes",
 		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe), "--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metrics),
 		"--discovery-bind-address=0", "--apiserver-secure-port=0", "--gc-interval=0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -246,7 +246,7 @@ type Endpoint struct {
 //
 // The has() guards matter only for the {} default, which the apiserver
 // validates before its children are defaulted; stored objects always carry both.
-// +kubebuilder:validation:XValidation:rule="!has(self.timeoutSeconds) || !has(self.intervalSeconds) || self.timeoutSeconds < self.intervalSeconds",message="spec.healthCheck.timeoutSeconds must be less than spec.healthCheck.intervalSeconds",fieldPath=".timeoutSeconds"
+// +kubebuilder:validation:XValidation:rule="!has(self.timeoutSeconds) || !has(self.intervalSeconds) || self.timeoutSeconds <= self.intervalSeconds",message="spec.healthCheck.timeoutSeconds (default 5) must not exceed spec.healthCheck.intervalSeconds: with an interval under 5 seconds, set timeoutSeconds too",fieldPath=".timeoutSeconds"
 // +kubebuilder:validation:XValidation:rule="!has(self.tls) || (isURL(self.url) && url(self.url).getScheme() == 'https')",message="spec.healthCheck.tls is only allowed when spec.healthCheck.url is an https URL",fieldPath=".tls",reason="FieldValueForbidden"
 type HealthCheck struct {
 	// url is fetched through the proxy: plain http as a forwarded GET, https
@@ -265,8 +265,9 @@ type HealthCheck struct {
 	// +optional
 	IntervalSeconds int32 `json:"intervalSeconds,omitempty"`
 
-	// timeoutSeconds bounds one probe; it must be less than intervalSeconds.
-	// Defaults to 5.
+	// timeoutSeconds bounds one probe; it must not exceed intervalSeconds
+	// (a proxy is never probed twice at once). Defaults to 5: set it with an
+	// intervalSeconds under 5.
 	// +kubebuilder:default=5
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3599
