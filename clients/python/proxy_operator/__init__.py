@@ -5,12 +5,14 @@ The client (:class:`Client`) needs only the standard library; the middleware
 """
 
 from .client import BANNED, OK, RATE_LIMITED, TOKEN_ENV, Client, Lease, LeaseContext, Proxy
-from .errors import (APIError, BodyTooLarge, Forbidden, InvalidRequest, InvalidResult, LeaseEnded, NoMatch,
-                     NotFound, QueueFull, ServerError, TTLTooLong, Unauthorized, Unavailable, UnknownLease)
+from .errors import (CODES, APIError, BodyTooLarge, CooldownLimit, Forbidden, InvalidRequest, InvalidResult,
+                     LeaseEnded, MethodNotAllowed, NoMatch, NoRoom, NotFound, NotLeader, QueueFull, ServerError,
+                     TransportError, TTLTooLong, Unauthorized, Unavailable, UnknownLease)
 
 __all__ = [
-    "APIError", "BANNED", "BodyTooLarge", "Client", "Forbidden", "InvalidRequest", "InvalidResult", "Lease",
-    "LeaseContext", "LeaseEnded", "NoMatch", "NotFound", "OK", "Proxy", "QueueFull", "RATE_LIMITED",
-    "ServerError", "TOKEN_ENV", "TTLTooLong", "Unauthorized", "Unavailable", "UnknownLease",
+    "APIError", "BANNED", "BodyTooLarge", "CODES", "Client", "CooldownLimit", "Forbidden", "InvalidRequest",
+    "InvalidResult", "Lease", "LeaseContext", "LeaseEnded", "MethodNotAllowed", "NoMatch", "NoRoom", "NotFound",
+    "NotLeader", "OK", "Proxy", "QueueFull", "RATE_LIMITED", "ServerError", "TOKEN_ENV", "TTLTooLong",
+    "TransportError", "Unauthorized", "Unavailable", "UnknownLease",
 ]
 __version__ = "0.1.0"

@@ -12,7 +12,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from .errors import APIError, QueueFull, error_from_response
+from .errors import APIError, NotLeader, QueueFull, TransportError, Unavailable, error_from_response
 
 #: The environment variable the token is read from when none is given.
 TOKEN_ENV = "PROXY_OPERATOR_TOKEN"
@@ -91,11 +91,16 @@ class Client:
         timeout: seconds for one HTTP exchange beyond any wait the request asks for.
         queue_full_retries: how often :meth:`lease` retries a ``429 queue_full``, sleeping
             ``Retry-After`` between tries, before it raises :class:`QueueFull`.
+        retry_for: for how many seconds (of sleeping between tries) a call is retried while no
+            replica answers it: ``503 not_leader`` or ``unavailable`` (a leader handover: about 3 s
+            planned, 18 s after a crash) and transient connection failures. A lease request is
+            retried on a connection failure only when the connection was refused (it may have been
+            granted otherwise). ``0`` turns retries off.
         sleep: the sleep function (tests inject their own).
     """
 
     def __init__(self, base_url: str, token: Optional[str] = None, *, ca_file: Optional[str] = None,
-                 timeout: float = 30.0, queue_full_retries: int = 3,
+                 timeout: float = 30.0, queue_full_retries: int = 3, retry_for: float = 60.0,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         if not base_url:
             raise ValueError("base_url is required")
@@ -103,6 +108,7 @@ class Client:
         self.token = token if token is not None else os.environ.get(TOKEN_ENV, "")
         self.timeout = timeout
         self.queue_full_retries = queue_full_retries
+        self.retry_for = retry_for
         self._sleep = sleep
         self._ssl: Optional[ssl.SSLContext] = None
         if self.base_url.startswith("https://"):
@@ -143,7 +149,7 @@ class Client:
         attempt = 0
         while True:
             try:
-                body = self._call("POST", "/v1/leases", req, extra_timeout=wait_seconds)
+                body = self._call("POST", "/v1/leases", req, extra_timeout=wait_seconds, idempotent=False)
                 return Lease.from_json(body, target=target)
             except QueueFull as e:
                 if attempt >= self.queue_full_retries:
@@ -190,8 +196,27 @@ class Client:
 
     # --- transport ---
 
+    #: Backoff between retries of a call no replica answered: first and longest sleep, in seconds.
+    RETRY_FIRST, RETRY_MAX = 0.5, 5.0
+
     def _call(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None,
-              extra_timeout: float = 0) -> Dict[str, Any]:
+              extra_timeout: float = 0, idempotent: bool = True) -> Dict[str, Any]:
+        """One call, retried for ``retry_for`` seconds while no replica answers it."""
+        slept, delay = 0.0, self.RETRY_FIRST
+        while True:
+            try:
+                return self._call_once(method, path, body, extra_timeout)
+            except (Unavailable, TransportError) as e:
+                if isinstance(e, TransportError) and not (e.transient and (idempotent or e.refused)):
+                    raise
+                if slept + delay > self.retry_for:
+                    raise
+                self._sleep(delay)
+                slept += delay
+                delay = min(delay * 2, self.RETRY_MAX)
+
+    def _call_once(self, method: str, path: str, body: Optional[Mapping[str, Any]],
+                   extra_timeout: float) -> Dict[str, Any]:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.base_url + path, data=data, method=method)
         if data is not None:
@@ -210,6 +235,11 @@ class Client:
             if not isinstance(decoded, dict):
                 decoded = {}
             raise error_from_response(e.code, decoded, e.headers.get("Retry-After")) from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = e.reason if isinstance(e, urllib.error.URLError) else e
+            refused = isinstance(reason, ConnectionRefusedError)
+            transient = isinstance(reason, (ConnectionError, TimeoutError)) and not isinstance(reason, ssl.SSLError)
+            raise TransportError(f"{method} {self.base_url}{path}: {reason}", refused=refused, transient=transient) from e
         if not raw:
             return {}
         decoded = json.loads(raw)

@@ -51,7 +51,16 @@ class Unauthorized(APIError):
 
 
 class Forbidden(APIError):
-    """403: the lease is not the caller's."""
+    """403 ``forbidden``: the lease, or the namespace, is not the caller's."""
+
+
+class CooldownLimit(Forbidden):
+    """403 ``cooldown_limit``: the lease's holder already runs the most cooldowns it may; nothing was
+    recorded. Retry the report once one of them ends (within a cooldown window)."""
+
+
+class MethodNotAllowed(APIError):
+    """405 ``method_not_allowed``: the route takes another method (a client bug)."""
 
 
 class UnknownLease(APIError):
@@ -99,6 +108,11 @@ class NoMatch(APIError):
         return self._count("queuedAhead")
 
 
+class NoRoom(APIError):
+    """409 ``no_room``: a lease lost in an operator crash cannot come back, its proxy has been leased
+    to capacity since; acquire a new one."""
+
+
 class LeaseEnded(APIError):
     """410 ``lease_ended``: the lease was released, expired or its Proxy was deleted (the message
     says which); lease again."""
@@ -121,8 +135,32 @@ class Unavailable(APIError):
     """503 ``unavailable``: the server cannot answer now; retry."""
 
 
+class NotLeader(Unavailable):
+    """503 ``not_leader``: this replica does not serve leases now (a handover: about 3 seconds planned,
+    18 after a crash). ``leader`` names the one that does, when known. The client retries it for
+    ``retry_for`` seconds before raising it."""
+
+    @property
+    def leader(self) -> str:
+        return str(self.body.get("leader") or "")
+
+
 class ServerError(APIError):
-    """5xx other than 503: a bug on the server; safe to retry."""
+    """5xx other than 503 (``internal``): a bug on the server; safe to retry."""
+
+
+class TransportError(APIError):
+    """No answer: the connection failed, was refused or timed out (``status`` 0, ``code``
+    ``"transport"``; ``__cause__`` is the underlying error). Retried for ``retry_for`` seconds
+    when it is safe (any call but a lease whose request may have reached the server)."""
+
+    def __init__(self, message: str, refused: bool = False, transient: bool = False) -> None:
+        super().__init__(0, "transport", message)
+        #: True when the connection was refused: the request never reached a server.
+        self.refused = refused
+        #: True for a failure a retry may cure (refused, reset, timed out); False for one it cannot
+        #: (a certificate that does not verify, a name that does not resolve).
+        self.transient = transient or refused
 
 
 _BY_CODE: Dict[str, Type[APIError]] = {
@@ -133,17 +171,25 @@ _BY_CODE: Dict[str, Type[APIError]] = {
     "invalid_result": InvalidResult,
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,
+    "cooldown_limit": CooldownLimit,
     "unknown_lease": UnknownLease,
     "not_found": NotFound,
+    "method_not_allowed": MethodNotAllowed,
     "no_match": NoMatch,
+    "no_room": NoRoom,
     "lease_ended": LeaseEnded,
     "body_too_large": BodyTooLarge,
     "queue_full": QueueFull,
     "unavailable": Unavailable,
+    "not_leader": NotLeader,
+    "internal": ServerError,
 }
 
+#: Every error code of the API (pkg/discovery/wire): a test holds this to the Go constants.
+CODES = frozenset(_BY_CODE)
+
 _BY_STATUS: Dict[int, Type[APIError]] = {
-    400: InvalidRequest, 401: Unauthorized, 403: Forbidden, 404: UnknownLease,
+    400: InvalidRequest, 401: Unauthorized, 403: Forbidden, 404: UnknownLease, 405: MethodNotAllowed,
     409: NoMatch, 410: LeaseEnded, 413: BodyTooLarge, 429: QueueFull, 503: Unavailable,
 }
 

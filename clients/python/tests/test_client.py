@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -67,6 +68,13 @@ class FakeAPI:
         self.server.server_close()
 
 
+def wire_codes():
+    """The error codes of the Go server, read from pkg/discovery/wire."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "pkg", "discovery", "wire", "wire.go")
+    with open(path) as f:
+        return set(re.findall(r'^\s*Code[A-Za-z]+\s*=\s*"([a-z_]+)"', f.read(), re.M))
+
+
 class ClientTest(unittest.TestCase):
     def setUp(self):
         self.api = FakeAPI()
@@ -124,6 +132,7 @@ class ClientTest(unittest.TestCase):
         self.assertEqual([("GET", "/v1/leases/abc123")] * 2, [(m, p) for m, p, _, _ in self.api.requests])
 
     def test_every_error_code_has_its_exception(self):
+        client = po.Client(self.api.url, "tok", retry_for=0, sleep=self.sleeps.append)
         cases = [
             (400, "invalid_json", po.InvalidRequest),
             (400, "invalid_request", po.InvalidRequest),
@@ -132,19 +141,27 @@ class ClientTest(unittest.TestCase):
             (400, "invalid_query", po.InvalidRequest),
             (401, "unauthorized", po.Unauthorized),
             (403, "forbidden", po.Forbidden),
+            (403, "cooldown_limit", po.CooldownLimit),
             (404, "unknown_lease", po.UnknownLease),
             (404, "not_found", po.NotFound),
+            (405, "method_not_allowed", po.MethodNotAllowed),
             (409, "no_match", po.NoMatch),
+            (409, "no_room", po.NoRoom),
             (410, "lease_ended", po.LeaseEnded),
             (413, "body_too_large", po.BodyTooLarge),
+            (429, "queue_full", po.QueueFull),
             (503, "unavailable", po.Unavailable),
+            (503, "not_leader", po.NotLeader),
             (500, "internal", po.ServerError),
         ]
+        # Every code the server has (pkg/discovery/wire) is here and in the client.
+        self.assertEqual(wire_codes(), {code for _, code, _ in cases})
+        self.assertEqual(wire_codes(), set(po.CODES))
         for status, code, cls in cases:
             with self.subTest(code=code):
                 self.api.answer("POST", "/v1/leases/x/renew", status, {"error": code, "message": "because " + code})
                 with self.assertRaises(cls) as ctx:
-                    self.client.renew("x")
+                    client.renew("x")
                 e = ctx.exception
                 self.assertEqual((status, code, "because " + code), (e.status, e.code, e.message))
                 self.assertIsInstance(e, po.APIError)
@@ -152,6 +169,72 @@ class ClientTest(unittest.TestCase):
                 for _, _, other in cases:
                     if other is not cls and not issubclass(cls, other):
                         self.assertNotIsInstance(e, other)
+
+    def test_not_leader_is_retried_through_a_handover(self):
+        for _ in range(3):
+            self.api.answer("POST", "/v1/leases", 503, {"error": "not_leader", "message": "standby",
+                                                        "leader": "operator-0_abc"}, {"Retry-After": "1"})
+        self.api.answer("POST", "/v1/leases", 201, LEASE)
+        self.assertEqual("abc123", self.client.lease().lease_id)
+        self.assertEqual([0.5, 1.0, 2.0], self.sleeps)
+        self.assertEqual(4, len(self.api.requests))
+
+    def test_not_leader_past_retry_for_is_raised(self):
+        client = po.Client(self.api.url, "tok", retry_for=2, sleep=self.sleeps.append)
+        for _ in range(5):
+            self.api.answer("GET", "/v1/leases/abc123", 503, {"error": "not_leader", "message": "standby",
+                                                              "leader": "operator-0_abc"})
+        with self.assertRaises(po.NotLeader) as ctx:
+            client.get("abc123")
+        self.assertEqual("operator-0_abc", ctx.exception.leader)
+        self.assertIsInstance(ctx.exception, po.Unavailable)
+        # 0.5 + 1.0 slept; 2.0 more would pass retry_for.
+        self.assertEqual([0.5, 1.0], self.sleeps)
+
+    def test_a_refused_connection_is_an_api_error_and_retried(self):
+        closed = FakeAPI()
+        url = closed.url
+        closed.close()  # nothing listens there now
+        client = po.Client(url, "tok", retry_for=1, sleep=self.sleeps.append)
+        for call in (lambda: client.get("abc123"), lambda: client.lease()):
+            self.sleeps.clear()
+            with self.assertRaises(po.TransportError) as ctx:
+                call()
+            e = ctx.exception
+            self.assertIsInstance(e, po.APIError)
+            self.assertEqual((0, "transport", True), (e.status, e.code, e.refused))
+            self.assertEqual([0.5], self.sleeps)  # retried: a refused request reached no server
+
+    def test_a_lease_that_may_have_been_granted_is_not_retried(self):
+        # The server takes the request and drops the connection without an answer.
+        import socket
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        self.addCleanup(srv.close)
+        stop = threading.Event()
+
+        def drop():
+            srv.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    continue
+                conn.recv(65536)
+                conn.close()
+        t = threading.Thread(target=drop, daemon=True)
+        t.start()
+        self.addCleanup(stop.set)
+        client = po.Client(f"http://127.0.0.1:{srv.getsockname()[1]}", "tok", retry_for=10, sleep=self.sleeps.append)
+        with self.assertRaises(po.TransportError) as ctx:
+            client.lease()
+        self.assertFalse(ctx.exception.refused)
+        self.assertEqual([], self.sleeps)  # not retried: it may have been granted
+        # Negative control: the same failure on a read is retried.
+        with self.assertRaises(po.TransportError):
+            client.get("abc123")
+        self.assertGreater(len(self.sleeps), 0)
 
     def test_no_match_carries_the_counts(self):
         self.api.answer("POST", "/v1/leases", 409, {"error": "no_match", "message": "no proxy", "considered": 3,
