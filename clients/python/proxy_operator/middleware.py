@@ -66,7 +66,8 @@ from urllib.parse import urlparse
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.utils.misc import load_object
-from twisted.internet import defer, reactor, task
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet import defer, task
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
@@ -273,7 +274,9 @@ class ProxyOperatorMiddleware:
             if d.acquiring is None:
                 d.acquiring, d.acquiring_waits = self._acquire(domain, d, wait=self.wait), True
             waited = d.acquiring_waits
-            if await _shared(d.acquiring) is None and waited and d.cooling_until <= time.monotonic():
+            # A Deferred under the default reactor, an asyncio Future under
+            # AsyncioSelectorReactor (Scrapy's default since 2.13).
+            if await maybe_deferred_to_future(_shared(d.acquiring)) is None and waited and d.cooling_until <= time.monotonic():
                 self.stats.inc_value(STATS + "gave_up")
                 raise IgnoreRequest(f"no proxy for {domain} after {self.attempts} waits of {self.wait}s")
             # Got one (now in d.leases), or a growth try without a wait found
@@ -313,7 +316,7 @@ class ProxyOperatorMiddleware:
                     return None
                 w = min(wait, self.recheck, budget)
 
-        result = deferToThreadPool(reactor, self._wait_pool, one)
+        result = deferToThreadPool(_reactor(), self._wait_pool, one)
 
         def done(lease: Any) -> Any:
             d.acquiring = None
@@ -353,7 +356,7 @@ class ProxyOperatorMiddleware:
             return
         if d.idle_call is not None and d.idle_call.active():
             d.idle_call.cancel()
-        d.idle_call = reactor.callLater(self.idle_release, self._release_idle, domain)
+        d.idle_call = _reactor().callLater(self.idle_release, self._release_idle, domain)
 
     def _release_idle(self, domain: str) -> None:
         d = self.domains.get(domain)
@@ -387,7 +390,7 @@ class ProxyOperatorMiddleware:
             if f.check(LeaseEnded, UnknownLease):
                 self._drop(d, lease.lease_id)  # ended: the next request leases again
 
-        return deferToThreadPool(reactor, self._pool, self.client.renew, lease).addCallbacks(renewed, failed)
+        return deferToThreadPool(_reactor(), self._pool, self.client.renew, lease).addCallbacks(renewed, failed)
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> defer.Deferred:
         def failed(f: Any) -> None:
@@ -395,7 +398,7 @@ class ProxyOperatorMiddleware:
                 self.stats.inc_value(STATS + "errors")
             logger.warning("%s failed: %s", getattr(fn, "__name__", "call"), f.getErrorMessage())
 
-        return deferToThreadPool(reactor, self._pool, fn, *args).addErrback(failed)
+        return deferToThreadPool(_reactor(), self._pool, fn, *args).addErrback(failed)
 
     def _track(self, d: defer.Deferred) -> None:
         self._pending.add(d)
@@ -404,6 +407,14 @@ class ProxyOperatorMiddleware:
 
 def _domain(url: str) -> str:
     return (urlparse(url).hostname or "").lower()
+
+
+def _reactor() -> Any:
+    """The running reactor. Imported when used, not with this module: importing
+    twisted.internet.reactor installs the default reactor, and Scrapy must be
+    free to install the one TWISTED_REACTOR names."""
+    from twisted.internet import reactor
+    return reactor
 
 
 def _shared(d: defer.Deferred) -> defer.Deferred:

@@ -53,8 +53,9 @@ def main():
     crawler = process.create_crawler(Fetch)
     process.crawl(crawler, urls=cfg["urls"])
     process.start()
+    from twisted.internet import reactor
     out = {"stats": {k: v for k, v in crawler.stats.get_stats().items() if isinstance(v, (int, float, str))},
-           "seen": crawler.spider.seen}
+           "seen": crawler.spider.seen, "reactor": type(reactor).__name__}
     with open(sys.argv[2], "w") as f:
         json.dump(out, f, default=str)
 

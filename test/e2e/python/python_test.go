@@ -137,8 +137,10 @@ func (s *site) vias() []string {
 }
 
 type crawlResult struct {
-	Stats map[string]any `json:"stats"`
-	Seen  []struct {
+	// Reactor is the class of the reactor the crawl ran on.
+	Reactor string         `json:"reactor"`
+	Stats   map[string]any `json:"stats"`
+	Seen    []struct {
 		URL    string `json:"url"`
 		Status int    `json:"status"`
 		Proxy  string `json:"proxy"`
@@ -449,6 +451,39 @@ func TestScrapy(t *testing.T) {
 		}
 		if acq := res.stat("leases_acquired"); acq < domains {
 			t.Errorf("%v leases acquired, want one per domain at least (%d)", acq, domains)
+		}
+		if n := activeLeases(t, env); n != 0 {
+			t.Errorf("%d leases live after the spider closed, want 0", n)
+		}
+	})
+
+	// Scrapy's default reactor since 2.13: the middleware awaits its leases
+	// as asyncio futures there (it awaited Twisted Deferreds, which an
+	// asyncio task cannot). More domains than proxies, so requests wait.
+	t.Run("the middleware runs under the asyncio reactor", func(t *testing.T) {
+		const domains, perDomain = 6, 3
+		var urls []string
+		for d := range domains {
+			s := newSite(t, fmt.Sprintf("127.0.10.%d", 30+d), 100*time.Millisecond, ok200)
+			for i := range perDomain {
+				urls = append(urls, fmt.Sprintf("%s/%d", s.url, i))
+			}
+		}
+		res := crawl(t, env, urls, map[string]any{
+			"TWISTED_REACTOR":     "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
+			"PROXY_OPERATOR_WAIT": 10, "PROXY_OPERATOR_IDLE_RELEASE": 0.2, "CONCURRENT_REQUESTS": 16,
+		})
+		if res.Reactor != "AsyncioSelectorReactor" {
+			t.Fatalf("the crawl ran on %q, want AsyncioSelectorReactor", res.Reactor)
+		}
+		ok := 0
+		for _, s := range res.Seen {
+			if s.Status == http.StatusOK {
+				ok++
+			}
+		}
+		if ok != domains*perDomain || res.stat("gave_up") != 0 {
+			t.Errorf("%d of %d requests answered 200, %v gave up; want all, none (stats %v)", ok, domains*perDomain, res.stat("gave_up"), res.Stats)
 		}
 		if n := activeLeases(t, env); n != 0 {
 			t.Errorf("%d leases live after the spider closed, want 0", n)
