@@ -11,7 +11,9 @@ Per request domain (the URL's host name, which is also the lease's ``target``, s
 cooldowns are per site) it holds up to ``PROXY_OPERATOR_LEASES_PER_DOMAIN``
 leases and sets ``request.meta["proxy"]``. A busy fleet makes the request wait
 (``PROXY_OPERATOR_WAIT`` seconds per try, the API's fair queue), never fail at
-once. Leases are renewed before they expire, released when their domain has
+once. Leases are renewed before they expire (the renewal's proxy URL, with its
+new credentials, is used from then on; a renewal that says the proxy is
+draining moves the domain to another proxy), released when their domain has
 been idle for ``PROXY_OPERATOR_IDLE_RELEASE`` seconds (so a spider crawling more
 domains than there are proxies shares them), and all released before the spider
 closes, including one granted to a wait still under way when the close began.
@@ -49,7 +51,8 @@ Settings (all optional but the URL):
 =====================================  ==========================================
 
 Scrapy stats: ``proxy_operator/leases_acquired``, ``leases_released``,
-``leases_renewed``, ``reports/rate_limited``, ``reports/banned``, ``retries``,
+``leases_renewed``, ``leases_left_draining``, ``reports/rate_limited``, ``reports/banned``, ``retries``,
+``proxy_auth_retries`` (requests the proxy answered 407, sent again with the current lease),
 ``no_match`` (wait pieces that ran out), ``gave_up``, ``site_cooling`` (requests
 dropped while their site backs off), ``errors`` and
 ``lease_wait_seconds_max`` (the longest a lease took to come).
@@ -216,6 +219,13 @@ class ProxyOperatorMiddleware:
         domain = _domain(request.url)
         d = self.domains.setdefault(domain, _Domain())
         d.inflight = max(0, d.inflight - 1)
+        if response.status == 407:
+            # The proxy refused the credentials the request carried: they
+            # were set when Scrapy took the request, and it waited in the
+            # downloader's queue past their expiry (a renewal's came since),
+            # or the lease ended. Send it again with the domain's lease as it
+            # is now.
+            return self._retry(request, response, domain, d, STATS + "proxy_auth_retries")
         result = None
         if response.status == 429:
             result = RATE_LIMITED
@@ -232,11 +242,15 @@ class ProxyOperatorMiddleware:
             self._track(self._call(self.client.report, lease, result).addBoth(lambda _: self._release(lease)))
         logger.info("proxy %s answered %d for %s: reported %s, moving to another proxy",
                     request.meta.get("proxy"), response.status, domain, result)
+        return self._retry(request, response, domain, d, STATS + "retries")
+
+    def _retry(self, request: Any, response: Any, domain: str, d: "_Domain", stat: str) -> Any:
+        """The request again, to lease anew (up to PROXY_OPERATOR_MAX_RETRIES times), else the response."""
         retries = request.meta.get(META_RETRIES, 0)
         if retries >= self.max_retries:
             self._maybe_idle(domain, d)
             return response
-        self.stats.inc_value(STATS + "retries")
+        self.stats.inc_value(stat)
         retry = request.replace(dont_filter=True)
         retry.meta.pop("proxy", None)
         retry.meta.pop(META_LEASE, None)
@@ -381,10 +395,19 @@ class ProxyOperatorMiddleware:
 
     def _renew(self, d: _Domain, lease: Lease) -> defer.Deferred:
         def renewed(new: Lease) -> None:
+            self.stats.inc_value(STATS + "leases_renewed")
+            if new.proxy_draining:
+                # Its ProxyPool removes the proxy: no new request goes there;
+                # the ones in flight already passed the proxy's check. The
+                # domain's next request leases another proxy.
+                if self._drop(d, lease.lease_id) is not None:
+                    self.stats.inc_value(STATS + "leases_left_draining")
+                    self._track(self._release(new))
+                return
             for i, held in enumerate(d.leases):
                 if held.lease_id == lease.lease_id:
+                    # The renewal's URL carries the new proxy credentials.
                     d.leases[i] = new
-            self.stats.inc_value(STATS + "leases_renewed")
 
         def failed(f: Any) -> None:
             if f.check(LeaseEnded, UnknownLease):

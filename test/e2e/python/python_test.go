@@ -15,10 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/devenv"
 	"github.com/proxy-operator/proxy-operator/test/framework"
@@ -409,15 +413,92 @@ func TestScrapy(t *testing.T) {
 		const ttl = 6
 		slow := newSite(t, "127.0.10.3", 700*time.Millisecond, ok200)
 		var urls []string
-		for i := range 12 { // one at a time: ~8.4 s, past the 6 s TTL
+		for i := range 20 { // one at a time: ~14 s, past the 6 s TTL and Squid's 10 s trust in a check
 			urls = append(urls, fmt.Sprintf("%s/%d", slow.url, i))
 		}
 		res := crawl(t, env, urls, map[string]any{"PROXY_OPERATOR_TTL": ttl, "CONCURRENT_REQUESTS_PER_DOMAIN": 1})
 		if n := res.stat("leases_renewed"); n < 1 {
 			t.Errorf("%v renewals in a crawl longer than the %ds TTL, want at least 1", n, ttl)
 		}
+		// Scrapy gave every request its proxy URL (with the first
+		// credentials) when it took it; the ones sent after those expired
+		// were refused (407) and sent again with the renewal's.
+		ok := 0
+		for _, s := range res.Seen {
+			if s.Status == http.StatusOK {
+				ok++
+			}
+		}
+		if ok != len(urls) || res.stat("proxy_auth_retries") < 1 {
+			t.Errorf("%d of %d answered 200, %v sent again after a 407: want all, and some (stats %v)", ok, len(urls), res.stat("proxy_auth_retries"), res.Stats)
+		}
 		if acq := res.stat("leases_acquired"); acq != 1 || len(slow.vias()) != 1 {
 			t.Errorf("%v leases, proxies %q: want the one lease kept throughout", acq, slow.vias())
+		}
+		if n := activeLeases(t, env); n != 0 {
+			t.Errorf("%d leases live after the spider closed, want 0", n)
+		}
+	})
+
+	t.Run("a renewal that says the proxy drains moves the domain to another proxy", func(t *testing.T) {
+		const ttl = 6
+		slow := newSite(t, "127.0.10.40", 700*time.Millisecond, ok200)
+		var urls []string
+		for i := range 14 { // one at a time: ~10 s, past two renewals
+			urls = append(urls, fmt.Sprintf("%s/%d", slow.url, i))
+		}
+		done := make(chan crawlResult, 1)
+		go func() {
+			// One request at a time through the middleware too (per domain
+			// alone, Scrapy hands it every request at once).
+			done <- crawl(t, env, urls, map[string]any{"PROXY_OPERATOR_TTL": ttl, "CONCURRENT_REQUESTS": 1})
+		}()
+		// Once the domain holds its lease, its ProxyPool would be removing
+		// that proxy: the annotation the pool sets.
+		var leased wire.ListedProxy
+		for deadline := time.Now().Add(30 * time.Second); leased.Name == ""; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the crawl never held a lease")
+			}
+			c, err := env.LeaseClient("")
+			if err != nil {
+				t.Fatal(err)
+			}
+			list, err := c.ListProxies(t.Context(), client.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range list {
+				if p.ActiveLeases > 0 {
+					leased = p
+				}
+			}
+		}
+		scheme := runtime.NewScheme()
+		if err := crawlv1alpha1.AddToScheme(scheme); err != nil {
+			t.Fatal(err)
+		}
+		kube, err := ctrlclient.New(env.ControlPlane.RESTConfig(), ctrlclient.Options{Scheme: scheme})
+		if err != nil {
+			t.Fatal(err)
+		}
+		setDraining(t, kube, leased.Namespace, leased.Name, time.Now().UTC().Format(time.RFC3339))
+		defer setDraining(t, kube, leased.Namespace, leased.Name, "")
+		res := <-done
+		if n := res.stat("leases_left_draining"); n != 1 {
+			t.Errorf("%v leases left for draining, want 1 (stats %v)", n, res.Stats)
+		}
+		if acq, v := res.stat("leases_acquired"), slow.vias(); acq != 2 || len(v) != 2 {
+			t.Errorf("%v leases, proxies %q: want the domain moved once, to a second proxy", acq, v)
+		}
+		ok := 0
+		for _, s := range res.Seen {
+			if s.Status == http.StatusOK {
+				ok++
+			}
+		}
+		if ok != len(urls) {
+			t.Errorf("%d of %d requests answered 200, want all", ok, len(urls))
 		}
 		if n := activeLeases(t, env); n != 0 {
 			t.Errorf("%d leases live after the spider closed, want 0", n)
@@ -489,4 +570,26 @@ func TestScrapy(t *testing.T) {
 			t.Errorf("%d leases live after the spider closed, want 0", n)
 		}
 	})
+}
+
+// setDraining sets (value "") or removes the draining annotation of a Proxy,
+// as a ProxyPool does when it removes one.
+func setDraining(t *testing.T, kube ctrlclient.Client, ns, name, since string) {
+	t.Helper()
+	var p crawlv1alpha1.Proxy
+	if err := kube.Get(context.Background(), ctrlclient.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	orig := p.DeepCopy()
+	if since == "" {
+		delete(p.Annotations, crawlv1alpha1.DrainingAnnotation)
+	} else {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[crawlv1alpha1.DrainingAnnotation] = since
+	}
+	if err := kube.Patch(context.Background(), &p, ctrlclient.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
 }
