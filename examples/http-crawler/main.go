@@ -33,9 +33,11 @@ type config struct {
 func main() {
 	var cfg config
 	var selector string
-	flag.StringVar(&cfg.discoveryURL, "discovery-url", envOr("DISCOVERY_URL", "https://localhost:8090"), "discovery API base URL")
-	flag.StringVar(&cfg.caFile, "ca-file", os.Getenv("DISCOVERY_CA_FILE"), "CA bundle verifying an https:// discovery API (default $DISCOVERY_CA_FILE, else the system's roots)")
-	flag.StringVar(&cfg.token, "token", os.Getenv("DISCOVERY_TOKEN"), "bearer token (default $DISCOVERY_TOKEN)")
+	// The variables of the Python client and the Scrapy middleware; the
+	// DISCOVERY_* names this example used first still work.
+	flag.StringVar(&cfg.discoveryURL, "discovery-url", envOr("https://localhost:8090", "PROXY_OPERATOR_URL", "DISCOVERY_URL"), "discovery API base URL (default $PROXY_OPERATOR_URL)")
+	flag.StringVar(&cfg.caFile, "ca-file", envOr("", "PROXY_OPERATOR_CA_FILE", "DISCOVERY_CA_FILE"), "CA bundle verifying an https:// discovery API (default $PROXY_OPERATOR_CA_FILE, else the system's roots)")
+	flag.StringVar(&cfg.token, "token", envOr("", "PROXY_OPERATOR_TOKEN", "DISCOVERY_TOKEN"), "bearer token (default $PROXY_OPERATOR_TOKEN)")
 	flag.StringVar(&cfg.target, "url", "", "URL to fetch through a leased proxy (required)")
 	flag.StringVar(&selector, "selector", "", "proxy attributes to match, k=v[,k=v]")
 	flag.StringVar(&cfg.namespace, "namespace", "", "only Proxies of this namespace")
@@ -56,9 +58,12 @@ func main() {
 	}
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
+// envOr is the first of the variables keys that is set, else def.
+func envOr(def string, keys ...string) string {
+	for _, k := range keys {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
 	}
 	return def
 }

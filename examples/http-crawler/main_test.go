@@ -146,3 +146,19 @@ func TestRunVerifiesTheAPI(t *testing.T) {
 		t.Errorf("without -ca-file: %v, want an unknown-authority error", err)
 	}
 }
+
+// The Python client's variable names win; the ones this example read first
+// still work.
+func TestEnvOr(t *testing.T) {
+	t.Setenv("DISCOVERY_TOKEN", "old")
+	if got := envOr("", "PROXY_OPERATOR_TOKEN", "DISCOVERY_TOKEN"); got != "old" {
+		t.Errorf("with only the old variable: %q, want old", got)
+	}
+	t.Setenv("PROXY_OPERATOR_TOKEN", "new")
+	if got := envOr("", "PROXY_OPERATOR_TOKEN", "DISCOVERY_TOKEN"); got != "new" {
+		t.Errorf("with both: %q, want new", got)
+	}
+	if got := envOr("def", "PROXY_OPERATOR_UNSET_X"); got != "def" {
+		t.Errorf("with none: %q, want the default", got)
+	}
+}
