@@ -14,13 +14,13 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
 
-// APIs name the front doors in lease_requests_total{api}.
+// APIs name the front doors in proxy_operator_lease_requests_total{api}.
 const (
 	APIHTTP       = "http"
 	APIKubernetes = "kubernetes"
 )
 
-// Outcomes of a lease request (lease_requests_total{outcome}).
+// Outcomes of a lease request (proxy_operator_lease_requests_total{outcome}).
 const (
 	OutcomeGranted    = "granted"
 	OutcomeNoMatch    = "no_match"
@@ -416,7 +416,7 @@ func (s *Service) Reclaim(holder, namespace, id string) (*lease.Lease, error) {
 	return l, storeError(id, err)
 }
 
-// outcomeOf is the lease_requests_total outcome of an Acquire that returned err.
+// outcomeOf is the proxy_operator_lease_requests_total outcome of an Acquire that returned err.
 func outcomeOf(err error) string {
 	switch ReasonOf(err) {
 	case "":

@@ -15,8 +15,8 @@ import (
 var _ leasing.Recorder = (*metrics.Metrics)(nil)
 
 const leaseRequestsHeader = `
-# HELP lease_requests_total Lease requests by API (http: POST /v1/leases, kubernetes: ProxyLease create) and outcome.
-# TYPE lease_requests_total counter
+# HELP proxy_operator_lease_requests_total Lease requests by API (http: POST /v1/leases, kubernetes: ProxyLease create) and outcome.
+# TYPE proxy_operator_lease_requests_total counter
 `
 
 func TestLeaseRequests(t *testing.T) {
@@ -32,10 +32,10 @@ func TestLeaseRequests(t *testing.T) {
 			name: "every api and outcome pair is exported at 0 before any request",
 			apis: leasing.APIs(), outcomes: []string{leasing.OutcomeGranted, leasing.OutcomeNoMatch},
 			want: `
-lease_requests_total{api="http",outcome="granted"} 0
-lease_requests_total{api="http",outcome="no_match"} 0
-lease_requests_total{api="kubernetes",outcome="granted"} 0
-lease_requests_total{api="kubernetes",outcome="no_match"} 0
+proxy_operator_lease_requests_total{api="http",outcome="granted"} 0
+proxy_operator_lease_requests_total{api="http",outcome="no_match"} 0
+proxy_operator_lease_requests_total{api="kubernetes",outcome="granted"} 0
+proxy_operator_lease_requests_total{api="kubernetes",outcome="no_match"} 0
 `,
 		},
 		{
@@ -44,9 +44,9 @@ lease_requests_total{api="kubernetes",outcome="no_match"} 0
 			requests: []req{{leasing.APIHTTP, leasing.OutcomeGranted}, {leasing.APIKubernetes, leasing.OutcomeGranted},
 				{leasing.APIKubernetes, leasing.OutcomeGranted}, {leasing.APIHTTP, "novel"}},
 			want: `
-lease_requests_total{api="http",outcome="granted"} 1
-lease_requests_total{api="http",outcome="novel"} 1
-lease_requests_total{api="kubernetes",outcome="granted"} 2
+proxy_operator_lease_requests_total{api="http",outcome="granted"} 1
+proxy_operator_lease_requests_total{api="http",outcome="novel"} 1
+proxy_operator_lease_requests_total{api="kubernetes",outcome="granted"} 2
 `,
 		},
 		{
@@ -55,7 +55,7 @@ lease_requests_total{api="kubernetes",outcome="granted"} 2
 			name:     "without the options only counted pairs exist",
 			requests: []req{{leasing.APIHTTP, leasing.OutcomeError}, {leasing.APIHTTP, leasing.OutcomeError}},
 			want: `
-lease_requests_total{api="http",outcome="error"} 2
+proxy_operator_lease_requests_total{api="http",outcome="error"} 2
 `,
 		},
 		{name: "nothing listed, nothing counted: no series"},
@@ -82,13 +82,13 @@ lease_requests_total{api="http",outcome="error"} 2
 }
 
 // The counter is registered by New itself: a registry already holding a
-// lease_requests_total collector refuses it.
+// proxy_operator_lease_requests_total collector refuses it.
 func TestLeaseRequestsRegisteredByNew(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: metrics.LeaseRequestsName, Help: "a duplicate",
 	}, []string{"api", "outcome"}))
 	if _, err := metrics.New(reg, nil, metrics.Options{}); err == nil {
-		t.Fatal("New registered next to another lease_requests_total; want a registration error")
+		t.Fatal("New registered next to another proxy_operator_lease_requests_total; want a registration error")
 	}
 }

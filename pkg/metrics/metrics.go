@@ -20,16 +20,19 @@ const (
 	PoolReplicasName     = "proxy_operator_pool_replicas"
 	PoolDesiredName      = "proxy_operator_pool_desired_replicas"
 	PoolWaitingName      = "proxy_operator_pool_waiting_requests"
-	ProviderRequestsName = "provider_requests_total"
-	// HealthcheckDurationName and HealthcheckFailuresName are fed by the
-	// health engine on every probe (ObserveProbe) and deleted per proxy
-	// when it prunes its state (Forget).
-	HealthcheckDurationName = "healthcheck_duration_seconds"
-	HealthcheckFailuresName = "healthcheck_failures_total"
+	ProviderRequestsName = "proxy_operator_provider_requests_total"
+	// HealthcheckDurationName (one histogram for the fleet),
+	// HealthcheckLatencyName and HealthcheckFailuresName (per proxy) are fed
+	// by the health engine on every probe (ObserveProbe); the per-proxy
+	// series are deleted when it prunes its state (Forget). A histogram per
+	// proxy would cost a dozen series per proxy.
+	HealthcheckDurationName = "proxy_operator_healthcheck_duration_seconds"
+	HealthcheckLatencyName  = "proxy_operator_healthcheck_latency_seconds"
+	HealthcheckFailuresName = "proxy_operator_healthcheck_failures_total"
 	// LeaseRequestsName is fed by the lease path (pkg/leasing's doors): one
 	// count per lease request of either API, by api and outcome
 	// (LeaseRequest).
-	LeaseRequestsName = "lease_requests_total"
+	LeaseRequestsName = "proxy_operator_lease_requests_total"
 	// GCDeletedName, GCSweepsName and GCLastCompleteSweepName are fed by
 	// the orphan collector (GCDeleted, GCSweep).
 	GCDeletedName           = "proxy_operator_gc_deleted_total"
@@ -51,7 +54,7 @@ type Options struct {
 	// (default DefaultScrapeTimeout).
 	ScrapeTimeout time.Duration
 	// LeaseAPIs and LeaseOutcomes are the api and outcome values of
-	// lease_requests_total exported at 0 from the start (every pair), so
+	// proxy_operator_lease_requests_total exported at 0 from the start (every pair), so
 	// that a rate over an outcome that has not happened yet reads 0 instead
 	// of nothing. The caller passes leasing.APIs() and leasing.Outcomes():
 	// this package must not import pkg/leasing. A value not listed still
@@ -74,7 +77,8 @@ type Options struct {
 // use and never block.
 type Metrics struct {
 	providerRequests *prometheus.CounterVec
-	probeDuration    *prometheus.HistogramVec
+	probeDuration    prometheus.Histogram
+	probeLatency     *prometheus.GaugeVec
 	probeFailures    *prometheus.CounterVec
 	leaseRequests    *prometheus.CounterVec
 	gcDeleted        *prometheus.CounterVec
@@ -87,8 +91,8 @@ type Metrics struct {
 // New creates the metrics and registers them on reg: the scrape-time
 // proxy_operator_proxies{phase} collector, which lists Proxies from reader
 // (the manager's cache) at every scrape, and the
-// provider_requests_total{provider,op,result}, the health probe vectors and
-// lease_requests_total{api,outcome} (every pair of opts.LeaseAPIs and
+// proxy_operator_provider_requests_total{provider,op,result}, the health probe vectors and
+// proxy_operator_lease_requests_total{api,outcome} (every pair of opts.LeaseAPIs and
 // opts.LeaseOutcomes at 0). A nil reader
 // leaves the Proxy collector out.
 func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metrics, error) {
@@ -103,10 +107,14 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 			Name: ProviderRequestsName,
 			Help: "Provider API calls by provider, operation (create, get, delete, list) and result (success or the error class).",
 		}, []string{"provider", "op", "result"}),
-		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		probeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    HealthcheckDurationName,
-			Help:    "Duration of health probes sent through each proxy (namespace/name), failed ones included.",
+			Help:    "Duration of the health probes sent through the fleet's proxies, failed ones included.",
 			Buckets: prometheus.DefBuckets,
+		}),
+		probeLatency: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: HealthcheckLatencyName,
+			Help: "Duration of the last health probe through each proxy (namespace/name), failed or not.",
 		}, []string{"proxy"}),
 		probeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: HealthcheckFailuresName,
@@ -151,7 +159,7 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 	for _, p := range opts.GCProviders {
 		m.gcDeleted.WithLabelValues(p)
 	}
-	cs := []prometheus.Collector{m.providerRequests, m.probeDuration, m.probeFailures, m.leaseRequests,
+	cs := []prometheus.Collector{m.providerRequests, m.probeDuration, m.probeLatency, m.probeFailures, m.leaseRequests,
 		m.gcDeleted, m.gcSweeps, m.gcLastComplete, m.cpWrites, m.cpLastCurrent}
 	if reader != nil {
 		cs = append(cs, newProxyCollector(reader, opts.ScrapeTimeout), newPoolCollector(reader, opts.ScrapeTimeout))
@@ -213,7 +221,8 @@ const completeSweep = "complete"
 // health.ProbeMetrics. The failure counter is created at the first probe, so
 // a proxy that never failed reads 0 rather than missing.
 func (m *Metrics) ObserveProbe(proxy string, d time.Duration, ok bool) {
-	m.probeDuration.WithLabelValues(proxy).Observe(d.Seconds())
+	m.probeDuration.Observe(d.Seconds())
+	m.probeLatency.WithLabelValues(proxy).Set(d.Seconds())
 	c := m.probeFailures.WithLabelValues(proxy)
 	if !ok {
 		c.Inc()
@@ -222,7 +231,7 @@ func (m *Metrics) ObserveProbe(proxy string, d time.Duration, ok bool) {
 
 // Forget deletes proxy's health series; it satisfies health.ProbeMetrics.
 func (m *Metrics) Forget(proxy string) {
-	m.probeDuration.DeleteLabelValues(proxy)
+	m.probeLatency.DeleteLabelValues(proxy)
 	m.probeFailures.DeleteLabelValues(proxy)
 }
 

@@ -157,10 +157,10 @@ func TestProviderRequests(t *testing.T) {
 	_ = p.Delete(context.Background(), "a")
 
 	want := `
-# HELP provider_requests_total Provider API calls by provider, operation (create, get, delete, list) and result (success or the error class).
-# TYPE provider_requests_total counter
-provider_requests_total{op="delete",provider="fake",result="success"} 1
-provider_requests_total{op="get",provider="fake",result="quota_exceeded"} 2
+# HELP proxy_operator_provider_requests_total Provider API calls by provider, operation (create, get, delete, list) and result (success or the error class).
+# TYPE proxy_operator_provider_requests_total counter
+proxy_operator_provider_requests_total{op="delete",provider="fake",result="success"} 1
+proxy_operator_provider_requests_total{op="get",provider="fake",result="quota_exceeded"} 2
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metrics.ProviderRequestsName); err != nil {
 		t.Error(err)

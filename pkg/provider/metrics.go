@@ -5,7 +5,7 @@ import (
 )
 
 // RequestRecorder receives one observation per provider call. The metrics
-// package satisfies it structurally (provider_requests_total{provider,op,result});
+// package satisfies it structurally (proxy_operator_provider_requests_total{provider,op,result});
 // defining it here keeps this package free of any metrics library.
 type RequestRecorder interface {
 	// ProviderRequest records a call: provider is the registry name, op one

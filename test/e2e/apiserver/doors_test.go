@@ -41,7 +41,7 @@ type ask struct {
 // door is one lease API, reduced to what the table compares.
 type door struct {
 	name string
-	// api is the door's lease_requests_total{api} label.
+	// api is the door's proxy_operator_lease_requests_total{api} label.
 	api string
 	// acquire leases a proxy of ns as a asks; the handle names the lease
 	// for get.
@@ -158,7 +158,7 @@ func TestBothAPIsAnswerTheSame(t *testing.T) {
 		// then changes the proxy after the grant (nil: nothing).
 		then func(p lease.ProxyInfo)
 		// wantGrant is the answer to the acquire; wantAfter the lease read
-		// again after then; wantCounted what lease_requests_total counts.
+		// again after then; wantCounted what proxy_operator_lease_requests_total counts.
 		wantGrant, wantAfter view
 		wantCounted          string
 	}{{
@@ -243,7 +243,7 @@ func TestBothAPIsAnswerTheSame(t *testing.T) {
 					t.Fatalf("acquire (-want +got):\n%s", diff)
 				}
 				if diff := cmp.Diff([]string{tt.wantCounted}, shared.outcomes.since(d.api, counted)); diff != "" {
-					t.Errorf("lease_requests_total{api=%q} counted (-want +got):\n%s", d.api, diff)
+					t.Errorf("proxy_operator_lease_requests_total{api=%q} counted (-want +got):\n%s", d.api, diff)
 				}
 				if tt.wantGrant.Failure != "" {
 					return

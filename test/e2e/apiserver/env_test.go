@@ -79,7 +79,7 @@ const OperatorUser = "system:serviceaccount:proxy-operator-system:proxy-operator
 // env is the one environment every test of the package shares: starting a
 // control plane costs about 15 s on two cores.
 type env struct {
-	// outcomes records lease_requests_total as the operator counts it.
+	// outcomes records proxy_operator_lease_requests_total as the operator counts it.
 	outcomes *outcomeLog
 	cp       *controlplane.ControlPlane
 	admin    *rest.Config

@@ -406,11 +406,11 @@ func (h *harness) proxyLease(t *testing.T) {
 		t.Errorf("deleted ProxyLease still listed:\n%s", pl)
 	}
 	// Both APIs' requests are counted, each under its api label.
-	if v := h.metric(t, h.env.MetricsURL, `lease_requests_total{api="kubernetes",outcome="granted"}`); v != "1" {
-		t.Errorf(`lease_requests_total{api="kubernetes",outcome="granted"} = %q, want 1`, v)
+	if v := h.metric(t, h.env.MetricsURL, `proxy_operator_lease_requests_total{api="kubernetes",outcome="granted"}`); v != "1" {
+		t.Errorf(`proxy_operator_lease_requests_total{api="kubernetes",outcome="granted"} = %q, want 1`, v)
 	}
-	if v := h.metric(t, h.env.MetricsURL, `lease_requests_total{api="http",outcome="granted"}`); v == "" || v == "0" {
-		t.Errorf(`lease_requests_total{api="http",outcome="granted"} = %q, want the HTTP grants of the steps before`, v)
+	if v := h.metric(t, h.env.MetricsURL, `proxy_operator_lease_requests_total{api="http",outcome="granted"}`); v == "" || v == "0" {
+		t.Errorf(`proxy_operator_lease_requests_total{api="http",outcome="granted"} = %q, want the HTTP grants of the steps before`, v)
 	}
 }
 

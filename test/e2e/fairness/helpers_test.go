@@ -35,7 +35,7 @@ const (
 const (
 	queueLengthBand0 = `proxy_operator_flowcontrol_queue_length{band="0"}`
 	rejectedCapacity = `proxy_operator_flowcontrol_requests_total{outcome="rejected_capacity"}`
-	httpRejected     = `lease_requests_total{api="http",outcome="rejected"}`
+	httpRejected     = `proxy_operator_lease_requests_total{api="http",outcome="rejected"}`
 )
 
 // The test Proxy's attribute every lease selects on.

@@ -122,7 +122,7 @@ func TestOperatorWiring(t *testing.T) {
 	_, metrics := httpGet("http://" + o.MetricsAddr + "/metrics")
 	for _, want := range []string{
 		`proxy_operator_proxies{phase="Provisioning"} 1`,
-		`provider_requests_total{op="create",provider="kubernetes",result="success"} 1`,
+		`proxy_operator_provider_requests_total{op="create",provider="kubernetes",result="success"} 1`,
 		`controller_runtime_reconcile_total{controller="proxy"`,
 	} {
 		if !strings.Contains(metrics, want) {
