@@ -170,3 +170,60 @@ func TestMetricNames(t *testing.T) {
 		}
 	}
 }
+
+// Every alert links to its section of docs/operations.md (what to do when it
+// fires), and every section there is an alert's.
+func TestRunbooks(t *testing.T) {
+	data, err := FS.ReadFile(PrometheusRuleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj struct {
+		Spec struct {
+			Groups []struct {
+				Rules []struct {
+					Alert       string            `json:"alert"`
+					Annotations map[string]string `json:"annotations"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &obj); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			sections[strings.ToLower(h)] = true
+		}
+	}
+	const base = "https://github.com/proxy-operator/proxy-operator/blob/main/docs/operations.md#"
+	alerts := map[string]bool{}
+	for _, g := range obj.Spec.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			anchor := strings.ToLower(r.Alert)
+			alerts[anchor] = true
+			if got := r.Annotations["runbook_url"]; got != base+anchor {
+				t.Errorf("alert %s: runbook_url %q, want %q", r.Alert, got, base+anchor)
+			}
+			if !sections[anchor] {
+				t.Errorf("alert %s: docs/operations.md has no section %q", r.Alert, "## "+r.Alert)
+			}
+		}
+	}
+	if len(alerts) == 0 {
+		t.Fatal("no alert read: the check would pass on anything")
+	}
+	for s := range sections {
+		if !alerts[s] {
+			t.Errorf("docs/operations.md section %q is no alert's", s)
+		}
+	}
+}
