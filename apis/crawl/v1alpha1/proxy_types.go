@@ -440,7 +440,9 @@ type ProxyStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions are Provisioned and Healthy.
+	// conditions are Provisioned (the instance exists and has its address),
+	// Healthy (the probes through it succeed) and Ready (the phase is Ready:
+	// for kubectl wait --for=condition=Ready).
 	// +listType=map
 	// +listMapKey=type
 	// +patchStrategy=merge
