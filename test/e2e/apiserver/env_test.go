@@ -237,16 +237,16 @@ func setup(ctx context.Context) (_ *env, stop func(), err error) {
 	go func() { _ = disc.Serve(srvCtx, httpLn) }()
 	e.httpURL = "http://" + httpLn.Addr().String()
 
-	// Register through the dev manifests, verified with the server's CA
-	// instead of insecureSkipTLSVerify, on this run's port.
+	// Register through the dev manifests, verified with this server's CA
+	// (the operator would write its own), on this run's port.
 	dev, err := fs.ReadFile(artifacts.Dev, "dev/apiservice.yaml")
 	if err != nil {
 		return nil, nil, err
 	}
-	manifest := strings.Replace(string(dev), "insecureSkipTLSVerify: true",
-		"caBundle: "+base64.StdEncoding.EncodeToString(e.server.CABundle()), 1)
+	manifest := strings.Replace(string(dev), "  versionPriority: 15\n",
+		"  versionPriority: 15\n  caBundle: "+base64.StdEncoding.EncodeToString(e.server.CABundle())+"\n", 1)
 	manifest = strings.Replace(manifest, "port: 7443", "port: "+strconv.Itoa(port), 1)
-	if strings.Contains(manifest, "insecureSkipTLSVerify") || !strings.Contains(manifest, "port: "+strconv.Itoa(port)) {
+	if strings.Contains(manifest, "insecureSkipTLSVerify") || !strings.Contains(manifest, "caBundle: ") || !strings.Contains(manifest, "port: "+strconv.Itoa(port)) {
 		return nil, nil, errors.New("dev/apiservice.yaml no longer has the fields this test rewrites")
 	}
 	if _, err := controlplane.ApplyYAML(ctx, e.admin, []byte(manifest)); err != nil {

@@ -327,9 +327,9 @@ func (e *env) registerAPIService(ctx context.Context, port int) error {
 		return errors.New("the serving certificate has no CA block")
 	}
 	ca := blocks[len(blocks)-2] // the chain ends with the signing CA
-	manifest := strings.Replace(string(dev), "insecureSkipTLSVerify: true", "caBundle: "+base64.StdEncoding.EncodeToString(ca), 1)
+	manifest := strings.Replace(string(dev), "  versionPriority: 15\n", "  versionPriority: 15\n  caBundle: "+base64.StdEncoding.EncodeToString(ca)+"\n", 1)
 	manifest = strings.Replace(manifest, "port: 7443", "port: "+strconv.Itoa(port), 1)
-	if strings.Contains(manifest, "insecureSkipTLSVerify") || !strings.Contains(manifest, "port: "+strconv.Itoa(port)) {
+	if strings.Contains(manifest, "insecureSkipTLSVerify") || !strings.Contains(manifest, "caBundle: ") || !strings.Contains(manifest, "port: "+strconv.Itoa(port)) {
 		return errors.New("dev/apiservice.yaml no longer has the fields this test rewrites")
 	}
 	if _, err := controlplane.ApplyYAML(ctx, e.admin, []byte(manifest)); err != nil {

@@ -207,7 +207,10 @@ func start(ctx context.Context) (_ *env, err error) {
 	}
 	blocks := bytes.SplitAfter(certPEM, []byte("-----END CERTIFICATE-----\n"))
 	ca := blocks[len(blocks)-2] // the chain ends with the signing CA
-	manifest := strings.Replace(string(dev), "insecureSkipTLSVerify: true", "caBundle: "+base64.StdEncoding.EncodeToString(ca), 1)
+	manifest := strings.Replace(string(dev), "  versionPriority: 15\n", "  versionPriority: 15\n  caBundle: "+base64.StdEncoding.EncodeToString(ca)+"\n", 1)
+	if !strings.Contains(manifest, "caBundle: ") {
+		return e, errors.New("dev/apiservice.yaml no longer has the field this test writes caBundle after")
+	}
 	manifest = strings.Replace(manifest, "port: 7443", "port: "+strconv.Itoa(apiPort), 1)
 	if _, err := controlplane.ApplyYAML(ctx, e.admin, []byte(manifest)); err != nil {
 		return e, fmt.Errorf("registering the APIService: %w", err)
