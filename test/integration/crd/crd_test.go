@@ -589,7 +589,7 @@ func TestKubectlExplain(t *testing.T) {
 		"KIND: Proxy",
 		"healthCheck configures the probes sent through the proxy",
 		"intervalSeconds <integer> intervalSeconds is the time between two probes of this proxy. Defaults to 30.",
-		"timeoutSeconds <integer> timeoutSeconds bounds one probe; it must be less than intervalSeconds. Defaults to 5.",
+		"timeoutSeconds <integer> timeoutSeconds bounds one probe; it must not exceed intervalSeconds (a proxy is never probed twice at once). Defaults to 5: set it with an intervalSeconds under 5.",
 		"successThreshold <integer>",
 		"failureThreshold <integer>",
 		"expectedStatus <integer>",
