@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,7 +23,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
-	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	leasingclientset "github.com/proxy-operator/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/devenv"
 	"github.com/proxy-operator/proxy-operator/test/framework"
@@ -451,29 +452,34 @@ func TestScrapy(t *testing.T) {
 		go func() {
 			// One request at a time through the middleware too (per domain
 			// alone, Scrapy hands it every request at once).
-			done <- crawl(t, env, urls, map[string]any{"PROXY_OPERATOR_TTL": ttl, "CONCURRENT_REQUESTS": 1})
+			// The two VMs of the fleet: no ProxyPool owns them (a pool would
+			// take its own draining annotation back).
+			done <- crawl(t, env, urls, map[string]any{"PROXY_OPERATOR_TTL": ttl, "CONCURRENT_REQUESTS": 1,
+				"PROXY_OPERATOR_SELECTOR": map[string]string{"tier": "vm"}})
 		}()
-		// Once the domain holds its lease, its ProxyPool would be removing
-		// that proxy: the annotation the pool sets.
-		var leased wire.ListedProxy
-		for deadline := time.Now().Add(30 * time.Second); leased.Name == ""; time.Sleep(100 * time.Millisecond) {
+		// Once the domain holds its lease (a ProxyLease too, with the domain
+		// as its target), its ProxyPool would be removing that proxy: the
+		// annotation the pool sets.
+		leasingClient, err := leasingclientset.NewForConfig(env.ControlPlane.RESTConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var leasedNS, leasedName string
+		for deadline := time.Now().Add(30 * time.Second); leasedName == ""; time.Sleep(100 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("the crawl never held a lease")
 			}
-			c, err := env.LeaseClient("")
+			list, err := leasingClient.LeasingV1alpha1().ProxyLeases("").List(t.Context(), metav1.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			list, err := c.ListProxies(t.Context(), client.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range list {
-				if p.ActiveLeases > 0 {
-					leased = p
+			for _, pl := range list.Items {
+				if pl.Spec.Target == "127.0.10.40" && pl.Status.Proxy != nil {
+					leasedNS, leasedName = pl.Namespace, pl.Status.Proxy.Name
 				}
 			}
 		}
+		t.Logf("the domain's lease is on %s/%s: marking it draining", leasedNS, leasedName)
 		scheme := runtime.NewScheme()
 		if err := crawlv1alpha1.AddToScheme(scheme); err != nil {
 			t.Fatal(err)
@@ -482,8 +488,8 @@ func TestScrapy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		setDraining(t, kube, leased.Namespace, leased.Name, time.Now().UTC().Format(time.RFC3339))
-		defer setDraining(t, kube, leased.Namespace, leased.Name, "")
+		setDraining(t, kube, leasedNS, leasedName, time.Now().UTC().Format(time.RFC3339))
+		defer setDraining(t, kube, leasedNS, leasedName, "")
 		res := <-done
 		if n := res.stat("leases_left_draining"); n != 1 {
 			t.Errorf("%v leases left for draining, want 1 (stats %v)", n, res.Stats)
