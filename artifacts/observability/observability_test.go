@@ -158,11 +158,11 @@ func TestDashboard(t *testing.T) {
 
 func TestMetricNames(t *testing.T) {
 	tests := map[string][]string{
-		`sum by (phase) (proxy_operator_proxies)`:                                               {"proxy_operator_proxies"},
+		`sum by (phase) (proxy_operator_proxies)`:                                                              {"proxy_operator_proxies"},
 		`histogram_quantile(0.99, sum by (le) (rate(proxy_operator_healthcheck_duration_seconds_bucket[5m])))`: {"proxy_operator_healthcheck_duration_seconds_bucket"},
 		`(sum by (api) (rate(proxy_operator_lease_requests_total{outcome=~"no_match|rejected"}[5m])) / sum by (api) (rate(proxy_operator_lease_requests_total[5m]))) > 0.5 and sum(x) > 0.1`: {"proxy_operator_lease_requests_total", "x"},
-		`time() - max(proxy_operator_gc_last_complete_sweep_timestamp_seconds > 0)`:                                                                            {"proxy_operator_gc_last_complete_sweep_timestamp_seconds"},
-		`topk(5, sum without (op) (rate(a_total{l="by (x)"}[1h] offset 5m)))`:                                                                                  {"a_total"},
+		`time() - max(proxy_operator_gc_last_complete_sweep_timestamp_seconds > 0)`:                                                                                                          {"proxy_operator_gc_last_complete_sweep_timestamp_seconds"},
+		`topk(5, sum without (op) (rate(a_total{l="by (x)"}[1h] offset 5m)))`:                                                                                                                {"a_total"},
 	}
 	for expr, want := range tests {
 		if d := cmp.Diff(want, MetricNames(expr)); d != "" {
