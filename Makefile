@@ -1,5 +1,5 @@
 # proxy-operator. `make dev` and `make test` install what they need (the
-# pinned bin/ builds of etcd, kube-apiserver and kubectl, and Debian's squid);
+# pinned bin/ builds of etcd, kube-apiserver, kubectl and helm, and Debian's squid);
 # everything else is `go` from PATH.
 
 SHELL := /usr/bin/env bash
@@ -28,7 +28,7 @@ help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## build pinned etcd, kube-apiserver, kubectl into bin/ (~10 min cold, then instant)
+tools: ## build pinned etcd, kube-apiserver, kubectl, helm into bin/ (~10 min cold, then instant)
 	hack/tools/install.sh
 
 .PHONY: squid

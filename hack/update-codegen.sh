@@ -2,7 +2,7 @@
 # Regenerates the Proxy API's generated files: the deepcopy functions
 # (apis/crawl/v1alpha1/zz_generated.deepcopy.go) and the CRD manifest
 # (artifacts/crds/crawl.example.com_proxies.yaml) and the operator ClusterRole
-# (artifacts/rbac/role.yaml). All are committed;
+# (artifacts/rbac/role.yaml), and the Helm chart's copy of the CRDs. All are committed;
 # `make generate` runs this and `make verify` fails on any diff it leaves.
 set -euo pipefail
 
@@ -32,3 +32,11 @@ go run "$controller_gen" \
 	paths=./pkg/pool/... \
 	paths=./artifacts/rbac/... \
 	output:rbac:artifacts:config=artifacts/rbac
+
+# The Helm chart renders the same CRDs from its own copy (a chart reads no
+# file outside its directory); test/e2e/install holds chart and kustomize
+# install to each other.
+chart_crds=artifacts/charts/proxy-operator/files/crds
+rm -rf "$chart_crds"
+mkdir -p "$chart_crds"
+cp artifacts/crds/*_*.yaml "$chart_crds/"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds pinned tools into bin/ from Go modules: with no argument the
 # control-plane binaries (etcd, kube-apiserver, kubectl, pinned in this
-# module); with "lint" the linters (staticcheck, pinned in hack/tools/lint,
+# module) and helm (hack/tools/helm, a module of its own: the chart's tests
+# run it); with "lint" the linters (staticcheck, pinned in hack/tools/lint,
 # a module of its own). A binary whose stamp names the pinned version is
 # kept, so only the first run pays the ~10 minute cold build.
 set -euo pipefail
@@ -37,3 +38,6 @@ fi
 build etcd "$etcd_version" go.etcd.io/etcd/server/v3 "-s -w"
 build kube-apiserver "$k8s_version" k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
 build kubectl "$k8s_version" k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+helm_version=$(cd "$here/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v4)
+hv=helm.sh/helm/v4/internal/version
+build helm "$helm_version" helm.sh/helm/v4/cmd/helm "-s -w -X $hv.version=$helm_version" "$here/helm"

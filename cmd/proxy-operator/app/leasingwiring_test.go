@@ -284,7 +284,7 @@ func leasingProblems(t *testing.T, m manifests) []string {
 		ports[p.Name] = p.ContainerPort
 	}
 	wantPorts := map[string]int32{"discovery": portOf(o.Discovery.Addr), "apiserver": int32(o.APIServer.SecureServing.BindPort),
-		"probes": portOf(o.HealthProbeAddr)}
+		"probes": portOf(o.HealthProbeAddr), "metrics": portOf(o.MetricsAddr)}
 	for name, want := range wantPorts {
 		if got, ok := ports[name]; !ok || got != want {
 			bad("container port %q = %d, want %d (from the args)", name, got, want)
@@ -400,6 +400,8 @@ func leasingProblems(t *testing.T, m manifests) []string {
 				}
 			case target == wantPorts["discovery"]:
 				discoverySvc = p.Port == 8090
+			case target == wantPorts["metrics"]:
+				// The metrics Service (what a ServiceMonitor selects).
 			default:
 				bad("Service %s port %s targets %d, no lease server", name, p.Name, target)
 			}

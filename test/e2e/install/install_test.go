@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,12 +29,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
 
 	"github.com/spf13/pflag"
@@ -41,6 +43,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/certs"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
 const operatorNamespace = "proxy-operator-system"
@@ -49,6 +52,10 @@ const operatorNamespace = "proxy-operator-system"
 var overlays = []string{"artifacts/install", "artifacts/install/overlays/single", "artifacts/install/overlays/production"}
 
 type env struct {
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+
 	cp      *controlplane.ControlPlane
 	root    string
 	kubectl string
@@ -66,8 +73,13 @@ func setup(t *testing.T) *env {
 	if binDir == "" {
 		binDir = filepath.Join(root, "bin")
 	}
-	// No CRDs preinstalled: the install brings them.
+	// No CRDs of ours preinstalled: the install brings them. The Prometheus
+	// Operator's ServiceMonitor and PodMonitor are there, as in a cluster
+	// that runs it (the production overlay and the chart ship them).
 	cp := controlplane.StartForTest(t, controlplane.Options{SkipCRDs: true})
+	if err := controlplane.InstallCRDs(context.Background(), cp.RESTConfig(), os.DirFS("testdata")); err != nil {
+		t.Fatalf("the Prometheus Operator's CRDs: %v", err)
+	}
 	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +88,8 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{cp: cp, root: root, kubectl: filepath.Join(binDir, "kubectl"), kube: kube, dyn: dyn}
+	return &env{cp: cp, root: root, kubectl: filepath.Join(binDir, "kubectl"), kube: kube, dyn: dyn,
+		binary: filepath.Join(t.TempDir(), "proxy-operator")}
 }
 
 // run runs kubectl against the control plane with stdin.
@@ -102,20 +115,23 @@ func (e *env) render(t *testing.T, dir string) []byte {
 	return []byte(out)
 }
 
-// objects decodes a rendered stream.
+// objects decodes a rendered stream (kustomize's or helm's).
 func objects(t *testing.T, rendered []byte) []*unstructured.Unstructured {
 	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendered), 4096)
 	var out []*unstructured.Unstructured
-	for _, doc := range strings.Split(string(rendered), "\n---\n") {
+	for {
 		var m map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			t.Fatalf("decoding rendered manifest: %v", err)
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out
+			}
+			t.Fatalf("decoding rendered manifest %d: %v", len(out)+1, err)
 		}
 		if len(m) > 0 {
 			out = append(out, &unstructured.Unstructured{Object: m})
 		}
 	}
-	return out
 }
 
 // TestInstall: every overlay renders and passes server-side dry-run (a
@@ -190,7 +206,7 @@ func TestInstall(t *testing.T) {
 			}
 		}
 		for _, k := range []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-			"Role", "RoleBinding", "Deployment", "Service", "APIService", "PodDisruptionBudget", "NetworkPolicy"} {
+			"Role", "RoleBinding", "Deployment", "Service", "APIService", "PodDisruptionBudget", "NetworkPolicy", "ServiceMonitor"} {
 			if kinds[k] == 0 {
 				t.Errorf("the production overlay renders no %s", k)
 			}
@@ -207,65 +223,20 @@ func TestInstall(t *testing.T) {
 	})
 }
 
-// operatorAsInstalled runs the operator in this process with the Deployment's
-// arguments (addresses moved to free loopback ports), authenticated as the
-// Deployment's ServiceAccount, and checks what it made.
+// operatorAsInstalled runs the operator with the Deployment's arguments and
+// checks what it made: its serving certificate, CA ConfigMap, the
+// APIService's caBundle, the lease checkpoint and the token Secret.
 func (e *env) operatorAsInstalled(t *testing.T, d appsv1.Deployment) {
 	ctx := context.Background()
-	spec := d.Spec.Template.Spec
-	tok, err := e.kube.CoreV1().ServiceAccounts(d.Namespace).CreateToken(ctx, spec.ServiceAccountName, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("a token for the operator's ServiceAccount: %v", err)
-	}
-	cfg := rest.AnonymousClientConfig(e.cp.RESTConfig())
-	cfg.BearerToken = tok.Status.Token
-
-	ports, err := ports.Free(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	discoveryAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-	args := append([]string{"--namespace=" + d.Namespace, "--leader-election-namespace=" + d.Namespace}, spec.Containers[0].Args...)
-	args = append(args,
-		"--discovery-bind-address="+discoveryAddr,
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(ports[1]),
-		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(ports[2]),
-		"--apiserver-bind-address=127.0.0.1", "--apiserver-secure-port="+strconv.Itoa(ports[3]),
-		// localhost too, so this test can verify the HTTP API it reaches on 127.0.0.1.
-		"--serving-cert-hosts=127.0.0.1")
-	o := app.NewOptions()
-	fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
-	o.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		t.Fatalf("the Deployment's args %v: %v", args, err)
-	}
-	if err := o.Validate(); err != nil {
-		t.Fatalf("the Deployment's args %v: %v", args, err)
-	}
-	runCtx, cancel := context.WithCancel(log.IntoContext(ctx, zap.New(zap.WriteTo(io.Discard))))
-	done := make(chan struct{})
-	var runErr error
-	go func() { defer close(done); runErr = app.Run(runCtx, cfg, o) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-			if runErr != nil {
-				t.Errorf("operator: %v", runErr)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("operator did not stop within 30s")
-		}
-	})
-
+	// localhost too, so this test can verify the HTTP API it reaches on 127.0.0.1.
+	o, discoveryAddr, op := e.runAsInstalled(t, d, []string{"--serving-cert-hosts=127.0.0.1"})
 	// What it made, read as the admin.
 	var secret *corev1.Secret
+	var err error
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		select {
-		case <-done:
-			return false, fmt.Errorf("the operator stopped: %v", runErr)
+		case <-op.Done():
+			return false, fmt.Errorf("the operator stopped: %v", op.Err())
 		default:
 		}
 		secret, err = e.kube.CoreV1().Secrets(d.Namespace).Get(ctx, o.Certs.SecretName, metav1.GetOptions{})
@@ -313,8 +284,117 @@ func (e *env) operatorAsInstalled(t *testing.T, d appsv1.Deployment) {
 		t.Errorf("the serving certificate does not verify for %s, the name kube-apiserver dials: %v", apiName, err)
 	}
 
-	tokens, _, err := o.Discovery.LoadTokens(ctx, func(string) string { return "" }, e.kube.CoreV1(), d.Namespace)
+	e.servesWithGeneratedToken(t, o, d.Namespace, discoveryAddr, roots)
+}
+
+// runAsInstalled runs the operator binary with the Deployment's arguments
+// (addresses moved to free loopback ports, then extra), as the Deployment's
+// ServiceAccount, until the test ends; o is those arguments parsed. A
+// process of its own, as in a pod (and since one process registers the
+// operator's metrics once).
+func (e *env) runAsInstalled(t *testing.T, d appsv1.Deployment, extra []string) (o *app.Options, discoveryAddr string, op *framework.OperatorProcess) {
+	t.Helper()
+	ctx := context.Background()
+	spec := d.Spec.Template.Spec
+	tok, err := e.kube.CoreV1().ServiceAccounts(d.Namespace).CreateToken(ctx, spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
 	if err != nil {
+		t.Fatalf("a token for the operator's ServiceAccount: %v", err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := e.writeKubeconfig(kubeconfig, tok.Status.Token); err != nil {
+		t.Fatal(err)
+	}
+
+	ports, err := ports.Free(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	discoveryAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	args := append([]string{"--namespace=" + d.Namespace, "--leader-election-namespace=" + d.Namespace}, spec.Containers[0].Args...)
+	args = append(args,
+		"--discovery-bind-address="+discoveryAddr,
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(ports[1]),
+		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(ports[2]),
+		"--apiserver-bind-address=127.0.0.1", "--apiserver-secure-port="+strconv.Itoa(ports[3]))
+	args = append(args, extra...)
+	o = app.NewOptions()
+	fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("the Deployment's args %v: %v", args, err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("the Deployment's args %v: %v", args, err)
+	}
+	logPath := filepath.Join(dir, "operator.log")
+	op, err = framework.StartOperatorProcess(e.operatorBinary(t), logPath, append([]string{"--kubeconfig=" + kubeconfig}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := op.Stop(30 * time.Second); err != nil {
+			t.Errorf("operator: %v", err)
+		}
+		if t.Failed() {
+			if b, err := os.ReadFile(logPath); err == nil {
+				t.Logf("operator log:\n%s", tail(string(b), 40))
+			}
+		}
+	})
+	return o, discoveryAddr, op
+}
+
+// operatorBinary builds cmd/proxy-operator, once per env.
+func (e *env) operatorBinary(t *testing.T) string {
+	t.Helper()
+	e.buildOnce.Do(func() { e.buildErr = framework.BuildOperator(e.binary) })
+	if e.buildErr != nil {
+		t.Fatal(e.buildErr)
+	}
+	return e.binary
+}
+
+// writeKubeconfig writes a kubeconfig of the control plane authenticated
+// with token only.
+func (e *env) writeKubeconfig(path, token string) error {
+	cfg := e.cp.RESTConfig()
+	ca := cfg.CAData
+	if len(ca) == 0 && cfg.CAFile != "" {
+		var err error
+		if ca, err = os.ReadFile(cfg.CAFile); err != nil {
+			return err
+		}
+	}
+	return clientcmd.WriteToFile(clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"cp": {Server: cfg.Host, CertificateAuthorityData: ca}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"operator": {Token: token}},
+		Contexts:       map[string]*clientcmdapi.Context{"operator": {Cluster: "cp", AuthInfo: "operator"}},
+		CurrentContext: "operator",
+	}, path)
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// servesWithGeneratedToken: the token Secret the operator generated holds
+// one token, which the HTTP API (verified with roots) accepts; no token is 401.
+func (e *env) servesWithGeneratedToken(t *testing.T, o *app.Options, namespace, discoveryAddr string, roots *x509.CertPool) {
+	t.Helper()
+	ctx := context.Background()
+	var tokens discovery.Tokens
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		tokens, _, err = o.Discovery.LoadTokens(ctx, func(string) string { return "" }, e.kube.CoreV1(), namespace)
+		return err == nil, nil
+	}); err != nil {
 		t.Fatalf("the generated token Secret: %v", err)
 	}
 	var token string
@@ -342,10 +422,12 @@ func (e *env) operatorAsInstalled(t *testing.T, d appsv1.Deployment) {
 	}
 	var code int
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		var err error
 		code, err = get(token)
-		return err == nil, nil
+		// 503 not_leader until it wins the election.
+		return err == nil && code != http.StatusServiceUnavailable, nil
 	}); err != nil {
-		t.Fatalf("HTTP API over TLS with the operator's CA: %v", err)
+		t.Fatalf("HTTP API over TLS verified with the expected CA: %v", err)
 	}
 	if code != 200 {
 		t.Errorf("GET /v1/proxies with the generated token: %d", code)
