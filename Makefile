@@ -7,10 +7,11 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 GO ?= go
-# The Python client needs only the standard library; its e2e tests use
-# Debian's python3 (where python3-scrapy installs) whatever python3 is first
+# The Python client needs only the standard library; its tests (pytest, and
+# the middleware's real Scrapy crawls) and e2e tests use Debian's python3,
+# where python3-scrapy and python3-pytest install, whatever python3 is first
 # on PATH.
-PYTHON ?= python3
+PYTHON ?= /usr/bin/python3
 
 # Integration/e2e packages each start their own etcd + kube-apiserver (about
 # 0.5 GB and most of a core while starting). On CI's 2 cores, running those
@@ -40,7 +41,7 @@ prometheus: ## apt-get install prometheus (for promtool) if missing: the alert r
 	hack/install-prometheus.sh
 
 .PHONY: python
-python: ## apt-get install python3-scrapy if missing (the Python client's e2e tests)
+python: ## apt-get install python3-scrapy and python3-pytest if missing (the Python client's tests)
 	hack/install-python.sh
 
 .PHONY: generate
@@ -65,9 +66,9 @@ test: tools squid python prometheus ## everything: unit, then integration and e2
 	$(MAKE) test-integration
 
 .PHONY: test-unit
-test-unit: tools prometheus ## unit tests with the race detector (hack/image runs the built operator on a control plane), and the Python client's
+test-unit: tools prometheus python ## unit tests with the race detector (hack/image runs the built operator on a control plane), and the Python client's and middleware's (pytest, both Twisted reactors)
 	$(GO) test -race ./apis/... ./artifacts/... ./pkg/... ./cmd/... ./examples/... ./hack/...
-	$(PYTHON) -m unittest discover -s clients/python/tests -v
+	$(PYTHON) -m pytest -p no:cacheprovider -v clients/python
 
 .PHONY: test-integration
 test-integration: tools squid python auth-helper ## tests under test/ against real control planes, one package at a time

@@ -48,6 +48,9 @@ Settings (all optional but the URL):
 ``PROXY_OPERATOR_COOLING_BACKOFF``     seconds a site every proxy cools for is given up (default 30)
 ``PROXY_OPERATOR_SITE_RECHECK``        longest single wait before the site is checked again (default 10)
 ``PROXY_OPERATOR_FLOW``, ``_PRIORITY`` fairness flow and priority band of the waits
+``PROXY_OPERATOR_RETRY_FOR``           seconds an API call is retried, with backoff, while no replica
+                                       answers (``503 not_leader``, connection refused; default 60,
+                                       longer than a crash failover's 18)
 =====================================  ==========================================
 
 Scrapy stats: ``proxy_operator/leases_acquired``, ``leases_released``,
@@ -150,7 +153,8 @@ class ProxyOperatorMiddleware:
         url = s.get("PROXY_OPERATOR_URL")
         if not url:
             raise NotConfigured("PROXY_OPERATOR_URL is not set")
-        client = Client(url, s.get("PROXY_OPERATOR_TOKEN") or None, ca_file=s.get("PROXY_OPERATOR_CA_FILE") or None)
+        client = Client(url, s.get("PROXY_OPERATOR_TOKEN") or None, ca_file=s.get("PROXY_OPERATOR_CA_FILE") or None,
+                        retry_for=s.getfloat("PROXY_OPERATOR_RETRY_FOR", 60.0))
         mw = cls(crawler, client)
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(mw.spider_closed, signal=signals.spider_closed)

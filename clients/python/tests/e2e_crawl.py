@@ -1,18 +1,19 @@
 """Runs one Scrapy crawl through the middleware and writes its stats as JSON.
 
 Driven by test/e2e/python (a Go test that starts the dev environment and the
-sites); not a unittest module. Arguments: a JSON file with "urls" (fetched once
-each, in order) and "settings" (Scrapy settings), and the output file.
+sites) and by test_middleware.py (fakes); not a test module itself. Arguments:
+a JSON file with "urls" (fetched once each, in order), "settings" (Scrapy
+settings) and optionally "gap" (seconds: fetch the URLs one at a time, each
+that long after the previous answer), and the output file. proxy_operator is
+imported from PYTHONPATH (clients/python) or an installed package.
 """
 
 import json
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-import scrapy  # noqa: E402
-from scrapy.crawler import CrawlerProcess  # noqa: E402
+import scrapy
+from scrapy.crawler import CrawlerProcess
+from scrapy.utils.defer import maybe_deferred_to_future
 
 
 def is_captcha(response, request):
@@ -24,17 +25,25 @@ def is_captcha(response, request):
 class Fetch(scrapy.Spider):
     name = "proxy-operator-e2e"
 
-    def __init__(self, urls, **kwargs):
+    def __init__(self, urls, gap=None, **kwargs):
         super().__init__(**kwargs)
         self.urls = urls
+        self.gap = gap
         self.seen = []
 
     def start_requests(self):
-        for url in self.urls:
-            yield scrapy.Request(url, dont_filter=True)
+        if self.gap is None:
+            for url in self.urls:
+                yield scrapy.Request(url, dont_filter=True)
+        elif self.urls:
+            yield scrapy.Request(self.urls[0], dont_filter=True, cb_kwargs={"i": 0})
 
-    def parse(self, response):
+    async def parse(self, response, i=None):
         self.seen.append({"url": response.url, "status": response.status, "proxy": response.meta.get("proxy")})
+        if self.gap is not None and i + 1 < len(self.urls):
+            from twisted.internet import reactor, task
+            await maybe_deferred_to_future(task.deferLater(reactor, self.gap, lambda: None))
+            yield scrapy.Request(self.urls[i + 1], dont_filter=True, cb_kwargs={"i": i + 1})
 
 
 def main():
@@ -51,7 +60,7 @@ def main():
     settings.update(cfg["settings"])
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(Fetch)
-    process.crawl(crawler, urls=cfg["urls"])
+    process.crawl(crawler, urls=cfg["urls"], gap=cfg.get("gap"))
     process.start()
     from twisted.internet import reactor
     out = {"stats": {k: v for k, v in crawler.stats.get_stats().items() if isinstance(v, (int, float, str))},

@@ -6,15 +6,12 @@ import re
 import shutil
 import ssl
 import subprocess
-import sys
 import tempfile
 import threading
 import unittest
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-import proxy_operator as po  # noqa: E402
+import proxy_operator as po
 
 LEASE = {"leaseID": "abc123", "proxy": {"name": "proxy-a", "namespace": "default", "url": "http://127.0.0.2:3128",
                                         "host": "127.0.0.2", "port": 3128, "attributes": {"tier": "standard"},

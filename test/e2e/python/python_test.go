@@ -175,8 +175,9 @@ func crawl(t *testing.T, env *devenv.Env, urls []string, settings map[string]any
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python(t), filepath.Join(root, "clients/python/tests/e2e_crawl.py"), in, out)
-	// The token goes by environment, as a crawler's would.
-	cmd.Env = append(os.Environ(), "PROXY_OPERATOR_TOKEN="+env.DiscoveryToken)
+	// The token goes by environment, as a crawler's would; the client from
+	// this checkout.
+	cmd.Env = append(os.Environ(), "PROXY_OPERATOR_TOKEN="+env.DiscoveryToken, "PYTHONPATH="+filepath.Join(root, "clients/python"))
 	output, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("crawl: %v\n%s", err, tail(string(output), 60))
