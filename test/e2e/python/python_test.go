@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,6 +131,17 @@ func newSite(t *testing.T, addr string, delay time.Duration, reply answer) *site
 	return s
 }
 
+// served counts the requests the site answered.
+func (s *site) served() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.status {
+		n += c
+	}
+	return n
+}
+
 // vias are the proxies (Via values) requests came through.
 func (s *site) vias() []string {
 	s.mu.Lock()
@@ -142,6 +154,8 @@ func (s *site) vias() []string {
 }
 
 type crawlResult struct {
+	// Log is the crawl's output.
+	Log string `json:"-"`
 	// Reactor is the class of the reactor the crawl ran on.
 	Reactor string         `json:"reactor"`
 	Stats   map[string]any `json:"stats"`
@@ -160,27 +174,37 @@ func (r crawlResult) stat(k string) float64 {
 // crawl runs clients/python/tests/e2e_crawl.py with the middleware pointed at env.
 func crawl(t *testing.T, env *devenv.Env, urls []string, settings map[string]any) crawlResult {
 	t.Helper()
-	root, err := controlplane.RepoRoot()
+	res, err := runCrawl(t.Context(), python(t), t.TempDir(), env, urls, settings, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("crawl stats: %v", res.Stats)
+	return res
+}
+
+// runCrawl is crawl for any goroutine: dir is its scratch directory; with a
+// gap the URLs are fetched one at a time, gap seconds apart.
+func runCrawl(ctx context.Context, py, dir string, env *devenv.Env, urls []string, settings map[string]any, gap *float64) (crawlResult, error) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		return crawlResult{}, err
+	}
 	settings["PROXY_OPERATOR_URL"] = env.DiscoveryURL
 	settings["PROXY_OPERATOR_CA_FILE"] = env.CAPath
-	dir := t.TempDir()
-	cfg, _ := json.Marshal(map[string]any{"urls": urls, "settings": settings})
+	cfg, _ := json.Marshal(map[string]any{"urls": urls, "settings": settings, "gap": gap})
 	in, out := filepath.Join(dir, "crawl.json"), filepath.Join(dir, "result.json")
 	if err := os.WriteFile(in, cfg, 0o600); err != nil {
-		t.Fatal(err)
+		return crawlResult{}, err
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python(t), filepath.Join(root, "clients/python/tests/e2e_crawl.py"), in, out)
+	cmd := exec.CommandContext(ctx, py, filepath.Join(root, "clients/python/tests/e2e_crawl.py"), in, out)
 	// The token goes by environment, as a crawler's would; the client from
 	// this checkout.
 	cmd.Env = append(os.Environ(), "PROXY_OPERATOR_TOKEN="+env.DiscoveryToken, "PYTHONPATH="+filepath.Join(root, "clients/python"))
 	output, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("crawl: %v\n%s", err, tail(string(output), 60))
+		return crawlResult{}, fmt.Errorf("crawl: %v\n%s", err, tail(string(output), 60))
 	}
 	var res crawlResult
 	b, err := os.ReadFile(out)
@@ -188,10 +212,10 @@ func crawl(t *testing.T, env *devenv.Env, urls []string, settings map[string]any
 		err = json.Unmarshal(b, &res)
 	}
 	if err != nil {
-		t.Fatalf("reading the crawl's result: %v\n%s", err, tail(string(output), 60))
+		return crawlResult{}, fmt.Errorf("reading the crawl's result: %v\n%s", err, tail(string(output), 60))
 	}
-	t.Logf("crawl stats: %v", res.Stats)
-	return res
+	res.Log = string(output)
+	return res, nil
 }
 
 func tail(s string, n int) string {
@@ -232,7 +256,8 @@ func TestScrapy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	env, err := devenv.Start(ctx, devenv.Options{
-		Dir: dir, Ports: devenv.Ports{}, NodeName: "proxy-operator-python-e2e",
+		// Two replicas, as installed: the last subtest hands over between them.
+		Dir: dir, Ports: devenv.Ports{}, NodeName: "proxy-operator-python-e2e", Operators: 2,
 		PoolFirst: netip.MustParseAddr("127.0.11.2"), PoolLast: netip.MustParseAddr("127.0.11.60"),
 		GCEPoolFirst: netip.MustParseAddr("127.0.11.100"), GCEPoolLast: netip.MustParseAddr("127.0.11.140"),
 	})
@@ -577,6 +602,108 @@ func TestScrapy(t *testing.T) {
 			t.Errorf("%d leases live after the spider closed, want 0", n)
 		}
 	})
+
+	// Last, since it restarts the leader.
+	t.Run("a planned leader handover drops no request", func(t *testing.T) {
+		plannedHandover(t, py, env)
+	})
+}
+
+// plannedHandover: a crawl that leases and releases for every page (half a
+// second apart) runs while the leader is sent SIGTERM, as a rolling update
+// or a drain does. Its lease calls meet the standby's 503 not_leader and
+// connections refused during the handover; the middleware retries them and
+// every page is fetched.
+func plannedHandover(t *testing.T, py string, env *devenv.Env) {
+	if len(env.Operators) != 2 {
+		t.Fatalf("%d operators, want 2", len(env.Operators))
+	}
+	ready := func(o devenv.Operator) bool {
+		resp, err := http.Get(o.HealthProbeURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	leader := -1
+	for i, o := range env.Operators {
+		if ready(o) {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatal("no operator is ready")
+	}
+	const pages = 30
+	s := newSite(t, "127.0.10.60", 0, ok200)
+	var urls []string
+	for i := range pages {
+		urls = append(urls, fmt.Sprintf("%s/%d", s.url, i))
+	}
+	gap := 0.4
+	type outcome struct {
+		res crawlResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	dir := t.TempDir()
+	go func() {
+		res, err := runCrawl(context.Background(), py, dir, env, urls, map[string]any{
+			"PROXY_OPERATOR_TTL": 60, "PROXY_OPERATOR_IDLE_RELEASE": 0.1,
+		}, &gap)
+		done <- outcome{res, err}
+	}()
+	// SIGTERM once the crawl is under way.
+	deadline := time.Now().Add(2 * time.Minute)
+	for s.served() < 3 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s.served() < 3 {
+		t.Fatal("the crawl fetched no 3 pages in 2 minutes")
+	}
+	pid := env.Operators[leader].PID()
+	before := s.served()
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	// A new leader serves again (the old one restarts as the standby).
+	var servedAgain time.Duration
+	atTakeover := 0
+	for time.Now().Before(deadline) {
+		if !ready(env.Operators[leader]) && ready(env.Operators[1-leader]) {
+			servedAgain, atTakeover = time.Since(sent), s.served()
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	res := o.res
+	t.Logf("SIGTERM of the leader after %d pages; operator %d led %s later; crawl stats: %v", before, 1-leader, servedAgain.Round(100*time.Millisecond), res.Stats)
+	if servedAgain == 0 {
+		t.Fatal("the other operator did not take over")
+	}
+	// Pages were still to come when the new leader took over: the crawl's
+	// lease calls spanned the whole handover.
+	if atTakeover >= pages {
+		t.Fatalf("the crawl ended before the handover did (%d pages before SIGTERM, all %d by the takeover)", before, pages)
+	}
+	ok := 0
+	for _, p := range res.Seen {
+		if p.Status == http.StatusOK {
+			ok++
+		}
+	}
+	if ok != pages || res.stat("gave_up") != 0 || res.stat("errors") != 0 {
+		t.Errorf("%d of %d pages fetched, %v gave up, %v errors; want every page, none, none\n%s", ok, pages, res.stat("gave_up"), res.stat("errors"), tail(res.Log, 40))
+	}
+	if n := activeLeases(t, env); n != 0 {
+		t.Errorf("%d leases live after the spider closed, want 0", n)
+	}
 }
 
 // setDraining sets (value "") or removes the draining annotation of a Proxy,
