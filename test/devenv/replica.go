@@ -185,7 +185,9 @@ func (r *replica) stop(ctx context.Context) error {
 
 // service forwards each connection on ln to a replica, as a Kubernetes
 // Service does: to one that is ready, else (so that a probe sees the 503)
-// to one that runs; with none, the connection is closed.
+// to one that runs; a replica that cannot be dialled (it just exited) is
+// passed over for the next, as a Service's endpoints drop a terminated pod.
+// With none, the connection is closed.
 type service struct {
 	ln       net.Listener
 	replicas []*replica
@@ -215,18 +217,17 @@ func (s *service) serve() {
 	}()
 }
 
-func (s *service) backend() *replica {
+func (s *service) backends() []*replica {
+	var ready, alive []*replica
 	for _, r := range s.replicas {
-		if r.ready.Load() {
-			return r
+		switch {
+		case r.ready.Load():
+			ready = append(ready, r)
+		case r.alive.Load():
+			alive = append(alive, r)
 		}
 	}
-	for _, r := range s.replicas {
-		if r.alive.Load() {
-			return r
-		}
-	}
-	return nil
+	return append(ready, alive...)
 }
 
 func (s *service) track(c net.Conn, add bool) bool {
@@ -245,12 +246,14 @@ func (s *service) track(c net.Conn, add bool) bool {
 
 func (s *service) forward(c net.Conn) {
 	defer c.Close()
-	r := s.backend()
-	if r == nil {
-		return
+	var b net.Conn
+	for _, r := range s.backends() {
+		var err error
+		if b, err = net.DialTimeout("tcp", hostPort(s.portOf(r.ports)), 2*time.Second); err == nil {
+			break
+		}
 	}
-	b, err := net.DialTimeout("tcp", hostPort(s.portOf(r.ports)), 2*time.Second)
-	if err != nil {
+	if b == nil {
 		return
 	}
 	defer b.Close()

@@ -589,6 +589,68 @@ func (h *harness) observabilityMetrics(t *testing.T) {
 		}
 	}
 	t.Logf("%d metric references in %d expressions checked", checked, len(exprs))
+
+	// The docs name only metrics it exports.
+	for doc, names := range documentedMetrics(t) {
+		for _, name := range names {
+			if !exported[name] {
+				t.Errorf("%s names the metric %s, which the operator does not export", doc, name)
+			}
+		}
+	}
+}
+
+// documentedMetrics are the proxy_operator_… names of README.md,
+// CONTRIBUTING.md and docs/*.md, by file, less the others that share the
+// prefix: the Scrapy middleware's request.meta keys (META_… in
+// clients/python/proxy_operator/middleware.py) and the Squid ACL the
+// operator writes (pkg/proxyauth/config.go).
+func documentedMetrics(t *testing.T) map[string][]string {
+	t.Helper()
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := os.ReadFile(filepath.Join(root, "clients/python/proxy_operator/middleware.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	metaKeys := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^META_[A-Z_]+ = "([a-z_]+)"`).FindAllStringSubmatch(string(mw), -1) {
+		metaKeys[m[1]] = true
+	}
+	if !metaKeys["proxy_operator_skip"] {
+		t.Fatalf("no META_ keys read from middleware.py (%v)", metaKeys)
+	}
+	squid, err := os.ReadFile(filepath.Join(root, "pkg/proxyauth/config.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`"acl (proxy_operator_[a-z_]+) `).FindAllStringSubmatch(string(squid), -1) {
+		metaKeys[m[1]] = true
+	}
+	if !metaKeys["proxy_operator_lease"] {
+		t.Fatal("no Squid ACL name read from pkg/proxyauth/config.go")
+	}
+	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	docs = append(docs, filepath.Join(root, "README.md"), filepath.Join(root, "CONTRIBUTING.md"))
+	out := map[string][]string{}
+	nameRE := regexp.MustCompile(`\bproxy_operator_[a-z_]*[a-z]\b`)
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range nameRE.FindAllString(string(b), -1) {
+			if !metaKeys[name] {
+				out[filepath.Base(doc)] = append(out[filepath.Base(doc)], name)
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("the docs name no metric: the pattern is wrong")
+	}
+	return out
 }
 
 // metric returns the value of one sample of /metrics ("" if absent).
