@@ -166,3 +166,77 @@ func TestChecksCatchDrift(t *testing.T) {
 		t.Errorf("makeRE found %v, want only tset", m)
 	}
 }
+
+// The mismatches a newcomer met (#29) stay fixed: each is a rule on one
+// file's text.
+func TestNewcomerMismatches(t *testing.T) {
+	for _, tc := range []struct {
+		file, why string
+		ok        func(text string) bool
+	}{
+		{"README.md", "the image is set before the first apply or install",
+			func(s string) bool {
+				image := strings.Index(s, "newName: registry.example.com")
+				helm := strings.Index(s, "--set image.repository=")
+				apply := strings.Index(s, "kubectl apply -k")
+				install := strings.Index(s, "helm install")
+				return image >= 0 && helm >= 0 && image < apply && helm > install && install >= 0 &&
+					!strings.Contains(s[install:helm], "\n\n")
+			}},
+		{"README.md", "the API is not called plain HTTP", func(s string) bool { return !strings.Contains(s, "plain HTTP") }},
+		{"README.md", "Go 1.26 is named", func(s string) bool { return strings.Contains(s, "Go 1.26") }},
+		{"README.md", "ProxyPool and every example are introduced", func(s string) bool {
+			return strings.Contains(s, "ProxyPool") && strings.Contains(s, "examples/client-go-crawler") &&
+				strings.Contains(s, "examples/http-crawler") && strings.Contains(s, "examples/scrapy-crawler")
+		}},
+		{"README.md", "the first lines are the two commands", func(s string) bool {
+			head := strings.Join(strings.SplitN(s, "\n", 7)[:6], "\n")
+			return strings.Contains(head, "make dev") && strings.Contains(head, "make test")
+		}},
+		{"docs/api.md", "the token Secret is read again every 30 s (the file once)", func(s string) bool {
+			return strings.Contains(s, "`--discovery-token-secret` (the install's) is read again every 30 seconds")
+		}},
+		{"docs/api.md", "no plain-HTTP claim", func(s string) bool {
+			return !regexp.MustCompile(`(?i)serves plain HTTP[^`+"`"+`]*$`).MatchString(s) && strings.Contains(s, "HTTPS only")
+		}},
+		{"docs/api.md", "every typed check of the Go client is listed", func(s string) bool {
+			for _, f := range []string{"IsForbidden", "IsNoRoom", "IsNotLeader", "IsQueueFull"} {
+				if !strings.Contains(s, "`"+f+"`") {
+					return false
+				}
+			}
+			return strings.Contains(s, "`proxyDraining`")
+		}},
+		{"docs/python.md", "the quick start names the CA", func(s string) bool {
+			i := strings.Index(s, "## Quick start")
+			return i >= 0 && strings.Contains(s[i:], "PROXY_OPERATOR_CA_FILE")
+		}},
+		{"artifacts/apiserver/dev/apiservice.yaml", "the dev APIService verifies the certificate",
+			func(s string) bool { return !strings.Contains(s, "insecureSkipTLSVerify: true") }},
+		{"examples/http-crawler/doc.go", "the example's URL is HTTPS", func(s string) bool {
+			return strings.Contains(s, "https://") && !strings.Contains(s, "http://127.0.0.1:8090")
+		}},
+		{"docs/gc.md", "the log line shown is JSON, as logged by default", func(s string) bool {
+			return strings.Contains(s, `{"level":`)
+		}},
+	} {
+		if !tc.ok(read(t, tc.file)) {
+			t.Errorf("%s: %s", tc.file, tc.why)
+		}
+	}
+}
+
+// Every error code of the wire vocabulary is in docs/api.md's table.
+func TestErrorTableHasEveryCode(t *testing.T) {
+	wire := read(t, "pkg/discovery/wire/wire.go")
+	codes := regexp.MustCompile(`(?m)^\s*Code[A-Za-z]+\s*=\s*"([a-z_]+)"`).FindAllStringSubmatch(wire, -1)
+	if len(codes) < 10 {
+		t.Fatalf("read %d codes from pkg/discovery/wire/wire.go", len(codes))
+	}
+	api := read(t, "docs/api.md")
+	for _, c := range codes {
+		if !regexp.MustCompile("(?m)^\\| `" + c[1] + "` \\| [0-9]{3} \\|").MatchString(api) {
+			t.Errorf("docs/api.md's error table has no row for %s", c[1])
+		}
+	}
+}
