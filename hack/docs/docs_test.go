@@ -43,7 +43,8 @@ func documents(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := []string{"README.md", "CONTRIBUTING.md", "clients/python/README.md", "artifacts/charts/proxy-operator/values.yaml"}
+	out := []string{"README.md", "CONTRIBUTING.md", "clients/python/README.md",
+		"artifacts/charts/proxy-operator/README.md", "artifacts/charts/proxy-operator/values.yaml"}
 	for _, d := range docs {
 		rel, _ := filepath.Rel(root, d)
 		out = append(out, rel)
