@@ -87,6 +87,12 @@ const finalWriteTimeout = 10 * time.Second
 // API answers again (unless another replica fenced it first).
 const finalWriteDeadline = 2 * time.Minute
 
+// FinalWriteWorstCase is the longest the last checkpoint may take after
+// Start's context ends: the wait for the lease servers, the retries, and the
+// last attempt. A process's shutdown timeout and a pod's
+// terminationGracePeriodSeconds must exceed it, or the last write is cut.
+const FinalWriteWorstCase = finalWriteTimeout + finalWriteDeadline + finalWriteTimeout
+
 // Annotations of the index Secret: who wrote it (a process, see
 // Deps.Identity), and whether that was its last write (it stopped serving).
 const (

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -175,5 +176,44 @@ func TestLeaseHolder(t *testing.T) {
 	}
 	if got := LeaseHolder(kube.CoordinationV1(), "ops", "missing", clk)(context.Background()); got != "" {
 		t.Errorf("no Lease: %q", got)
+	}
+}
+
+// proxy_operator_leases_serving follows the gate: 0 on a standby, 1 once it
+// takes over, 0 again when it stops; without a gate (no leader election) 1.
+func TestServingGauge(t *testing.T) {
+	e := newServiceEnv(t, time.Minute)
+	l := NewWithStore(e.store, DefaultOptions(), e.clk)
+	t.Cleanup(func() { _ = l.Shutdown(context.Background()) })
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(l.Collectors()...)
+	serving := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == ServingName {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("%s not gathered", ServingName)
+		return -1
+	}
+	if got := serving(); got != 1 {
+		t.Errorf("without a gate: %v, want 1", got)
+	}
+	l.Gate = NewGate(func(context.Context) string { return "" })
+	for i, step := range []struct {
+		do   func()
+		want float64
+	}{
+		{func() {}, 0}, {l.Gate.Open, 1}, {l.Gate.Close, 0},
+	} {
+		step.do()
+		if got := serving(); got != step.want {
+			t.Errorf("step %d: %v, want %v", i, got, step.want)
+		}
 	}
 }

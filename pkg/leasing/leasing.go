@@ -88,11 +88,24 @@ func ReportHeldChanges(store *lease.Store, ctl *LeaseController) (cancel func())
 	})
 }
 
+// ServingName is the gauge that is 1 on the replica that serves leases and 0
+// on a standby: the alert that no replica serves reads it.
+const ServingName = "proxy_operator_leases_serving"
+
 // Collectors are the metrics of the store and the queue
-// (proxy_operator_leases_active and the flow-control metrics), for the
-// caller to register.
+// (proxy_operator_leases_active, proxy_operator_leases_serving and the
+// flow-control metrics), for the caller to register.
 func (l *Leasing) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{lease.NewActiveLeasesCollector(l.Store), l.queueMetrics}
+	serving := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: ServingName,
+		Help: "1 while this replica serves leases (the leader, its lease checkpoint loaded), else 0.",
+	}, func() float64 {
+		if l.Ready() {
+			return 1
+		}
+		return 0
+	})
+	return []prometheus.Collector{lease.NewActiveLeasesCollector(l.Store), serving, l.queueMetrics}
 }
 
 // Runnables are the store's sweep and the queue's shutdown, none

@@ -22,10 +22,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	apiserverartifacts "github.com/proxy-operator/proxy-operator/artifacts/apiserver"
 	"github.com/proxy-operator/proxy-operator/artifacts/operator"
+	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
@@ -278,6 +280,9 @@ func leasingProblems(t *testing.T, m manifests) []string {
 	if !o.LeaderElection {
 		bad("--leader-elect is off")
 	}
+	if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= checkpoint.FinalWriteWorstCase {
+		bad("terminationGracePeriodSeconds %v is not longer than the last lease checkpoint may take (%s)", ptr.Deref(g, 30), checkpoint.FinalWriteWorstCase)
+	}
 
 	ports := map[string]int32{}
 	for _, p := range c.Ports {
@@ -430,6 +435,8 @@ func TestOperatorManifestLeasing(t *testing.T) {
 		{name: "as shipped"},
 		{name: "one replica", old: "replicas: 2", new: "replicas: 1", want: "replicas must be 2"},
 		{name: "surge", old: "maxSurge: 0", new: "maxSurge: 1", want: "maxSurge 0"},
+		{name: "a grace period the last checkpoint outlasts", old: "terminationGracePeriodSeconds: 150", new: "terminationGracePeriodSeconds: 30",
+			want: "terminationGracePeriodSeconds 30 is not longer"},
 		{name: "no leader election", old: "            - --leader-elect\n", new: "", want: "--leader-elect is off"},
 		{name: "unnamed discovery port", old: "name: discovery\n              containerPort: 8090", new: "name: lease-http\n              containerPort: 8090",
 			want: `container port "discovery"`},

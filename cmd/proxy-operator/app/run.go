@@ -15,6 +15,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,6 +90,10 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		// Release the Lease on shutdown so a rolling update does not wait
 		// out the lease duration; safe because nothing runs after Start returns.
 		LeaderElectionReleaseOnCancel: true,
+		// The last lease checkpoint is written after the lease servers stop
+		// and retried through a kube-apiserver outage: the manager must not
+		// give up on it first (its default is 30 s).
+		GracefulShutdownTimeout: ptr.To(checkpoint.FinalWriteWorstCase + 5*time.Second),
 		Cache:                         cacheOptions(o),
 		Controller:                    config.Controller{ReconciliationTimeout: o.ReconcileTimeout},
 		Logger:                        logger,
