@@ -94,9 +94,9 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		// and retried through a kube-apiserver outage: the manager must not
 		// give up on it first (its default is 30 s).
 		GracefulShutdownTimeout: ptr.To(checkpoint.FinalWriteWorstCase + 5*time.Second),
-		Cache:                         cacheOptions(o),
-		Controller:                    config.Controller{ReconciliationTimeout: o.ReconcileTimeout},
-		Logger:                        logger,
+		Cache:                   cacheOptions(o),
+		Controller:              config.Controller{ReconciliationTimeout: o.ReconcileTimeout},
+		Logger:                  logger,
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
