@@ -79,13 +79,15 @@ class FakeProxy:
 
 
 class FakeAPI:
-    """The HTTP API's lease calls over a fleet of FakeProxies. A lease gets the first proxy not
-    cooling down for its target; ``script`` holds error answers to give first, per route
-    (``"lease"``, ``"renew"``); ``draining`` makes renewals say the proxy is draining."""
+    """The HTTP API's lease calls over a fleet of FakeProxies. As the real API: leases are
+    exclusive (one live lease per proxy, until released), a lease gets the first free proxy not
+    cooling down for its target, and a request with ``waitSeconds`` waits that long for one.
+    ``script`` holds error answers to give first, per route (``"lease"``, ``"renew"``);
+    ``draining`` makes renewals say the proxy is draining."""
 
     def __init__(self, proxies: List[FakeProxy], port: int = 0, start: bool = True) -> None:
         self.proxies = proxies
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         self.leases: Dict[str, Dict[str, Any]] = {}
         self.calls: List[Tuple[str, str, Any]] = []
         self.cooling: set = set()
@@ -152,20 +154,30 @@ class FakeAPI:
                 if scripted:
                     return scripted
                 target = body.get("target", "")
-                free = [p for p in self.proxies if (p.name, target) not in self.cooling and p.name not in self.draining]
+                deadline = time.monotonic() + float(body.get("waitSeconds") or 0)
+                while True:
+                    held = {lease["proxy"].name for lease in self.leases.values() if lease["live"]}
+                    cooling = [p for p in self.proxies if (p.name, target) in self.cooling]
+                    free = [p for p in self.proxies if p not in cooling and p.name not in self.draining and p.name not in held]
+                    left = deadline - time.monotonic()
+                    if free or left <= 0:
+                        break
+                    self.lock.wait(left)
                 if not free:
-                    cooling = sum(1 for p in self.proxies if (p.name, target) in self.cooling)
                     return 409, {"error": "no_match", "message": "no proxy", "considered": len(self.proxies),
-                                 "free": 0, "atCapacity": 0, "inCooldown": cooling, "unhealthy": 0}
+                                 "free": 0, "atCapacity": len(held), "inCooldown": len(cooling), "unhealthy": 0}
                 self.next_id += 1
                 lease_id = f"lease{self.next_id}"
-                self.leases[lease_id] = {"proxy": free[0], "ttl": int(body.get("ttlSeconds") or 300), "target": target}
+                self.leases[lease_id] = {"proxy": free[0], "ttl": int(body.get("ttlSeconds") or 300), "target": target,
+                                         "live": True}
                 return 201, self.lease_body(lease_id)
             if len(parts) >= 3 and parts[:2] == ["v1", "leases"]:
                 lease_id = parts[2]
                 if lease_id not in self.leases:
                     return 404, {"error": "unknown_lease", "message": "no such lease"}
                 if method == "DELETE":
+                    self.leases[lease_id]["live"] = False
+                    self.lock.notify_all()
                     return 204, None
                 if method == "POST" and parts[3:] == ["renew"]:
                     scripted = self.scripted("renew")
