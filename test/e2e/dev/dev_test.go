@@ -100,6 +100,7 @@ func TestDevEnvironment(t *testing.T) {
 	t.Run("proxies serve a live lease's credentials only", h.proxyCredentials)
 	t.Run("waiting HTTP lease granted on release", h.waitingLease)
 	t.Run("ProxyLease through kube-apiserver", h.proxyLease)
+	t.Run("README's first lease, as written", h.readmeFirstLease)
 	t.Run("orphan collector deletes a planted VM and spares the fleet", h.orphanCollected)
 	t.Run("dashboard and alerts query only metrics the operator exports", h.observabilityMetrics)
 	t.Run("the sample pool grows from zero for a waiting lease and shrinks back", h.poolFromZero)
@@ -411,6 +412,73 @@ func (h *harness) proxyLease(t *testing.T) {
 	}
 	if v := h.metric(t, h.env.MetricsURL, `proxy_operator_lease_requests_total{api="http",outcome="granted"}`); v == "" || v == "0" {
 		t.Errorf(`proxy_operator_lease_requests_total{api="http",outcome="granted"} = %q, want the HTTP grants of the steps before`, v)
+	}
+}
+
+// readmeFirstLease runs the commands of README's "First lease in five
+// commands" that need no kubelet, as written but in the dev fleet's
+// namespace (default, not crawlers): wait for every Proxy Ready, create the
+// sample ProxyLease printing its proxy URL, and fetch through that URL (curl
+// on this machine stands in for the curl pod).
+func (h *harness) readmeFirstLease(t *testing.T) {
+	root, err := controlplane.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## First lease in five commands")
+	section, _, _ = strings.Cut(section, "\n## ")
+	if !ok {
+		t.Fatal("README has no \"First lease in five commands\"")
+	}
+	// One command of the section: its kubectl arguments, in namespace
+	// default, manifest paths from the repository root, quotes removed.
+	command := func(prefix string) []string {
+		t.Helper()
+		for _, line := range strings.Split(section, "\n") {
+			line, _, _ = strings.Cut(line, "   #")
+			if i := strings.Index(line, prefix); i >= 0 {
+				line = strings.TrimSuffix(strings.TrimSpace(line[i+len("kubectl "):]), ")")
+				var args []string
+				for _, f := range strings.Fields(line) {
+					f = strings.Trim(f, "'")
+					switch {
+					case f == "crawlers":
+						f = "default"
+					case strings.HasPrefix(f, "artifacts/"):
+						f = filepath.Join(root, f)
+					}
+					args = append(args, f)
+				}
+				return args
+			}
+		}
+		t.Fatalf("README's first lease has no command %q", prefix)
+		return nil
+	}
+	h.mustKubectl(t, command("kubectl -n crawlers wait proxy")...)
+	url := strings.TrimSpace(h.mustKubectl(t, command("kubectl -n crawlers create -f")...))
+	if !regexp.MustCompile(`^http://[^:@/]+:[^@/]+@127\.[0-9.]+:3128$`).MatchString(url) {
+		t.Fatalf("the ProxyLease's proxy URL is %q, want http://user:password@host:3128", url)
+	}
+	out, err := exec.Command("curl", "-sS", "--max-time", "10", "-x", url, h.env.OriginURL+"/readme-first-lease").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "GET /readme-first-lease") {
+		t.Errorf("curl -x <the lease's URL>: %v %q", err, out)
+	}
+	// Leave no lease behind for the steps after this one.
+	rows := h.mustKubectl(t, "get", "proxyleases", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.proxy.url}{"\n"}{end}`)
+	deleted := 0
+	for _, row := range strings.Split(strings.TrimSpace(rows), "\n") {
+		if name, u, _ := strings.Cut(row, " "); u == url {
+			h.mustKubectl(t, "delete", "proxylease", name)
+			deleted++
+		}
+	}
+	if deleted != 1 {
+		t.Errorf("found %d ProxyLeases with the URL the README's command printed, want 1:\n%s", deleted, rows)
 	}
 }
 
