@@ -444,7 +444,7 @@ func (h *harness) readmeFirstLease(t *testing.T) {
 				line = strings.TrimSuffix(strings.TrimSpace(line[i+len("kubectl "):]), ")")
 				var args []string
 				for _, f := range strings.Fields(line) {
-					f = strings.Trim(f, "'")
+					f = strings.ReplaceAll(f, "'", "")
 					switch {
 					case f == "crawlers":
 						f = "default"
