@@ -43,6 +43,12 @@ const (
 	// LeaseCheckpointCurrent).
 	CheckpointWritesName      = "proxy_operator_lease_checkpoint_writes_total"
 	CheckpointLastCurrentName = "proxy_operator_lease_checkpoint_last_success_timestamp_seconds"
+	// GatewayRequestsName, GatewayBytesName and GatewayTunnelsName are fed
+	// by the forward-proxy gateway (GatewayRequest, GatewayBytes,
+	// GatewayTunnels).
+	GatewayRequestsName = "proxy_operator_gateway_requests_total"
+	GatewayBytesName    = "proxy_operator_gateway_bytes_total"
+	GatewayTunnelsName  = "proxy_operator_gateway_tunnels"
 )
 
 // DefaultScrapeTimeout bounds the cache List of one scrape.
@@ -71,6 +77,11 @@ type Options struct {
 	// proxy_operator_lease_checkpoint_writes_total exported at 0 from the
 	// start (the caller passes checkpoint.Results()).
 	CheckpointResults []string
+	// GatewayKinds and GatewayOutcomes are the kind and outcome values of
+	// proxy_operator_gateway_requests_total exported at 0 from the start
+	// (the caller passes gateway.Kinds() and gateway.Outcomes()).
+	GatewayKinds    []string
+	GatewayOutcomes []string
 }
 
 // Metrics holds the operator's metrics. Its methods are safe for concurrent
@@ -86,6 +97,9 @@ type Metrics struct {
 	gcLastComplete   prometheus.Gauge
 	cpWrites         *prometheus.CounterVec
 	cpLastCurrent    prometheus.Gauge
+	gwRequests       *prometheus.CounterVec
+	gwBytes          *prometheus.CounterVec
+	gwTunnels        prometheus.Gauge
 }
 
 // New creates the metrics and registers them on reg: the scrape-time
@@ -144,7 +158,26 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 			Name: CheckpointLastCurrentName,
 			Help: "Unix time at which the lease checkpoint last held the lease store's state (a write, or a check that nothing changed since); 0 on a replica that does not write it (a standby).",
 		}),
+		gwRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: GatewayRequestsName,
+			Help: "Requests the gateway served, by kind (http: plain HTTP, connect: a tunnel) and outcome (ok, or the reason of the gateway's own answer).",
+		}, []string{"kind", "outcome"}),
+		gwBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: GatewayBytesName,
+			Help: "Bytes the gateway relayed, by direction (up: client to site, down: site to client).",
+		}, []string{"direction"}),
+		gwTunnels: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: GatewayTunnelsName,
+			Help: "CONNECT tunnels open through the gateway.",
+		}),
 	}
+	for _, k := range opts.GatewayKinds {
+		for _, o := range opts.GatewayOutcomes {
+			m.gwRequests.WithLabelValues(k, o)
+		}
+	}
+	m.gwBytes.WithLabelValues("up")
+	m.gwBytes.WithLabelValues("down")
 	for _, r := range opts.CheckpointResults {
 		m.cpWrites.WithLabelValues(r)
 	}
@@ -160,7 +193,7 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 		m.gcDeleted.WithLabelValues(p)
 	}
 	cs := []prometheus.Collector{m.providerRequests, m.probeDuration, m.probeLatency, m.probeFailures, m.leaseRequests,
-		m.gcDeleted, m.gcSweeps, m.gcLastComplete, m.cpWrites, m.cpLastCurrent}
+		m.gcDeleted, m.gcSweeps, m.gcLastComplete, m.cpWrites, m.cpLastCurrent, m.gwRequests, m.gwBytes, m.gwTunnels}
 	if reader != nil {
 		cs = append(cs, newProxyCollector(reader, opts.ScrapeTimeout), newPoolCollector(reader, opts.ScrapeTimeout))
 	}
@@ -183,6 +216,22 @@ func (m *Metrics) ProviderRequest(provider, op, result string) {
 func (m *Metrics) LeaseRequest(api, outcome string) {
 	m.leaseRequests.WithLabelValues(api, outcome).Inc()
 }
+
+// GatewayRequest counts one request of the gateway; with GatewayBytes and
+// GatewayTunnels it satisfies gateway.Recorder.
+func (m *Metrics) GatewayRequest(kind, outcome string) {
+	m.gwRequests.WithLabelValues(kind, outcome).Inc()
+}
+
+// GatewayBytes counts bytes relayed in direction.
+func (m *Metrics) GatewayBytes(direction string, n int64) {
+	if n > 0 {
+		m.gwBytes.WithLabelValues(direction).Add(float64(n))
+	}
+}
+
+// GatewayTunnels moves the open tunnels by delta.
+func (m *Metrics) GatewayTunnels(delta int) { m.gwTunnels.Add(float64(delta)) }
 
 // GCDeleted counts one orphan deleted; it satisfies gc.Recorder.
 func (m *Metrics) GCDeleted(provider string) {

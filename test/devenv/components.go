@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -128,7 +129,8 @@ func (c *nodeAgentComponent) start(ctx context.Context, e *Env) error {
 func (c *nodeAgentComponent) stop(ctx context.Context) error { return c.stopAndWait(ctx) }
 
 // originComponent is a local HTTP origin on 127.0.0.1: health checks and
-// curl examples fetch it through the squids.
+// curl examples fetch it through the squids. /status/<code> answers that
+// status (e.g. /status/429, as a site that rate-limits).
 type originComponent struct {
 	srv    *http.Server
 	doneCh chan struct{}
@@ -146,6 +148,11 @@ func (c *originComponent) start(_ context.Context, e *Env) error {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			c.hits.Add(1)
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			if s, ok := strings.CutPrefix(r.URL.Path, "/status/"); ok {
+				if code, err := strconv.Atoi(s); err == nil && code >= 200 && code <= 599 {
+					w.WriteHeader(code)
+				}
+			}
 			fmt.Fprintf(w, "proxy-operator dev origin: %s %s via=%q\n", r.Method, r.URL.Path, r.Header.Get("Via"))
 		}),
 		ReadHeaderTimeout: 10 * time.Second,

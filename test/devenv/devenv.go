@@ -35,6 +35,9 @@ const (
 	// DiscoveryURLFile holds the discovery API's base URL, e.g.
 	// https://127.0.0.1:8090.
 	DiscoveryURLFile = "discovery-url"
+	// GatewayURLFile holds the forward-proxy gateway's URL without
+	// credentials, e.g. http://127.0.0.1:8888 (docs/gateway.md).
+	GatewayURLFile = "gateway-url"
 	// CAFile is the CA that verifies the operator's serving certificate (the
 	// HTTP discovery API's and the aggregated API's): the one it issued into
 	// its Secret this run and published in its CA ConfigMap.
@@ -65,13 +68,14 @@ type Ports struct {
 	Metrics   int
 	Probes    int
 	Origin    int
+	Gateway   int
 }
 
 // DefaultPorts are the documented ports of `make dev`: the operator's own
-// defaults (discovery 8090, aggregated API 7443, metrics 8080, probes 8081)
-// and 8088 for the origin.
+// defaults (discovery 8090, aggregated API 7443, metrics 8080, probes 8081),
+// 8888 for the gateway and 8088 for the origin.
 func DefaultPorts() Ports {
-	return Ports{Discovery: 8090, APIServer: 7443, Metrics: 8080, Probes: 8081, Origin: 8088}
+	return Ports{Discovery: 8090, APIServer: 7443, Metrics: 8080, Probes: 8081, Origin: 8088, Gateway: 8888}
 }
 
 // Options configure Start.
@@ -126,6 +130,9 @@ type Env struct {
 	DiscoveryURL   string
 	DiscoveryToken string
 	CAPath         string
+	// GatewayURL is the forward-proxy gateway (plain HTTP, no credentials:
+	// clients add theirs, the token as the password).
+	GatewayURL string
 	// MetricsURL is the operator's /metrics; HealthProbeURL its probe server
 	// (/healthz, /readyz).
 	MetricsURL     string
@@ -209,7 +216,7 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		return nil, fmt.Errorf("devenv: creating %s: %w", dir, err)
 	}
 	// A previous run killed with SIGKILL may have left stale contract files.
-	for _, f := range []string{ReadyFile, DiscoveryTokenFile, DiscoveryURLFile, CAFile, KubeconfigFile} {
+	for _, f := range []string{ReadyFile, DiscoveryTokenFile, DiscoveryURLFile, GatewayURLFile, CAFile, KubeconfigFile} {
 		_ = os.Remove(filepath.Join(dir, f))
 	}
 	e := &Env{Dir: dir, opts: opts, stopping: make(chan struct{})}

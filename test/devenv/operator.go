@@ -116,6 +116,7 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 			{&front.APIServer, func(p Ports) int { return p.APIServer }},
 			{&front.Metrics, func(p Ports) int { return p.Metrics }},
 			{&front.Probes, func(p Ports) int { return p.Probes }},
+			{&front.Gateway, func(p Ports) int { return p.Gateway }},
 		} {
 			ln, err := listen(*s.port)
 			if err != nil {
@@ -151,6 +152,7 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 
 	probeURL := "http://" + hostPort(front.Probes)
 	discoveryURL := "https://" + hostPort(front.Discovery)
+	gatewayURL := "http://" + hostPort(front.Gateway)
 	if err := c.waitOK(ctx, http.DefaultClient, probeURL+"/readyz", 120*time.Second); err != nil {
 		return err
 	}
@@ -171,14 +173,14 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 		name string
 		data string
 		mode os.FileMode
-	}{{CAFile, string(caPEM), 0o644}, {DiscoveryTokenFile, token + "\n", 0o600}, {DiscoveryURLFile, discoveryURL + "\n", 0o644}} {
+	}{{CAFile, string(caPEM), 0o644}, {DiscoveryTokenFile, token + "\n", 0o600}, {DiscoveryURLFile, discoveryURL + "\n", 0o644}, {GatewayURLFile, gatewayURL + "\n", 0o644}} {
 		p := e.path(f.name)
 		if err := writeFileAtomic(p, []byte(f.data), f.mode); err != nil {
 			return fmt.Errorf("writing %s: %w", p, err)
 		}
 		c.files = append(c.files, p)
 	}
-	e.DiscoveryURL, e.DiscoveryToken, e.CAPath = discoveryURL, token, e.path(CAFile)
+	e.DiscoveryURL, e.DiscoveryToken, e.CAPath, e.GatewayURL = discoveryURL, token, e.path(CAFile), gatewayURL
 	e.MetricsURL, e.HealthProbeURL = "http://"+hostPort(front.Metrics)+"/metrics", probeURL
 	e.APIServerPort = apiPort
 	e.Operators = nil
@@ -191,7 +193,7 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 
 // reservePorts resolves the zero ports of p to free ones, held by r.
 func reservePorts(r *ports.Reservation, p Ports) (Ports, error) {
-	for _, fp := range []*int{&p.Discovery, &p.APIServer, &p.Metrics, &p.Probes} {
+	for _, fp := range []*int{&p.Discovery, &p.APIServer, &p.Metrics, &p.Probes, &p.Gateway} {
 		port, err := r.Reserve(*fp)
 		if err != nil {
 			return p, err
@@ -226,6 +228,8 @@ func OperatorArgs(e *Env, p Ports, discoveryPort int) []string {
 		"--discovery-bind-address=" + hostPort(p.Discovery),
 		"--apiserver-bind-address=127.0.0.1", "--apiserver-secure-port=" + strconv.Itoa(p.APIServer),
 		"--proxy-auth-operator-url=https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(discoveryPort)),
+		"--gateway-bind-address=" + hostPort(p.Gateway),
+		"--gateway-lease-api-url=https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(discoveryPort)),
 	}
 }
 

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"testing"
 
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
@@ -74,4 +76,17 @@ func SquidChildren() []string {
 		}
 	}
 	return out
+}
+
+// ScrapyPython is Debian's interpreter, which python3-scrapy installs into
+// (a python3 earlier on PATH, e.g. pyenv's, has no Scrapy).
+func ScrapyPython(t testing.TB) string {
+	t.Helper()
+	for _, p := range []string{"/usr/bin/python3", "python3"} {
+		if path, err := exec.LookPath(p); err == nil && exec.Command(path, "-c", "import scrapy").Run() == nil {
+			return path
+		}
+	}
+	t.Fatal("no python3 with Scrapy: run `make python` (apt-get install python3-scrapy)")
+	return ""
 }

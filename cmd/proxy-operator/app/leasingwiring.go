@@ -23,6 +23,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/certs"
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
+	"github.com/proxy-operator/proxy-operator/pkg/gateway"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
@@ -143,6 +144,10 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		logger.Info("HTTP discovery API disabled (--discovery-bind-address=0)")
 	}
 
+	if err := setupGateway(mgr, &o.Gateway, servingCert, leaseMetrics); err != nil {
+		return nil, nil, err
+	}
+
 	var apiServer *apiserver.Server
 	if o.APIServer.Enabled() {
 		// Delegated authn/authz read kube-system/extension-apiserver-authentication
@@ -199,6 +204,30 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		return nil, nil, fmt.Errorf("adding the leases readyz check: %w", err)
 	}
 	return l, takeover, nil
+}
+
+// setupGateway adds the forward-proxy gateway when --gateway-bind-address is
+// set: every replica serves it, leasing through --gateway-lease-api-url.
+func setupGateway(mgr manager.Manager, o *gateway.Options, servingCert *certs.Manager, rec gateway.Recorder) error {
+	if !o.Enabled() {
+		return nil
+	}
+	var ca []byte
+	if servingCert != nil {
+		ca = servingCert.CABundle()
+	}
+	leaser, err := o.Leaser(ca)
+	if err != nil {
+		return err
+	}
+	g, err := gateway.New(*o, gateway.Deps{Leaser: leaser, Recorder: rec})
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(g); err != nil {
+		return fmt.Errorf("adding the gateway: %w", err)
+	}
+	return nil
 }
 
 // setupServingCert builds the operator's certificate manager when

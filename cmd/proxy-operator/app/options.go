@@ -19,6 +19,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
+	"github.com/proxy-operator/proxy-operator/pkg/gateway"
 	"github.com/proxy-operator/proxy-operator/pkg/gc"
 	"github.com/proxy-operator/proxy-operator/pkg/health"
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
@@ -83,6 +84,8 @@ type Options struct {
 	// APIs; Discovery the HTTP discovery API (its --discovery-* flags).
 	Leasing   leasing.Options
 	Discovery discovery.ServingOptions
+	// Gateway is the forward-proxy gateway (its --gateway-* flags).
+	Gateway gateway.Options
 	// Checkpoint keeps leases across restarts (its --lease-checkpoint-*
 	// flags), in the operator's namespace.
 	Checkpoint checkpoint.Options
@@ -129,6 +132,7 @@ func NewOptions() *Options {
 		Health:           health.DefaultSettings(),
 		Leasing:          leasing.DefaultOptions(),
 		Discovery:        discovery.DefaultServingOptions(),
+		Gateway:          gateway.DefaultOptions(),
 		Certs:            certs.DefaultOptions(),
 		Checkpoint:       checkpoint.DefaultOptions(),
 		Pool:             pool.DefaultOptions(),
@@ -169,6 +173,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Health.AddFlags(fs)
 	o.GC.AddFlags(fs)
 	o.Discovery.AddFlags(fs)
+	o.Gateway.AddFlags(fs)
 	o.Certs.AddFlags(fs)
 	o.Checkpoint.AddFlags(fs)
 	o.LeaseIDs.AddFlags(fs)
@@ -261,6 +266,9 @@ func (o *Options) Validate() error {
 	if err := o.Discovery.Validate(); err != nil {
 		errs = append(errs, err)
 	} else if err := o.Discovery.ValidateTLS(o.Certs.Enabled()); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Gateway.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.Namespace != "" {

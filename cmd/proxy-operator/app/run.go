@@ -28,6 +28,7 @@ import (
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
+	"github.com/proxy-operator/proxy-operator/pkg/gateway"
 	"github.com/proxy-operator/proxy-operator/pkg/gc"
 	"github.com/proxy-operator/proxy-operator/pkg/health"
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
@@ -105,6 +106,8 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	m, err := metrics.New(ctrlmetrics.Registry, mgr.GetCache(), metrics.Options{
 		LeaseAPIs: leasing.APIs(), LeaseOutcomes: leasing.Outcomes(), GCResults: gc.Results(), GCProviders: o.Providers,
 		CheckpointResults: checkpoint.Results(),
+		GatewayKinds:      gateway.Kinds(),
+		GatewayOutcomes:   gateway.Outcomes(),
 	})
 	if err != nil {
 		return err

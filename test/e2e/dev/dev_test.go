@@ -74,7 +74,7 @@ func TestDevEnvironment(t *testing.T) {
 		GCEPoolFirst: netip.MustParseAddr("127.0.9.100"),
 		GCEPoolLast:  netip.MustParseAddr("127.0.9.140"),
 		// As docs/gc.md shows, to watch the orphan collector work.
-		OperatorArgs: []string{"--gc-interval=2s", "--gc-min-age=1m"},
+		OperatorArgs: []string{"--gc-interval=2s", "--gc-min-age=1m", "--gateway-session-idle=" + gatewaySessionIdle.String()},
 	})
 	if err != nil {
 		dumpLogs(t, dir)
@@ -101,6 +101,7 @@ func TestDevEnvironment(t *testing.T) {
 	t.Run("waiting HTTP lease granted on release", h.waitingLease)
 	t.Run("ProxyLease through kube-apiserver", h.proxyLease)
 	t.Run("README's first lease, as written", h.readmeFirstLease)
+	t.Run("the gateway serves curl, Python and Scrapy with a URL alone", h.gateway)
 	t.Run("orphan collector deletes a planted VM and spares the fleet", h.orphanCollected)
 	t.Run("dashboard and alerts query only metrics the operator exports", h.observabilityMetrics)
 	t.Run("the sample pool grows from zero for a waiting lease and shrinks back", h.poolFromZero)
@@ -124,7 +125,7 @@ func TestDevEnvironment(t *testing.T) {
 		if left := devenv.ProcessesUsing(dirs...); len(left) > 0 {
 			t.Errorf("processes left behind: %v", left)
 		}
-		for _, f := range []string{devenv.ReadyFile, devenv.DiscoveryTokenFile, devenv.DiscoveryURLFile, devenv.CAFile, devenv.KubeconfigFile} {
+		for _, f := range []string{devenv.ReadyFile, devenv.DiscoveryTokenFile, devenv.DiscoveryURLFile, devenv.GatewayURLFile, devenv.CAFile, devenv.KubeconfigFile} {
 			if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
 				t.Errorf("%s still present after Stop (stat: %v)", f, err)
 			}

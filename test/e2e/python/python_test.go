@@ -30,19 +30,6 @@ import (
 	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
-// python is Debian's interpreter, which python3-scrapy installs into (a
-// python3 earlier on PATH, e.g. pyenv's, has no Scrapy).
-func python(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{"/usr/bin/python3", "python3"} {
-		if path, err := exec.LookPath(p); err == nil && exec.Command(path, "-c", "import scrapy").Run() == nil {
-			return path
-		}
-	}
-	t.Fatal("no python3 with Scrapy: run `make python` (apt-get install python3-scrapy)")
-	return ""
-}
-
 // site is an origin on its own loopback address (its own domain for the
 // middleware) that records which proxy each request came through.
 type site struct {
@@ -174,7 +161,7 @@ func (r crawlResult) stat(k string) float64 {
 // crawl runs clients/python/tests/e2e_crawl.py with the middleware pointed at env.
 func crawl(t *testing.T, env *devenv.Env, urls []string, settings map[string]any) crawlResult {
 	t.Helper()
-	res, err := runCrawl(t.Context(), python(t), t.TempDir(), env, urls, settings, nil)
+	res, err := runCrawl(t.Context(), framework.ScrapyPython(t), t.TempDir(), env, urls, settings, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +232,7 @@ func activeLeases(t *testing.T, env *devenv.Env) int {
 }
 
 func TestScrapy(t *testing.T) {
-	py := python(t)
+	py := framework.ScrapyPython(t)
 	dir := t.TempDir()
 	logger, err := devenv.FileLogger(filepath.Join(dir, devenv.LogsDir, "dev.log"))
 	if err != nil {

@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+)
+
+type proxyURLKey struct{}
+
+// proxyFromContext is the Transport's Proxy: the leased proxy the request's
+// context names, with the lease's credentials.
+func proxyFromContext(r *http.Request) (*url.URL, error) {
+	u, _ := r.Context().Value(proxyURLKey{}).(*url.URL)
+	if u == nil {
+		return nil, errors.New("gateway: request without a leased proxy")
+	}
+	return u, nil
+}
+
+// hopHeaders are not forwarded (RFC 9110 §7.6.1), nor the gateway's own
+// credentials.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// forward serves a plain HTTP request through a leased proxy.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, token, username string, o UsernameOptions) {
+	if !r.URL.IsAbs() || r.URL.Scheme != "http" || r.URL.Host == "" {
+		g.fail(w, KindHTTP, &Error{Reason: ReasonInvalid, Message: "the gateway is a forward proxy: send http:// URLs in absolute form, https:// through CONNECT"}, "")
+		return
+	}
+	host := hostOf(r.URL.Host)
+	h, done, err := g.leases.acquire(r.Context(), token, username, o, host)
+	if err != nil {
+		g.fail(w, KindHTTP, gatewayError(err), "")
+		return
+	}
+	defer done()
+	_, proxyURL, _ := g.leases.snapshot(h)
+	out := r.Clone(context.WithValue(r.Context(), proxyURLKey{}, proxyURL))
+	out.RequestURI = ""
+	for _, k := range hopHeaders {
+		out.Header.Del(k)
+	}
+	if r.ContentLength == 0 {
+		out.Body = nil
+	}
+	resp, err := g.transport.RoundTrip(out)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client left
+		}
+		g.fail(w, KindHTTP, &Error{Reason: ReasonUpstream, Message: "through proxy " + h.proxyAddr + ": " + err.Error()}, h.id)
+		return
+	}
+	defer resp.Body.Close()
+	if g.reportStatus(resp.StatusCode) {
+		g.reportRateLimited(r.Context(), h, host)
+	}
+	for _, k := range hopHeaders {
+		resp.Header.Del(k)
+	}
+	hdr := w.Header()
+	for k, vs := range resp.Header {
+		hdr[k] = vs
+	}
+	hdr.Set(LeaseIDHeader, h.id)
+	w.WriteHeader(resp.StatusCode)
+	n, _ := io.Copy(w, resp.Body)
+	g.rec.GatewayBytes("down", n)
+	if r.ContentLength > 0 {
+		g.rec.GatewayBytes("up", r.ContentLength)
+	}
+	g.rec.GatewayRequest(KindHTTP, OutcomeOK)
+}

@@ -1,0 +1,304 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+)
+
+// holding is a lease the gateway holds for requests: one request's (or
+// tunnel's), or a session's. Its fields after id are guarded by the
+// leases' mutex.
+type holding struct {
+	token, id string
+	// sessionKey is set while a session holds it.
+	sessionKey string
+
+	proxyAddr string
+	// proxyURL carries the lease's credentials as userinfo (plain HTTP
+	// requests); auth is the same as a Proxy-Authorization value (CONNECT).
+	proxyURL *url.URL
+	auth     string
+	expires  time.Time
+	// refs: the requests in flight on it, plus one while a session holds it.
+	refs int
+	// cooling are the hosts it was reported rate limited for (a session
+	// moves off it for them).
+	cooling map[string]bool
+}
+
+// proxyOf reads where a lease's proxy is and its credentials.
+func proxyOf(l *wire.Lease) (addr string, u *url.URL, auth string, err error) {
+	u, err = url.Parse(l.Proxy.URL)
+	if err != nil || u.Host == "" {
+		return "", nil, "", fmt.Errorf("lease %s: proxy URL %q is not an absolute URL", l.LeaseID, l.Proxy.URL)
+	}
+	addr = u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), strconv.Itoa(int(l.Proxy.Port)))
+	}
+	if c := l.Credentials; c != nil {
+		u.User = url.UserPassword(c.Username, c.Password)
+		auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(c.Username+":"+c.Password))
+	} else if u.User != nil {
+		p, _ := u.User.Password()
+		auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+p))
+	}
+	return addr, u, auth, nil
+}
+
+// leases are the holdings and sessions of one gateway.
+type leases struct {
+	leaser Leaser
+	opts   *Options
+	now    func() time.Time
+
+	mu       sync.Mutex
+	held     map[*holding]struct{}
+	sessions map[string]*session
+	// perToken counts each token's sessions (by the token's hash).
+	perToken map[[32]byte]int
+	inFlight int
+}
+
+type session struct {
+	h        *holding
+	tokenSum [32]byte
+	lastUsed time.Time
+}
+
+func newLeases(l Leaser, o *Options, now func() time.Time) *leases {
+	return &leases{leaser: l, opts: o, now: now, held: map[*holding]struct{}{}, sessions: map[string]*session{}, perToken: map[[32]byte]int{}}
+}
+
+// acquire returns a holding for one request of token to host with o, and
+// done, which the caller calls when the request ends.
+func (ls *leases) acquire(ctx context.Context, token, username string, o UsernameOptions, host string) (*holding, func(), error) {
+	ls.mu.Lock()
+	if ls.inFlight >= ls.opts.MaxInFlight {
+		ls.mu.Unlock()
+		return nil, nil, &Error{Reason: ReasonBusy, Message: fmt.Sprintf("the gateway serves %d requests and tunnels, its maximum (--gateway-max-in-flight)", ls.opts.MaxInFlight), RetryAfter: defaultRetryAfter}
+	}
+	ls.inFlight++
+	ls.mu.Unlock()
+	var h *holding
+	var err error
+	if o.Session == "" {
+		h, err = ls.lease(ctx, token, o, host)
+		if err == nil {
+			ls.mu.Lock()
+			h.refs = 1
+			ls.held[h] = struct{}{}
+			ls.mu.Unlock()
+		}
+	} else {
+		h, err = ls.sessionHolding(ctx, token, username, o, host)
+	}
+	if err != nil {
+		ls.mu.Lock()
+		ls.inFlight--
+		ls.mu.Unlock()
+		return nil, nil, err
+	}
+	var once sync.Once
+	return h, func() {
+		once.Do(func() {
+			ls.mu.Lock()
+			ls.inFlight--
+			ls.mu.Unlock()
+			ls.unref(h)
+		})
+	}, nil
+}
+
+// lease asks the Leaser for a lease for host.
+func (ls *leases) lease(ctx context.Context, token string, o UsernameOptions, host string) (*holding, error) {
+	req := wire.AcquireRequest{Namespace: o.Namespace, Selector: o.Selector, Target: host,
+		TTLSeconds: int64(ls.opts.LeaseTTL / time.Second), WaitSeconds: int64(o.Wait / time.Second), Priority: o.Priority}
+	l, err := ls.leaser.Acquire(ctx, token, req)
+	if err != nil {
+		return nil, err
+	}
+	addr, u, auth, err := proxyOf(l)
+	if err != nil {
+		ls.release(token, l.LeaseID)
+		return nil, &Error{Reason: ReasonUpstream, Message: err.Error()}
+	}
+	return &holding{token: token, id: l.LeaseID, proxyAddr: addr, proxyURL: u, auth: auth, expires: l.ExpiresAt}, nil
+}
+
+func sessionKey(token, username string) (string, [32]byte) {
+	sum := sha256.Sum256([]byte(token))
+	return string(sum[:]) + "\x00" + username, sum
+}
+
+// sessionHolding is the session's lease, leased now if the session has none
+// or its proxy cools for host (the session moves).
+func (ls *leases) sessionHolding(ctx context.Context, token, username string, o UsernameOptions, host string) (*holding, error) {
+	key, sum := sessionKey(token, username)
+	ls.mu.Lock()
+	if s := ls.sessions[key]; s != nil {
+		if !s.h.cooling[host] {
+			s.h.refs++
+			s.lastUsed = ls.now()
+			h := s.h
+			ls.mu.Unlock()
+			return h, nil
+		}
+		ls.endSessionLocked(key, s)
+	}
+	if ls.perToken[sum] >= ls.opts.MaxSessionsPerToken {
+		ls.mu.Unlock()
+		return nil, &Error{Reason: ReasonBusy, Message: fmt.Sprintf("this token holds %d sessions, its maximum (--gateway-max-sessions-per-token); idle ones end after %s", ls.opts.MaxSessionsPerToken, ls.opts.SessionIdle), RetryAfter: ls.opts.SessionIdle}
+	}
+	ls.perToken[sum]++ // held for the session being made
+	ls.mu.Unlock()
+	h, err := ls.lease(ctx, token, o, host)
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if err != nil {
+		ls.perToken[sum]--
+		if ls.perToken[sum] == 0 {
+			delete(ls.perToken, sum)
+		}
+		return nil, err
+	}
+	ls.held[h] = struct{}{}
+	if s := ls.sessions[key]; s != nil {
+		// A concurrent request made the session first: use its lease.
+		ls.perToken[sum]--
+		h.refs = 0
+		ls.dropLocked(h)
+		s.h.refs++
+		s.lastUsed = ls.now()
+		return s.h, nil
+	}
+	h.sessionKey = key
+	h.refs = 2 // the session's and this request's
+	ls.sessions[key] = &session{h: h, tokenSum: sum, lastUsed: ls.now()}
+	return h, nil
+}
+
+// endSessionLocked ends the session: its lease is released once no request
+// uses it.
+func (ls *leases) endSessionLocked(key string, s *session) {
+	delete(ls.sessions, key)
+	ls.perToken[s.tokenSum]--
+	if ls.perToken[s.tokenSum] == 0 {
+		delete(ls.perToken, s.tokenSum)
+	}
+	s.h.sessionKey = ""
+	s.h.refs--
+	if s.h.refs == 0 {
+		ls.dropLocked(s.h)
+	}
+}
+
+func (ls *leases) unref(h *holding) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	h.refs--
+	if h.refs == 0 {
+		ls.dropLocked(h)
+	}
+}
+
+// dropLocked forgets h and releases its lease in the background.
+func (ls *leases) dropLocked(h *holding) {
+	if _, ok := ls.held[h]; !ok {
+		return
+	}
+	delete(ls.held, h)
+	go ls.release(h.token, h.id)
+}
+
+// release gives a lease back; a lease that already ended needs nothing.
+func (ls *leases) release(token, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), ls.opts.APITimeout)
+	defer cancel()
+	_ = ls.leaser.Release(ctx, token, id)
+}
+
+// cool records that h's proxy was reported rate limited for host, so that
+// its session moves for host.
+func (ls *leases) cool(h *holding, host string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if h.cooling == nil {
+		h.cooling = map[string]bool{}
+	}
+	if len(h.cooling) < maxCoolingHosts {
+		h.cooling[host] = true
+	}
+}
+
+// maxCoolingHosts bounds what a session remembers; past it the API's own
+// cooldowns still apply to every new lease.
+const maxCoolingHosts = 1024
+
+// snapshot is what upstream requests read of h.
+func (ls *leases) snapshot(h *holding) (addr string, u *url.URL, auth string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return h.proxyAddr, h.proxyURL, h.auth
+}
+
+// tick renews the leases that expire within half a TTL and ends the
+// sessions idle for SessionIdle; Run calls it every TTL/4.
+func (ls *leases) tick(ctx context.Context) {
+	now := ls.now()
+	var due []*holding
+	ls.mu.Lock()
+	for key, s := range ls.sessions {
+		if now.Sub(s.lastUsed) >= ls.opts.SessionIdle {
+			ls.endSessionLocked(key, s)
+		}
+	}
+	for h := range ls.held {
+		if h.expires.Sub(now) <= ls.opts.LeaseTTL/2 {
+			due = append(due, h)
+		}
+	}
+	ls.mu.Unlock()
+	for _, h := range due {
+		rctx, cancel := context.WithTimeout(ctx, ls.opts.APITimeout)
+		l, err := ls.leaser.Renew(rctx, h.token, h.id, ls.opts.LeaseTTL)
+		cancel()
+		ls.mu.Lock()
+		switch {
+		case err == nil:
+			if addr, u, auth, perr := proxyOf(l); perr == nil {
+				h.proxyAddr, h.proxyURL, h.auth = addr, u, auth
+			}
+			h.expires = l.ExpiresAt
+		case client.IsLeaseEnded(err) || client.IsUnknownLease(err):
+			// Gone (expired during an outage): a session leases anew.
+			if s := ls.sessions[h.sessionKey]; s != nil && s.h == h {
+				ls.endSessionLocked(h.sessionKey, s)
+			}
+		}
+		ls.mu.Unlock()
+	}
+}
+
+// releaseAll ends every session and releases every lease (shutdown).
+func (ls *leases) releaseAll() {
+	ls.mu.Lock()
+	held := ls.held
+	ls.held, ls.sessions, ls.perToken = map[*holding]struct{}{}, map[string]*session{}, map[[32]byte]int{}
+	ls.mu.Unlock()
+	var wg sync.WaitGroup
+	for h := range held {
+		wg.Go(func() { ls.release(h.token, h.id) })
+	}
+	wg.Wait()
+}

@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Defaults.
+const (
+	DefaultLeaseTTL            = 60 * time.Second
+	DefaultSessionIdle         = 2 * time.Minute
+	DefaultMaxInFlight         = 20000
+	DefaultMaxSessionsPerToken = 1000
+	DefaultAPITimeout          = 10 * time.Second
+	DefaultDialTimeout         = 10 * time.Second
+)
+
+// DefaultReportStatuses are the origin statuses reported rate_limited for
+// (proxy, host) over plain HTTP.
+func DefaultReportStatuses() []int { return []int{429, 403, 503} }
+
+// Options are the gateway's flags.
+type Options struct {
+	// Addr is where the gateway listens ("" or "0": no gateway).
+	Addr string
+	// LeaseAPIURL is the HTTP lease API the gateway leases through (the
+	// Service in front of the replicas).
+	LeaseAPIURL string
+	// LeaseAPICAFile verifies LeaseAPIURL (empty: the operator's own CA).
+	LeaseAPICAFile string
+	// LeaseTTL is each lease's TTL, renewed while a request or session
+	// holds it.
+	LeaseTTL time.Duration
+	// SessionIdle ends a sticky session unused this long.
+	SessionIdle time.Duration
+	// ReportStatuses are reported rate_limited (plain HTTP).
+	ReportStatuses []int
+	// MaxInFlight bounds the requests and tunnels served at once.
+	MaxInFlight int
+	// MaxSessionsPerToken bounds each token's sessions.
+	MaxSessionsPerToken int
+	// APITimeout bounds a call to the lease API that does not wait (release,
+	// report, renew); DialTimeout the dial and CONNECT to a proxy.
+	APITimeout  time.Duration
+	DialTimeout time.Duration
+}
+
+// DefaultOptions returns the defaults (the gateway off).
+func DefaultOptions() Options {
+	return Options{LeaseTTL: DefaultLeaseTTL, SessionIdle: DefaultSessionIdle, ReportStatuses: DefaultReportStatuses(),
+		MaxInFlight: DefaultMaxInFlight, MaxSessionsPerToken: DefaultMaxSessionsPerToken, APITimeout: DefaultAPITimeout, DialTimeout: DefaultDialTimeout}
+}
+
+// Enabled reports whether the gateway is served.
+func (o *Options) Enabled() bool { return o.Addr != "" && o.Addr != "0" }
+
+// AddFlags registers the --gateway-* flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Addr, "gateway-bind-address", o.Addr, "Address of the forward-proxy gateway (docs/gateway.md); empty or \"0\": none.")
+	fs.StringVar(&o.LeaseAPIURL, "gateway-lease-api-url", o.LeaseAPIURL, "The HTTP lease API the gateway leases through with each client's token: the discovery API's Service, which routes to the replica that leads.")
+	fs.StringVar(&o.LeaseAPICAFile, "gateway-lease-api-ca-file", o.LeaseAPICAFile, "PEM CA bundle verifying --gateway-lease-api-url. Unset: the operator's own CA.")
+	fs.DurationVar(&o.LeaseTTL, "gateway-lease-ttl", o.LeaseTTL, "TTL of the gateway's leases, renewed while a request, tunnel or session holds one.")
+	fs.DurationVar(&o.SessionIdle, "gateway-session-idle", o.SessionIdle, "A sticky session unused this long ends and its lease is released.")
+	fs.IntSliceVar(&o.ReportStatuses, "gateway-report-statuses", o.ReportStatuses, "Origin status codes of plain HTTP responses reported rate_limited for the proxy and host.")
+	fs.IntVar(&o.MaxInFlight, "gateway-max-in-flight", o.MaxInFlight, "Most requests and tunnels the gateway serves at once; past it, 429.")
+	fs.IntVar(&o.MaxSessionsPerToken, "gateway-max-sessions-per-token", o.MaxSessionsPerToken, "Most sticky sessions one token may hold; past it, 429.")
+}
+
+// Validate reports every invalid option.
+func (o *Options) Validate() error {
+	if !o.Enabled() {
+		return nil
+	}
+	var errs []error
+	if _, port, err := net.SplitHostPort(o.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("--gateway-bind-address %q: %w", o.Addr, err))
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		errs = append(errs, fmt.Errorf("--gateway-bind-address %q: the port must be 0-65535", o.Addr))
+	}
+	if u, err := url.Parse(o.LeaseAPIURL); o.LeaseAPIURL == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("--gateway-lease-api-url %q: want the lease API's https:// URL (the gateway leases through it)", o.LeaseAPIURL))
+	}
+	if o.LeaseTTL < 10*time.Second {
+		errs = append(errs, fmt.Errorf("--gateway-lease-ttl %s: at least 10s", o.LeaseTTL))
+	}
+	if o.SessionIdle <= 0 {
+		errs = append(errs, fmt.Errorf("--gateway-session-idle %s: must be positive", o.SessionIdle))
+	}
+	for _, s := range o.ReportStatuses {
+		if s < 100 || s > 599 {
+			errs = append(errs, fmt.Errorf("--gateway-report-statuses: %d is not an HTTP status", s))
+		}
+	}
+	if o.MaxInFlight < 1 || o.MaxSessionsPerToken < 1 {
+		errs = append(errs, errors.New("--gateway-max-in-flight and --gateway-max-sessions-per-token: at least 1"))
+	}
+	return errors.Join(errs...)
+}
+
+// Leaser is the APILeaser of o: LeaseAPIURL verified with LeaseAPICAFile
+// or, unset, defaultCA (the operator's own CA; nil: the system's roots).
+func (o *Options) Leaser(defaultCA []byte) (*APILeaser, error) {
+	caPEM := defaultCA
+	if o.LeaseAPICAFile != "" {
+		b, err := os.ReadFile(o.LeaseAPICAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--gateway-lease-api-ca-file: %w", err)
+		}
+		caPEM = b
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caPEM != nil {
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(caPEM) {
+			return nil, errors.New("gateway: the lease API's CA bundle holds no PEM certificate")
+		}
+		tlsConfig.RootCAs = roots
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = tlsConfig
+	t.MaxIdleConnsPerHost = 64
+	return &APILeaser{BaseURL: o.LeaseAPIURL, HTTPClient: &http.Client{Transport: t}}, nil
+}

@@ -1,0 +1,132 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// tunnel serves a CONNECT: a lease for the tunnel's host, a CONNECT through
+// the leased proxy with the lease's credentials, then bytes both ways until
+// either side closes. The lease is released when the tunnel ends.
+func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, token, username string, o UsernameOptions) {
+	authority := r.Host
+	if _, port, err := net.SplitHostPort(authority); err != nil || port == "" {
+		g.fail(w, KindConnect, &Error{Reason: ReasonInvalid, Message: fmt.Sprintf("CONNECT %q: want host:port", authority)}, "")
+		return
+	}
+	host := hostOf(authority)
+	h, done, err := g.leases.acquire(r.Context(), token, username, o, host)
+	if err != nil {
+		g.fail(w, KindConnect, gatewayError(err), "")
+		return
+	}
+	defer done()
+	addr, _, auth := g.leases.snapshot(h)
+	up, br, gerr := g.connect(r.Context(), addr, auth, authority)
+	if gerr != nil {
+		if gerr.Reason == ReasonUpstream && gerr.RetryAfter == 0 {
+			// The site refused through this proxy: move the next tunnel.
+			g.reportRateLimited(r.Context(), h, host)
+		}
+		gerr.RetryAfter = 0
+		g.fail(w, KindConnect, gerr, h.id)
+		return
+	}
+	defer up.Close()
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		g.fail(w, KindConnect, &Error{Reason: ReasonInvalid, Message: "CONNECT needs HTTP/1.1"}, h.id)
+		return
+	}
+	conn, brw, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Time{})
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n"+LeaseIDHeader+": "+h.id+"\r\n\r\n"); err != nil {
+		return
+	}
+	g.track(conn, true)
+	defer g.track(conn, false)
+	g.rec.GatewayTunnels(1)
+	defer g.rec.GatewayTunnels(-1)
+	g.rec.GatewayRequest(KindConnect, OutcomeOK)
+	// Bytes either side sent ahead of the tunnel's start.
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		if _, err := up.Write(b); err != nil {
+			return
+		}
+	}
+	if n := br.Buffered(); n > 0 {
+		b, _ := br.Peek(n)
+		if _, err := conn.Write(b); err != nil {
+			return
+		}
+	}
+	errc := make(chan struct{}, 1)
+	go func() {
+		n := pipe(conn, up)
+		g.rec.GatewayBytes("down", n)
+		errc <- struct{}{}
+	}()
+	n := pipe(up, conn)
+	g.rec.GatewayBytes("up", n)
+	<-errc
+}
+
+// pipe copies src to dst (splice(2) between TCP connections), then closes
+// dst's write side so the other direction can finish.
+func pipe(dst, src net.Conn) int64 {
+	n, _ := io.Copy(dst, src)
+	if tc, ok := dst.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	} else {
+		_ = dst.Close()
+	}
+	return n
+}
+
+// connect opens a tunnel to authority through the proxy at addr. An error
+// with RetryAfter set is the proxy's own failure (unreachable, or it refused
+// the lease's credentials); without, the site's (reported).
+func (g *Gateway) connect(ctx context.Context, addr, auth, authority string) (net.Conn, *bufio.Reader, *Error) {
+	dctx, cancel := context.WithTimeout(ctx, g.opts.DialTimeout)
+	defer cancel()
+	up, err := g.dialer.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s is unreachable: %v", addr, err), RetryAfter: time.Second}
+	}
+	_ = up.SetDeadline(time.Now().Add(g.opts.DialTimeout))
+	req := "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n"
+	if auth != "" {
+		req += "Proxy-Authorization: " + auth + "\r\n"
+	}
+	if _, err := io.WriteString(up, req+"\r\n"); err != nil {
+		up.Close()
+		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s: %v", addr, err), RetryAfter: time.Second}
+	}
+	br := bufio.NewReaderSize(up, 1024)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		up.Close()
+		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s did not answer the CONNECT: %v", addr, err), RetryAfter: time.Second}
+	}
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusProxyAuthRequired:
+		up.Close()
+		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s refused the lease's credentials (407)", addr), RetryAfter: time.Second}
+	case resp.StatusCode/100 != 2:
+		up.Close()
+		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("CONNECT %s through %s: the proxy answered %s", authority, addr, resp.Status)}
+	}
+	_ = up.SetDeadline(time.Time{})
+	return up, br, nil
+}
