@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
 	"runtime/debug"
@@ -161,6 +162,21 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		tok, ok := s.tokenFor(r.Header.Get("Authorization"))
+		if !ok && s.opts.Kubernetes != nil {
+			var err error
+			if tok, err = s.kubernetesToken(r); err != nil {
+				switch {
+				case IsForbidden(err):
+					writeError(w, http.StatusForbidden, wire.CodeForbidden, err.Error())
+					return
+				case !errors.Is(err, ErrUnknownToken):
+					w.Header().Set("Retry-After", "1")
+					writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "cannot review the token now: "+err.Error())
+					return
+				}
+			}
+			ok = err == nil
+		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator"`)
 			writeError(w, http.StatusUnauthorized, wire.CodeUnauthorized, "missing or invalid bearer token")
@@ -170,6 +186,20 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// kubernetesToken asks opts.Kubernetes about the request's bearer token.
+func (s *Server) kubernetesToken(r *http.Request) (Token, error) {
+	scheme, token, found := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" || len(token) > maxKubernetesToken {
+		return Token{}, ErrUnknownToken
+	}
+	return s.opts.Kubernetes.Authenticate(r.Context(), token)
+}
+
+// maxKubernetesToken bounds a token sent for review (a ServiceAccount token
+// is about a kilobyte).
+const maxKubernetesToken = 16 << 10
 
 // tokenFor checks "Bearer <token>" against every configured token in
 // constant time (hashes make the lengths equal; no early exit).

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/kubernetes"
 )
 
 // ServingOptions are the flags of the HTTP discovery API: where it listens,
@@ -34,6 +35,9 @@ type ServingOptions struct {
 	// generated token when missing and re-read while running; used when
 	// TokenFile is unset.
 	TokenSecret string
+	// KubernetesTokens also accepts a pod's ServiceAccount token, reviewed
+	// with kube-apiserver (KubernetesTokens), for leases in its namespace.
+	KubernetesTokens bool
 	// PlainHTTP serves without TLS. Only when asked for: bearer tokens then
 	// cross the network in clear.
 	PlainHTTP bool
@@ -41,7 +45,7 @@ type ServingOptions struct {
 
 // DefaultServingOptions returns the defaults.
 func DefaultServingOptions() ServingOptions {
-	return ServingOptions{Addr: DefaultAddr, MaxWait: DefaultMaxWait}
+	return ServingOptions{Addr: DefaultAddr, MaxWait: DefaultMaxWait, KubernetesTokens: true}
 }
 
 // Enabled reports whether the API is served (--discovery-bind-address other
@@ -56,6 +60,7 @@ func (o *ServingOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.MaxWait, "discovery-max-wait", o.MaxWait, "Longest waitSeconds a POST /v1/leases may ask for.")
 	fs.StringVar(&o.TLSCertFile, "discovery-tls-cert-file", o.TLSCertFile, "PEM certificate (chain) the HTTP discovery API serves, re-read when the file changes. Unset: the operator's own certificate (--serving-cert-secret).")
 	fs.StringVar(&o.TLSKeyFile, "discovery-tls-private-key-file", o.TLSKeyFile, "PEM private key of --discovery-tls-cert-file.")
+	fs.BoolVar(&o.KubernetesTokens, "discovery-kubernetes-tokens", o.KubernetesTokens, "Also accept a pod's ServiceAccount token (a TokenReview, then a SubjectAccessReview for create proxyleases in its namespace, cached "+DefaultKubernetesTokenTTL.String()+"), for leases in that namespace; needs RBAC create on tokenreviews and subjectaccessreviews (system:auth-delegator).")
 	fs.BoolVar(&o.PlainHTTP, "discovery-plain-http", o.PlainHTTP, "Serve the HTTP discovery API without TLS (bearer tokens cross the network in clear; logged as a warning). Only for a listener no one else can reach.")
 }
 
@@ -155,4 +160,13 @@ func (o *ServingOptions) ServingCert(managed dynamiccertificates.CertKeyContentP
 		return managed, nil
 	}
 	return nil, ErrNoServingCert
+}
+
+// Authenticator is the TokenAuthenticator of --discovery-kubernetes-tokens
+// over kube (nil when off).
+func (o *ServingOptions) Authenticator(kube kubernetes.Interface) TokenAuthenticator {
+	if !o.KubernetesTokens || kube == nil {
+		return nil
+	}
+	return &KubernetesTokens{Reviews: kube.AuthenticationV1().TokenReviews(), Access: kube.AuthorizationV1().SubjectAccessReviews()}
 }

@@ -40,6 +40,10 @@ type Options struct {
 	// operator reads them from --discovery-token-file or its Secret). Empty
 	// disables auth: the server logs a loud warning at start.
 	Tokens Tokens
+	// Kubernetes, when set (and Tokens is not empty), authenticates a bearer
+	// token that none of Tokens matches: a pod's ServiceAccount token
+	// (KubernetesTokens).
+	Kubernetes TokenAuthenticator
 	// Service is the lease path every lease request goes through (required;
 	// its limits bound ttlSeconds and waitSeconds).
 	Service *leasing.Service
@@ -65,6 +69,13 @@ type Token struct {
 	// Namespaces are the only namespaces the identity may lease in and
 	// list proxies of; nil means every namespace.
 	Namespaces []string
+}
+
+// TokenAuthenticator authenticates a bearer token no configured token
+// matches. Errors: ErrUnknownToken (401), *ForbiddenError (403), anything
+// else (503: it could not tell now).
+type TokenAuthenticator interface {
+	Authenticate(ctx context.Context, token string) (Token, error)
 }
 
 // Tokens maps each accepted bearer token to what it stands for.

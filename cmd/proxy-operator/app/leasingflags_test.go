@@ -36,7 +36,7 @@ func TestLeasingFlags(t *testing.T) {
 		t.Errorf("leasing options (-want +got):\n%s", d)
 	}
 	wantDiscovery := discovery.ServingOptions{Addr: "127.0.0.1:9090", TokenFile: "/run/token", MaxWait: discovery.DefaultMaxWait,
-		TLSCertFile: "/run/tls.crt", TLSKeyFile: "/run/tls.key"}
+		TLSCertFile: "/run/tls.crt", TLSKeyFile: "/run/tls.key", KubernetesTokens: true}
 	if d := cmp.Diff(wantDiscovery, o.Discovery); d != "" {
 		t.Errorf("discovery options (-want +got):\n%s", d)
 	}

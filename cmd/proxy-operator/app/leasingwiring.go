@@ -125,7 +125,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if err != nil {
 			return nil, nil, err
 		}
-		srv, err := newDiscoveryServer(&o.Discovery, tokens, svc, servingCert)
+		srv, err := newDiscoveryServer(&o.Discovery, tokens, svc, servingCert, kube)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -257,8 +257,9 @@ func setupServingCert(ctx context.Context, mgr manager.Manager, cfg *rest.Config
 // newDiscoveryServer builds the HTTP discovery API as Run serves it: every
 // configured token authenticates as its identity, which becomes the holder
 // and default flow of its leases; it serves TLS with its own files, else the
-// managed certificate (nil: none), else plain HTTP when asked for.
-func newDiscoveryServer(o *discovery.ServingOptions, tokens discovery.Tokens, svc *leasing.Service, managed *certs.Manager) (*discovery.Server, error) {
+// managed certificate (nil: none), else plain HTTP when asked for; with
+// kube, pods' ServiceAccount tokens too (--discovery-kubernetes-tokens).
+func newDiscoveryServer(o *discovery.ServingOptions, tokens discovery.Tokens, svc *leasing.Service, managed *certs.Manager, kube kubernetes.Interface) (*discovery.Server, error) {
 	var m dynamiccertificates.CertKeyContentProvider
 	if managed != nil {
 		m = managed
@@ -267,7 +268,11 @@ func newDiscoveryServer(o *discovery.ServingOptions, tokens discovery.Tokens, sv
 	if err != nil {
 		return nil, err
 	}
-	srv, err := discovery.New(discovery.Options{Addr: o.Addr, Tokens: tokens, Service: svc, Cert: cert})
+	opts := discovery.Options{Addr: o.Addr, Tokens: tokens, Service: svc, Cert: cert}
+	if a := o.Authenticator(kube); a != nil {
+		opts.Kubernetes = a
+	}
+	srv, err := discovery.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating discovery server: %w", err)
 	}

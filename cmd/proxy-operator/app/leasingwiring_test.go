@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -125,7 +126,7 @@ func TestDiscoveryServerTellsTokensApart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := newDiscoveryServer(&o, tokens, svc, nil)
+			srv, err := newDiscoveryServer(&o, tokens, svc, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,6 +291,14 @@ func leasingProblems(t *testing.T, m manifests) []string {
 	}
 	wantPorts := map[string]int32{"discovery": portOf(o.Discovery.Addr), "apiserver": int32(o.APIServer.SecureServing.BindPort),
 		"probes": portOf(o.HealthProbeAddr), "metrics": portOf(o.MetricsAddr)}
+	if o.Gateway.Enabled() {
+		wantPorts["gateway"] = portOf(o.Gateway.Addr)
+		// The gateway leases through the discovery Service, which routes to
+		// the replica that leads.
+		if u, err := url.Parse(o.Gateway.LeaseAPIURL); err != nil || u.Port() != "8090" || !strings.HasPrefix(u.Hostname(), "proxy-operator-discovery.") {
+			bad("--gateway-lease-api-url %q is not the discovery Service", o.Gateway.LeaseAPIURL)
+		}
+	}
 	for name, want := range wantPorts {
 		if got, ok := ports[name]; !ok || got != want {
 			bad("container port %q = %d, want %d (from the args)", name, got, want)
@@ -407,6 +416,8 @@ func leasingProblems(t *testing.T, m manifests) []string {
 				discoverySvc = p.Port == 8090
 			case target == wantPorts["metrics"]:
 				// The metrics Service (what a ServiceMonitor selects).
+			case o.Gateway.Enabled() && target == wantPorts["gateway"]:
+				// The gateway, on every replica.
 			default:
 				bad("Service %s port %s targets %d, no lease server", name, p.Name, target)
 			}

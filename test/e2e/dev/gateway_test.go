@@ -22,6 +22,7 @@ import (
 
 	dclient "github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
@@ -296,6 +297,30 @@ func (h *harness) gateway(t *testing.T) {
 				}
 			})
 		}
+	})
+
+	t.Run("a pod's ServiceAccount token, as RBAC allows", func(t *testing.T) {
+		root, err := controlplane.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest, err := os.ReadFile(filepath.Join(root, "artifacts", "apiserver", "examples", "crawler-rbac.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.mustKubectlIn(t, strings.ReplaceAll(string(manifest), "namespace: crawlers", "namespace: default"), "apply", "-f", "-")
+		h.mustKubectl(t, "-n", "default", "create", "serviceaccount", "gateway-stranger")
+		crawler := strings.TrimSpace(h.mustKubectl(t, "-n", "default", "create", "token", "crawler"))
+		stranger := strings.TrimSpace(h.mustKubectl(t, "-n", "default", "create", "token", "gateway-stranger"))
+		code, _, body := h.viaGateway(t, h.gatewayProxy("crawler", crawler), h.env.OriginURL+"/service-account")
+		if code != http.StatusOK || !strings.Contains(body, "GET /service-account") {
+			t.Fatalf("with the crawler ServiceAccount's token: %d %q", code, body)
+		}
+		code, _, body = h.viaGateway(t, h.gatewayProxy("crawler", stranger), h.env.OriginURL+"/service-account")
+		if code != http.StatusForbidden || !strings.Contains(body, "proxy-operator:crawler") {
+			t.Errorf("with a ServiceAccount RBAC does not allow: %d %q, want 403 naming the role to bind", code, body)
+		}
+		awaitNoLeases(t, api, 10*time.Second)
 	})
 
 	t.Run("Python urllib and Scrapy with the gateway as their proxy", func(t *testing.T) {
