@@ -93,6 +93,10 @@ image: ## OCI image of the operator for linux/amd64 and linux/arm64 into bin/ima
 bench: ## Go benchmarks (speed and memory targets)
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
+.PHONY: bench-gateway
+bench-gateway: squid ## the gateway against the same Squid: throughput, new-tunnel latency, idle-tunnel memory (docs/benchmarks.md)
+	$(GO) test ./test/e2e/gatewaybench -run '^$$' -bench Gateway -benchtime 1x -count 3 -v
+
 .PHONY: crash
 crash: tools ## kill the operator at CRASH_RUNS (20) random points under faults; print leaked/duplicate/missing per run
 	$(GO) test ./test/e2e/crash -run '^$$' -bench CrashRestart -benchtime $(CRASH_RUNS)x -timeout 60m -v

@@ -63,6 +63,8 @@ type Gateway struct {
 	clock     clock.WithTicker
 	transport *http.Transport
 	dialer    net.Dialer
+	// buffers relay tunnels' bytes (taken only while bytes move).
+	buffers *sync.Pool
 
 	mu      sync.Mutex
 	tunnels map[net.Conn]struct{}
@@ -89,7 +91,7 @@ func New(o Options, d Deps) (*Gateway, error) {
 	if d.Clock == nil {
 		d.Clock = clock.RealClock{}
 	}
-	g := &Gateway{opts: o, rec: d.Recorder, clock: d.Clock, tunnels: map[net.Conn]struct{}{},
+	g := &Gateway{opts: o, rec: d.Recorder, clock: d.Clock, tunnels: map[net.Conn]struct{}{}, buffers: newBufferPool(),
 		dialer: net.Dialer{Timeout: o.DialTimeout}}
 	g.leases = newLeases(d.Leaser, &g.opts, d.Clock.Now)
 	g.transport = &http.Transport{

@@ -3,10 +3,13 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"sync"
+	"syscall"
 	"time"
 )
 
@@ -72,25 +75,78 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, token, username
 	}
 	errc := make(chan struct{}, 1)
 	go func() {
-		n := pipe(conn, up)
+		n := pipe(conn, up, g.buffers)
 		g.rec.GatewayBytes("down", n)
 		errc <- struct{}{}
 	}()
-	n := pipe(up, conn)
+	n := pipe(up, conn, g.buffers)
 	g.rec.GatewayBytes("up", n)
 	<-errc
 }
 
-// pipe copies src to dst (splice(2) between TCP connections), then closes
-// dst's write side so the other direction can finish.
-func pipe(dst, src net.Conn) int64 {
-	n, _ := io.Copy(dst, src)
+// pipe copies src to dst until src ends, then closes dst's write side so
+// the other direction can finish. An idle tunnel holds no buffer and no
+// pipe: it waits for src to be readable (waitReadable), then moves what is
+// there through a pooled buffer. (io.Copy between TCP connections would
+// splice(2), but holds a pipe — two descriptors — per direction while it
+// waits, tripling an idle tunnel's descriptors.)
+func pipe(dst, src net.Conn, pool *sync.Pool) int64 {
+	var n int64
+	raw, _ := rawConn(src)
+	for {
+		if raw != nil {
+			if err := waitReadable(raw); err != nil {
+				break
+			}
+		}
+		buf := pool.Get().(*[]byte)
+		r, rerr := src.Read(*buf)
+		if r > 0 {
+			w, werr := dst.Write((*buf)[:r])
+			n += int64(w)
+			if werr != nil {
+				pool.Put(buf)
+				break
+			}
+		}
+		pool.Put(buf)
+		if rerr != nil {
+			break
+		}
+	}
 	if tc, ok := dst.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 	} else {
 		_ = dst.Close()
 	}
 	return n
+}
+
+// copyBufferSize is a pooled relay buffer's size.
+const copyBufferSize = 128 << 10
+
+func newBufferPool() *sync.Pool {
+	return &sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+}
+
+func rawConn(c net.Conn) (syscall.RawConn, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil, errors.New("not a syscall.Conn")
+	}
+	return sc.SyscallConn()
+}
+
+// waitReadable returns once c has data, has ended, or failed, without a
+// buffer: it peeks one byte without blocking, and lets the runtime's poller
+// wait while there is none.
+func waitReadable(c syscall.RawConn) error {
+	var peek [1]byte
+	return c.Read(func(fd uintptr) bool {
+		// Data, the end (0 bytes) or an error (Read reports it): go on.
+		_, _, e := syscall.Recvfrom(int(fd), peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return e != syscall.EAGAIN && e != syscall.EINTR
+	})
 }
 
 // connect opens a tunnel to authority through the proxy at addr. An error
