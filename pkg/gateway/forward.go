@@ -56,6 +56,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, token, usernam
 		return
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusProxyAuthRequired {
+		// The leased proxy's answer, not the site's: passed on, it would
+		// read as the gateway refusing the client's own credentials.
+		g.fail(w, KindHTTP, &Error{Reason: ReasonUpstream, Message: "the leased proxy " + h.proxyAddr + " refused the lease's credentials (407)"}, h.id)
+		return
+	}
 	if g.reportStatus(resp.StatusCode) {
 		g.reportRateLimited(r.Context(), h, host)
 	}
