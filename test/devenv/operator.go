@@ -338,6 +338,17 @@ type Operator struct {
 	HealthProbeURL, DiscoveryURL string
 }
 
+// Serving reports whether o answers /readyz with 200: it is the replica that
+// serves leases.
+func (o Operator) Serving() bool {
+	resp, err := http.Get(o.HealthProbeURL + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 // PID reads o's pid file (0 if none).
 func (o Operator) PID() int {
 	b, err := os.ReadFile(o.PIDFile)

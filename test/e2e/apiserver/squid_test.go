@@ -1,10 +1,8 @@
 package apiservere2e
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
@@ -26,51 +25,14 @@ import (
 // collide).
 var squidAddrs = [2]string{"127.0.7.2", "127.0.7.40"}
 
-// startSquid runs Debian's squid on a free address of squidAddrs, as the node
-// agent does for the operator's pods, and stops it when the test ends.
+// startSquid runs a squid of squidAddrs for the test.
 func startSquid(t *testing.T) *nodeagent.Squid {
 	t.Helper()
-	path, err := nodeagent.LookSquid("")
-	if err != nil {
-		t.Fatalf("%v (this test forwards through a real squid)", err)
-	}
 	pool, err := nodeagent.NewAddrPool(netip.MustParseAddr(squidAddrs[0]), netip.MustParseAddr(squidAddrs[1]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, err := pool.Allocate(func(a netip.Addr) bool {
-		return !nodeagent.PortFree(net.JoinHostPort(a.String(), fmt.Sprint(nodeagent.DefaultSquidPort)))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// squid runs as its own user: its directory must be writable by it and
-	// its parents traversable, which t.TempDir (0700) is not.
-	dir, err := os.MkdirTemp("", "pxl-e2e-squid-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	cfg := nodeagent.SquidConfig{Addr: addr, Dir: dir}
-	sq, err := nodeagent.StartSquid(path, cfg, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := sq.Stop(5 * time.Second); err != nil {
-			t.Logf("stopping squid: %v", err)
-		}
-		_ = os.RemoveAll(dir)
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := nodeagent.WaitListening(ctx, cfg.ListenAddr(), sq.Done()); err != nil {
-		out, _ := os.ReadFile(cfg.CacheLogPath())
-		t.Fatalf("%v\n%s", err, out)
-	}
-	return sq
+	return framework.StartSquid(t, pool, "")
 }
 
 func TestLeasedProxyForwardsThroughRealSquid(t *testing.T) {

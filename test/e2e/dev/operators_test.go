@@ -121,17 +121,9 @@ func TestTwoOperators(t *testing.T) {
 	if len(env.Operators) != 2 {
 		t.Fatalf("%d operators, want 2", len(env.Operators))
 	}
-	ready := func(o devenv.Operator) bool {
-		resp, err := http.Get(o.HealthProbeURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}
 	leader := func() int {
 		for i, o := range env.Operators {
-			if ready(o) {
+			if o.Serving() {
 				return i
 			}
 		}
@@ -174,7 +166,7 @@ func TestTwoOperators(t *testing.T) {
 		// The signal has taken effect once the leader is no longer ready:
 		// until then a terminating leader may still answer itself.
 		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-			return !ready(env.Operators[l]), nil
+			return !env.Operators[l].Serving(), nil
 		}); err != nil {
 			t.Fatalf("round %d (%s): the leader still ready 60s later", round, signal)
 		}

@@ -8,8 +8,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/gateway"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
@@ -41,10 +40,6 @@ type rig struct {
 // the HTTP lease API over it, and the gateway leasing through that API.
 func startRig(b *testing.B, n, perProxy int) *rig {
 	b.Helper()
-	path, err := nodeagent.LookSquid("")
-	if err != nil {
-		b.Fatalf("%v (the benchmark forwards through real squids)", err)
-	}
 	pool, err := nodeagent.NewAddrPool(netip.MustParseAddr(squidAddrs[0]), netip.MustParseAddr(squidAddrs[1]))
 	if err != nil {
 		b.Fatal(err)
@@ -59,37 +54,10 @@ func startRig(b *testing.B, n, perProxy int) *rig {
 	}
 	r := &rig{}
 	for i := range n {
-		addr, err := pool.Allocate(func(a netip.Addr) bool {
-			return !nodeagent.PortFree(net.JoinHostPort(a.String(), strconv.Itoa(nodeagent.DefaultSquidPort)))
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		dir, err := os.MkdirTemp("", "gwbench-squid-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Chmod(dir, 0o777); err != nil {
-			b.Fatal(err)
-		}
-		cfg := nodeagent.SquidConfig{Addr: addr, Dir: dir, VisibleHostname: fmt.Sprintf("gwbench-%d", i)}
-		sq, err := nodeagent.StartSquid(path, cfg, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			_ = sq.Stop(5 * time.Second)
-			_ = os.RemoveAll(dir)
-		})
-		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
-		err = nodeagent.WaitListening(wctx, cfg.ListenAddr(), sq.Done())
-		wcancel()
-		if err != nil {
-			b.Fatalf("squid on %s: %v", cfg.ListenAddr(), err)
-		}
+		cfg := framework.StartSquid(b, pool, fmt.Sprintf("gwbench-%d", i)).Config()
 		r.squids = append(r.squids, cfg.ListenAddr())
 		store.UpsertProxy(lease.ProxyInfo{Namespace: "bench", Name: cfg.VisibleHostname, URL: "http://" + cfg.ListenAddr(),
-			Host: addr.String(), Port: int32(nodeagent.DefaultSquidPort), LatencyMillis: 1, Healthy: true})
+			Host: cfg.Addr.String(), Port: int32(nodeagent.DefaultSquidPort), LatencyMillis: 1, Healthy: true})
 	}
 	l := leasing.NewWithStore(store, leasing.DefaultOptions(), clock.RealClock{})
 	for _, run := range l.Runnables() {

@@ -605,17 +605,9 @@ func plannedHandover(t *testing.T, py string, env *devenv.Env) {
 	if len(env.Operators) != 2 {
 		t.Fatalf("%d operators, want 2", len(env.Operators))
 	}
-	ready := func(o devenv.Operator) bool {
-		resp, err := http.Get(o.HealthProbeURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}
 	leader := -1
 	for i, o := range env.Operators {
-		if ready(o) {
+		if o.Serving() {
 			leader = i
 		}
 	}
@@ -663,7 +655,7 @@ func plannedHandover(t *testing.T, py string, env *devenv.Env) {
 		if syscall.Kill(pid, 0) == nil {
 			continue
 		}
-		if ready(env.Operators[0]) || ready(env.Operators[1]) {
+		if env.Operators[0].Serving() || env.Operators[1].Serving() {
 			servedAgain, atTakeover = time.Since(sent), s.served()
 			break
 		}
