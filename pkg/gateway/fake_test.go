@@ -34,7 +34,7 @@ func (f *fakeLeaser) record(call string) error {
 }
 
 func (f *fakeLeaser) lease(id string, ttl time.Duration) *wire.Lease {
-	return &wire.Lease{LeaseID: id, Proxy: wire.Proxy{URL: "http://127.0.0.1:3128", Port: 3128},
+	return &wire.Lease{LeaseID: id, Proxy: wire.Proxy{URL: "http://u-" + id + ":p@127.0.0.1:3128", Port: 3128},
 		Credentials: &wire.Credentials{Username: "u-" + id, Password: "p"}, ExpiresAt: f.now().Add(ttl)}
 }
 

@@ -87,7 +87,9 @@ type proxiedLeaser struct {
 func (p proxiedLeaser) Acquire(ctx context.Context, token string, req wire.AcquireRequest) (*wire.Lease, error) {
 	l, err := p.fakeLeaser.Acquire(ctx, token, req)
 	if err == nil {
-		l.Proxy.URL = p.url
+		u, _ := url.Parse(p.url)
+		u.User = url.UserPassword(l.Credentials.Username, l.Credentials.Password)
+		l.Proxy.URL = u.String()
 	}
 	return l, err
 }

@@ -36,7 +36,8 @@ type holding struct {
 	cooling map[string]bool
 }
 
-// proxyOf reads where a lease's proxy is and its credentials.
+// proxyOf reads where a lease's proxy is and its credentials: the API's
+// proxy.url carries them as userinfo.
 func proxyOf(l *wire.Lease) (addr string, u *url.URL, auth string, err error) {
 	u, err = url.Parse(l.Proxy.URL)
 	if err != nil || u.Host == "" {
@@ -46,10 +47,7 @@ func proxyOf(l *wire.Lease) (addr string, u *url.URL, auth string, err error) {
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), strconv.Itoa(int(l.Proxy.Port)))
 	}
-	if c := l.Credentials; c != nil {
-		u.User = url.UserPassword(c.Username, c.Password)
-		auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(c.Username+":"+c.Password))
-	} else if u.User != nil {
+	if u.User != nil {
 		p, _ := u.User.Password()
 		auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+p))
 	}

@@ -8,11 +8,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 )
 
 // Defaults.
@@ -110,19 +111,18 @@ func (o *Options) Validate() error {
 // Leaser is the APILeaser of o: LeaseAPIURL verified with LeaseAPICAFile
 // or, unset, defaultCA (the operator's own CA; nil: the system's roots).
 func (o *Options) Leaser(defaultCA []byte) (*APILeaser, error) {
-	caPEM := defaultCA
-	if o.LeaseAPICAFile != "" {
-		b, err := os.ReadFile(o.LeaseAPICAFile)
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	switch {
+	case o.LeaseAPICAFile != "":
+		roots, err := client.LoadCAFile(o.LeaseAPICAFile)
 		if err != nil {
 			return nil, fmt.Errorf("--gateway-lease-api-ca-file: %w", err)
 		}
-		caPEM = b
-	}
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caPEM != nil {
+		tlsConfig.RootCAs = roots
+	case defaultCA != nil:
 		roots := x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(caPEM) {
-			return nil, errors.New("gateway: the lease API's CA bundle holds no PEM certificate")
+		if !roots.AppendCertsFromPEM(defaultCA) {
+			return nil, errors.New("gateway: the operator's CA bundle holds no PEM certificate")
 		}
 		tlsConfig.RootCAs = roots
 	}

@@ -30,13 +30,12 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, token, username
 	}
 	defer done()
 	addr, _, auth := g.leases.snapshot(h)
-	up, br, gerr := g.connect(r.Context(), addr, auth, authority)
+	up, br, gerr, siteRefused := g.connect(r.Context(), addr, auth, authority)
 	if gerr != nil {
-		if gerr.Reason == ReasonUpstream && gerr.RetryAfter == 0 {
+		if siteRefused {
 			// The site refused through this proxy: move the next tunnel.
 			g.reportRateLimited(r.Context(), h, host)
 		}
-		gerr.RetryAfter = 0
 		g.fail(w, KindConnect, gerr, h.id)
 		return
 	}
@@ -149,15 +148,16 @@ func waitReadable(c syscall.RawConn) error {
 	})
 }
 
-// connect opens a tunnel to authority through the proxy at addr. An error
-// with RetryAfter set is the proxy's own failure (unreachable, or it refused
-// the lease's credentials); without, the site's (reported).
-func (g *Gateway) connect(ctx context.Context, addr, auth, authority string) (net.Conn, *bufio.Reader, *Error) {
+// connect opens a tunnel to authority through the proxy at addr. On an
+// error, siteRefused says the proxy answered that the site refused (to be
+// reported); otherwise the proxy itself failed (unreachable, or it refused
+// the lease's credentials).
+func (g *Gateway) connect(ctx context.Context, addr, auth, authority string) (_ net.Conn, _ *bufio.Reader, _ *Error, siteRefused bool) {
 	dctx, cancel := context.WithTimeout(ctx, g.opts.DialTimeout)
 	defer cancel()
 	up, err := g.dialer.DialContext(dctx, "tcp", addr)
 	if err != nil {
-		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s is unreachable: %v", addr, err), RetryAfter: time.Second}
+		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s is unreachable: %v", addr, err)}, false
 	}
 	_ = up.SetDeadline(time.Now().Add(g.opts.DialTimeout))
 	req := "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n"
@@ -166,23 +166,23 @@ func (g *Gateway) connect(ctx context.Context, addr, auth, authority string) (ne
 	}
 	if _, err := io.WriteString(up, req+"\r\n"); err != nil {
 		up.Close()
-		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s: %v", addr, err), RetryAfter: time.Second}
+		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s: %v", addr, err)}, false
 	}
 	br := bufio.NewReaderSize(up, 1024)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil {
 		up.Close()
-		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s did not answer the CONNECT: %v", addr, err), RetryAfter: time.Second}
+		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s did not answer the CONNECT: %v", addr, err)}, false
 	}
 	resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusProxyAuthRequired:
 		up.Close()
-		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s refused the lease's credentials (407)", addr), RetryAfter: time.Second}
+		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s refused the lease's credentials (407)", addr)}, false
 	case resp.StatusCode/100 != 2:
 		up.Close()
-		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("CONNECT %s through %s: the proxy answered %s", authority, addr, resp.Status)}
+		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("CONNECT %s through %s: the proxy answered %s", authority, addr, resp.Status)}, true
 	}
 	_ = up.SetDeadline(time.Time{})
-	return up, br, nil
+	return up, br, nil, false
 }
