@@ -20,6 +20,11 @@ package rbac
 // +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=configmaps,verbs=get;create;update
 // +kubebuilder:rbac:groups=apiregistration.k8s.io,resources=apiservices,resourceNames=v1alpha1.leasing.crawl.example.com,verbs=get;patch
 //
+// The serving label (pkg/serving): each replica watches the operator's own
+// pods and patches the label on itself and on its peers.
+//
+// +kubebuilder:rbac:groups="",namespace=proxy-operator-system,resources=pods,verbs=get;list;watch;patch
+//
 // The kube-system namespace's UID names the cluster in the installation's
 // instance tag (provider.InstallationTag), when --instance-tag is unset.
 //

@@ -232,6 +232,8 @@ func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
 	case leasing.ReasonCancelled:
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled")
 	case leasing.ReasonShuttingDown:
+		// A handover: the replica taking over answers within seconds.
+		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error()+"; retry shortly")
 	case leasing.ReasonNotLeader:
 		w.Header().Set("Retry-After", "1")

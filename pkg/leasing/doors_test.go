@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,8 @@ import (
 type doorAnswer struct {
 	Status int
 	Code   string
+	// RetryAfter is the Retry-After header's seconds (0: none).
+	RetryAfter int
 }
 
 // The two front doors map every outcome of the lease path to their status
@@ -46,29 +49,29 @@ func TestBothDoorsMapEveryOutcome(t *testing.T) {
 		http, kube doorAnswer
 	}{
 		{name: "granted", res: leasing.WaitResult{Outcome: leasing.WaitGranted},
-			http: doorAnswer{201, ""}, kube: doorAnswer{201, ""}},
+			http: doorAnswer{201, "", 0}, kube: doorAnswer{201, "", 0}},
 		{name: "no proxy before the deadline", res: leasing.WaitResult{Outcome: leasing.WaitNoMatch, Counts: leasing.NoMatchCounts{Considered: 1, AtCapacity: 1}},
-			http: doorAnswer{409, wire.CodeNoMatch}, kube: doorAnswer{409, string(metav1.StatusReasonConflict)}},
+			http: doorAnswer{409, wire.CodeNoMatch, 0}, kube: doorAnswer{409, string(metav1.StatusReasonConflict), 0}},
 		{name: "a queue limit", res: leasing.WaitResult{Outcome: leasing.WaitQueueFull, RetryAfter: 2 * time.Second, Err: errors.New("band full")},
-			http: doorAnswer{429, wire.CodeQueueFull}, kube: doorAnswer{429, string(metav1.StatusReasonTooManyRequests)}},
+			http: doorAnswer{429, wire.CodeQueueFull, 2}, kube: doorAnswer{429, string(metav1.StatusReasonTooManyRequests), 2}},
 		{name: "the caller left", res: leasing.WaitResult{Outcome: leasing.WaitCancelled, Err: context.Canceled},
-			http: doorAnswer{503, wire.CodeUnavailable}, kube: doorAnswer{504, string(metav1.StatusReasonTimeout)}},
+			http: doorAnswer{503, wire.CodeUnavailable, 0}, kube: doorAnswer{504, string(metav1.StatusReasonTimeout), 0}},
 		{name: "the queue shuts down", res: leasing.WaitResult{Outcome: leasing.WaitShuttingDown, Err: leasing.ErrShuttingDown},
-			http: doorAnswer{503, wire.CodeUnavailable}, kube: doorAnswer{503, string(metav1.StatusReasonServiceUnavailable)}},
+			http: doorAnswer{503, wire.CodeUnavailable, 1}, kube: doorAnswer{503, string(metav1.StatusReasonServiceUnavailable), 1}},
 		{name: "the store: name taken", res: leasing.WaitResult{Outcome: leasing.WaitRefused, Err: &lease.AlreadyExistsError{Namespace: "ns", Name: "x"}},
-			http: doorAnswer{409, wire.CodeInvalidRequest}, kube: doorAnswer{409, string(metav1.StatusReasonAlreadyExists)}},
+			http: doorAnswer{409, wire.CodeInvalidRequest, 0}, kube: doorAnswer{409, string(metav1.StatusReasonAlreadyExists), 0}},
 		{name: "the store: TTL over the maximum", res: leasing.WaitResult{Outcome: leasing.WaitRefused, Err: &lease.TTLError{Requested: 2 * time.Hour, Max: time.Hour}},
-			http: doorAnswer{400, wire.CodeTTLTooLong}, kube: doorAnswer{422, string(metav1.StatusReasonInvalid)}},
+			http: doorAnswer{400, wire.CodeTTLTooLong, 0}, kube: doorAnswer{422, string(metav1.StatusReasonInvalid), 0}},
 		{name: "the store: a cooling report without a target", res: leasing.WaitResult{Outcome: leasing.WaitRefused, Err: lease.ErrNoTarget},
-			http: doorAnswer{400, wire.CodeInvalidRequest}, kube: doorAnswer{422, string(metav1.StatusReasonInvalid)}},
+			http: doorAnswer{400, wire.CodeInvalidRequest, 0}, kube: doorAnswer{422, string(metav1.StatusReasonInvalid), 0}},
 		{name: "the store: a holder's cooldowns at their limit", res: leasing.WaitResult{Outcome: leasing.WaitRefused, Err: &lease.CooldownLimitError{Holder: "h", Max: 1}},
-			http: doorAnswer{403, wire.CodeCooldownLimit}, kube: doorAnswer{403, string(metav1.StatusReasonForbidden)}},
+			http: doorAnswer{403, wire.CodeCooldownLimit, 0}, kube: doorAnswer{403, string(metav1.StatusReasonForbidden), 0}},
 		{name: "the store: stopped serving", res: leasing.WaitResult{Outcome: leasing.WaitRefused, Err: lease.ErrFrozen},
-			http: doorAnswer{503, wire.CodeUnavailable}, kube: doorAnswer{503, string(metav1.StatusReasonServiceUnavailable)}},
+			http: doorAnswer{503, wire.CodeUnavailable, 1}, kube: doorAnswer{503, string(metav1.StatusReasonServiceUnavailable), 1}},
 		{name: "a bug", res: leasing.WaitResult{Outcome: leasing.WaitRefused, Err: errors.New("boom")},
-			http: doorAnswer{500, wire.CodeInternal}, kube: doorAnswer{500, string(metav1.StatusReasonInternalError)}},
-		{name: "a standby", closedGate: true,
-			http: doorAnswer{503, wire.CodeNotLeader}, kube: doorAnswer{503, string(metav1.StatusReasonServiceUnavailable)}},
+			http: doorAnswer{500, wire.CodeInternal, 0}, kube: doorAnswer{500, string(metav1.StatusReasonInternalError), 0}},
+		{name: "a standby (or a handover's successor)", closedGate: true,
+			http: doorAnswer{503, wire.CodeNotLeader, 1}, kube: doorAnswer{503, string(metav1.StatusReasonServiceUnavailable), 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,7 +147,8 @@ func (d *doors) httpAcquire(t *testing.T) doorAnswer {
 			t.Fatalf("HTTP %d without a JSON error body: %v", resp.StatusCode, err)
 		}
 	}
-	return doorAnswer{resp.StatusCode, body.Error}
+	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	return doorAnswer{resp.StatusCode, body.Error, ra}
 }
 
 func (d *doors) kubeAcquire(t *testing.T) doorAnswer {
@@ -153,11 +157,16 @@ func (d *doors) kubeAcquire(t *testing.T) doorAnswer {
 	pl := &leasingv1alpha1.ProxyLease{ObjectMeta: metav1.ObjectMeta{Name: "l1"}, Spec: leasingv1alpha1.ProxyLeaseSpec{TTLSeconds: ptr.To(int32(60))}}
 	_, err := d.rest.Create(ctx, pl, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
 	if err == nil {
-		return doorAnswer{201, ""}
+		return doorAnswer{201, "", 0}
 	}
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		t.Fatalf("Kubernetes door answered a bare error: %v", err)
 	}
-	return doorAnswer{int(status.Status().Code), string(status.Status().Reason)}
+	st := status.Status()
+	var ra int
+	if st.Details != nil {
+		ra = int(st.Details.RetryAfterSeconds)
+	}
+	return doorAnswer{int(st.Code), string(st.Reason), ra}
 }

@@ -82,6 +82,10 @@ type Options struct {
 	// (the caller passes gateway.Kinds() and gateway.Outcomes()).
 	GatewayKinds    []string
 	GatewayOutcomes []string
+	// Serving (nil: always) says whether this replica serves leases: the
+	// Proxy and ProxyPool collectors export only where it does, so that a
+	// standby, Ready and scraped too, does not count the fleet twice.
+	Serving func() bool
 }
 
 // Metrics holds the operator's metrics. Its methods are safe for concurrent
@@ -195,7 +199,7 @@ func New(reg prometheus.Registerer, reader client.Reader, opts Options) (*Metric
 	cs := []prometheus.Collector{m.providerRequests, m.probeDuration, m.probeLatency, m.probeFailures, m.leaseRequests,
 		m.gcDeleted, m.gcSweeps, m.gcLastComplete, m.cpWrites, m.cpLastCurrent, m.gwRequests, m.gwBytes, m.gwTunnels}
 	if reader != nil {
-		cs = append(cs, newProxyCollector(reader, opts.ScrapeTimeout), newPoolCollector(reader, opts.ScrapeTimeout))
+		cs = append(cs, newProxyCollector(reader, opts.ScrapeTimeout, opts.Serving), newPoolCollector(reader, opts.ScrapeTimeout, opts.Serving))
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -290,13 +294,15 @@ func (m *Metrics) Forget(proxy string) {
 type proxyCollector struct {
 	reader  client.Reader
 	timeout time.Duration
+	serving func() bool
 	desc    *prometheus.Desc
 }
 
-func newProxyCollector(reader client.Reader, timeout time.Duration) *proxyCollector {
+func newProxyCollector(reader client.Reader, timeout time.Duration, serving func() bool) *proxyCollector {
 	return &proxyCollector{
 		reader:  reader,
 		timeout: timeout,
+		serving: serving,
 		desc: prometheus.NewDesc(ProxiesName,
 			"Proxies by status.phase, read from the operator's cache at scrape time (an unreconciled Proxy counts as Pending).",
 			[]string{"phase"}, nil),
@@ -319,6 +325,9 @@ func allPhases() []crawlv1alpha1.ProxyPhase {
 func (c *proxyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.serving != nil && !c.serving() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	var list crawlv1alpha1.ProxyList
@@ -352,12 +361,13 @@ func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
 type poolCollector struct {
 	reader                      client.Reader
 	timeout                     time.Duration
+	serving                     func() bool
 	replicas, desired, waitingD *prometheus.Desc
 }
 
-func newPoolCollector(reader client.Reader, timeout time.Duration) *poolCollector {
+func newPoolCollector(reader client.Reader, timeout time.Duration, serving func() bool) *poolCollector {
 	return &poolCollector{
-		reader: reader, timeout: timeout,
+		reader: reader, timeout: timeout, serving: serving,
 		replicas: prometheus.NewDesc(PoolReplicasName,
 			"ProxyPool Proxies by state (total, ready, leased, draining), from the pool's status in the operator's cache.",
 			[]string{"namespace", "pool", "state"}, nil),
@@ -377,6 +387,9 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.serving != nil && !c.serving() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	var list crawlv1alpha1.ProxyPoolList

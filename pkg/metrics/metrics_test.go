@@ -219,3 +219,39 @@ proxy_operator_pool_waiting_requests{namespace="ns",pool="burst"} 5
 		t.Error(err)
 	}
 }
+
+// A standby is scraped too (both replicas are Ready): it exports no fleet
+// series, so sums over the scraped pods count each Proxy and pool once.
+func TestFleetSeriesOnlyWhereServing(t *testing.T) {
+	pool := &crawlv1alpha1.ProxyPool{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}
+	reader := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(proxy("a", crawlv1alpha1.PhaseReady), pool).Build()
+	serving := false
+	reg := prometheus.NewRegistry()
+	if _, err := metrics.New(reg, reader, metrics.Options{Serving: func() bool { return serving }}); err != nil {
+		t.Fatal(err)
+	}
+	count := func() map[string]int {
+		n, err := testutil.GatherAndCount(reg, metrics.ProxiesName, metrics.PoolReplicasName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := map[string]int{}
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			per[mf.GetName()] = len(mf.GetMetric())
+		}
+		per["total"] = n
+		return per
+	}
+	if got := count(); got["total"] != 0 {
+		t.Errorf("standby exported fleet series: %v", got)
+	}
+	serving = true
+	got := count()
+	if got[metrics.ProxiesName] == 0 || got[metrics.PoolReplicasName] == 0 {
+		t.Errorf("serving replica exported %v, want Proxy and ProxyPool series", got)
+	}
+	if r := readyCount(t, reg); r != 1 {
+		t.Errorf("Ready = %v, want 1", r)
+	}
+}

@@ -28,7 +28,9 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/metrics"
+	kubeprovider "github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
 	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
+	"github.com/proxy-operator/proxy-operator/pkg/serving"
 )
 
 // setupLeasing builds the lease store and the wait queue (pkg/leasing) and
@@ -194,7 +196,9 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	if err := mgr.Add(takeover); err != nil {
 		return nil, nil, fmt.Errorf("adding the lease takeover: %w", err)
 	}
-	// Ready only where leases are served: a Service routes to the leader.
+	// /readyz/leases says whether this replica serves leases (the pod's
+	// readinessProbe excludes it: both replicas are Ready; the lease APIs'
+	// Services select the serving pod by its label, below).
 	if err := mgr.AddReadyzCheck("leases", func(*http.Request) error {
 		if !l.Gate.IsOpen() {
 			return errors.New("not serving leases: a standby, or loading the lease checkpoint")
@@ -203,7 +207,30 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	}); err != nil {
 		return nil, nil, fmt.Errorf("adding the leases readyz check: %w", err)
 	}
+	if err := setupServingLabel(ctx, mgr, kube, o, l.Gate.IsOpen); err != nil {
+		return nil, nil, err
+	}
 	return l, takeover, nil
+}
+
+// setupServingLabel adds the labeller of the pod that serves leases when
+// this replica runs in a pod ($POD_NAME, --namespace); elsewhere there is no
+// pod to label (the dev environment routes by /readyz/leases).
+func setupServingLabel(ctx context.Context, mgr manager.Manager, kube kubernetes.Interface, o *Options, isServing func() bool) error {
+	so := o.Serving
+	so.Namespace, so.PodName = o.Namespace, os.Getenv(kubeprovider.PodNameEnv)
+	if so.PodName == "" || so.Namespace == "" {
+		log.FromContext(ctx).Info("not labelling the serving pod (needs --namespace and $" + kubeprovider.PodNameEnv + ")")
+		return nil
+	}
+	lab, err := serving.New(so, kube, isServing, clock.RealClock{})
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(lab); err != nil {
+		return fmt.Errorf("adding the serving labeller: %w", err)
+	}
+	return nil
 }
 
 // setupGateway adds the forward-proxy gateway when --gateway-bind-address is

@@ -21,6 +21,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -33,6 +35,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
+	"github.com/proxy-operator/proxy-operator/pkg/serving"
 )
 
 // tokenLease is what one POST /v1/leases with a bearer token came to: the
@@ -201,6 +204,7 @@ func postLeaseAs(t *testing.T, baseURL, token, body string, store *lease.Store) 
 type manifests struct {
 	deployment *appsv1.Deployment
 	services   map[string]*corev1.Service // by name
+	pdb        *policyv1.PodDisruptionBudget
 }
 
 func decodeManifests(t *testing.T, files ...string) manifests {
@@ -224,6 +228,11 @@ func decodeManifests(t *testing.T, files ...string) manifests {
 					t.Fatalf("decoding a Service: %v", err)
 				}
 				m.services[s.Name] = &s
+			case "PodDisruptionBudget":
+				m.pdb = &policyv1.PodDisruptionBudget{}
+				if err := yaml.UnmarshalStrict([]byte(doc), m.pdb); err != nil {
+					t.Fatalf("decoding the PodDisruptionBudget: %v", err)
+				}
 			}
 		}
 	}
@@ -267,8 +276,14 @@ func leasingProblems(t *testing.T, m manifests) []string {
 		bad("replicas must be 2 (a leader serving leases and a standby)")
 	}
 	if ru := d.Spec.Strategy.RollingUpdate; d.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || ru == nil ||
-		ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 1 {
-		bad("strategy must be a RollingUpdate with maxSurge 0 and maxUnavailable 1 (one pod at a time, never a third)")
+		ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 {
+		bad("strategy must be a RollingUpdate with maxSurge 1 and maxUnavailable 0 (a new Ready pod before an old one goes: the leader's deletion hands over to a running standby)")
+	}
+	// A drain must be able to evict one of the two Ready pods.
+	if p := m.pdb; p == nil {
+		bad("no PodDisruptionBudget")
+	} else if p.Spec.MinAvailable == nil || p.Spec.MinAvailable.IntValue() != 1 || p.Spec.MaxUnavailable != nil {
+		bad("PodDisruptionBudget must be minAvailable 1 (one of the two Ready replicas evictable at a time)")
 	}
 	if len(d.Spec.Template.Spec.Containers) != 1 {
 		return append(problems, "want exactly one container")
@@ -281,8 +296,8 @@ func leasingProblems(t *testing.T, m manifests) []string {
 	if !o.LeaderElection {
 		bad("--leader-elect is off")
 	}
-	if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= checkpoint.FinalWriteWorstCase {
-		bad("terminationGracePeriodSeconds %v is not longer than the last lease checkpoint may take (%s)", ptr.Deref(g, 30), checkpoint.FinalWriteWorstCase)
+	if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= max(checkpoint.FinalWriteWorstCase, lastCheckpointWait) {
+		bad("terminationGracePeriodSeconds %v is not longer than the last lease checkpoint may take (%s)", ptr.Deref(g, 30), max(checkpoint.FinalWriteWorstCase, lastCheckpointWait))
 	}
 
 	ports := map[string]int32{}
@@ -313,7 +328,9 @@ func leasingProblems(t *testing.T, m manifests) []string {
 		}
 		return p.IntVal
 	}
-	for probe, wantPath := range map[*corev1.Probe]string{c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz"} {
+	// Ready means healthy, the standby included: the leases check (which
+	// only the leader passes) is left out of the readiness probe.
+	for probe, wantPath := range map[*corev1.Probe]string{c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz?exclude=leases"} {
 		if probe == nil || probe.HTTPGet == nil {
 			bad("missing liveness or readiness probe (want %s)", wantPath)
 			continue
@@ -392,27 +409,38 @@ func leasingProblems(t *testing.T, m manifests) []string {
 		bad("the aggregated API would serve a self-signed certificate no caBundle names: set --serving-cert-secret (or --apiserver-tls-cert-file)")
 	}
 
-	// Both Services reach the pod: their selectors are among its labels and
-	// their target ports are the container's.
+	// Every Service reaches the pod: its selector is among the pod's labels,
+	// and the serving label (which the operator sets) selects the lease APIs'
+	// Services only; their target ports are the container's.
 	labels := d.Spec.Template.Labels
+	podSelector, err := k8slabels.Parse(o.Serving.PodSelector)
+	if err != nil || !podSelector.Matches(k8slabels.Set(labels)) {
+		bad("--serving-pod-selector %q does not select the pod's labels %v", o.Serving.PodSelector, labels)
+	}
 	discoverySvc := false
 	for name, s := range m.services {
 		if len(s.Spec.Selector) == 0 {
 			bad("Service %s selects nothing", name)
 		}
 		for k, v := range s.Spec.Selector {
+			if k == serving.LabelKey && v == serving.LabelValue {
+				continue
+			}
 			if labels[k] != v {
 				bad("Service %s selects %s=%s, which the pod does not carry", name, k, v)
 			}
 		}
+		leaseAPI := false
 		for _, p := range s.Spec.Ports {
 			target := resolve(p.TargetPort)
 			switch {
 			case name == o.APIServer.ServiceName:
+				leaseAPI = true
 				if target != wantPorts["apiserver"] {
 					bad("Service %s targets %d, want the aggregated API port %d", name, target, wantPorts["apiserver"])
 				}
 			case target == wantPorts["discovery"]:
+				leaseAPI = true
 				discoverySvc = p.Port == 8090
 			case target == wantPorts["metrics"]:
 				// The metrics Service (what a ServiceMonitor selects).
@@ -420,6 +448,13 @@ func leasingProblems(t *testing.T, m manifests) []string {
 				// The gateway, on every replica.
 			default:
 				bad("Service %s port %s targets %d, no lease server", name, p.Name, target)
+			}
+		}
+		if selected := s.Spec.Selector[serving.LabelKey] == serving.LabelValue; selected != leaseAPI {
+			if leaseAPI {
+				bad("Service %s does not select %s=%s: a standby's 503s would answer half of the lease requests", name, serving.LabelKey, serving.LabelValue)
+			} else {
+				bad("Service %s selects %s=%s: it serves on every replica", name, serving.LabelKey, serving.LabelValue)
 			}
 		}
 	}
@@ -445,9 +480,13 @@ func TestOperatorManifestLeasing(t *testing.T) {
 	}{
 		{name: "as shipped"},
 		{name: "one replica", old: "replicas: 2", new: "replicas: 1", want: "replicas must be 2"},
-		{name: "surge", old: "maxSurge: 0", new: "maxSurge: 1", want: "maxSurge 0"},
-		{name: "a grace period the last checkpoint outlasts", old: "terminationGracePeriodSeconds: 150", new: "terminationGracePeriodSeconds: 30",
-			want: "terminationGracePeriodSeconds 30 is not longer"},
+		{name: "no surge (a rollout that stalls)", old: "maxSurge: 1", new: "maxSurge: 0", want: "maxSurge 1"},
+		{name: "a PodDisruptionBudget that blocks every drain", old: "minAvailable: 1", new: "minAvailable: 2", want: "minAvailable 1"},
+		{name: "a grace period the last checkpoint outlasts", old: "terminationGracePeriodSeconds: 180", new: "terminationGracePeriodSeconds: 150",
+			want: "terminationGracePeriodSeconds 150 is not longer"},
+		{name: "readiness that waits for the leadership", old: "path: /readyz?exclude=leases", new: "path: /readyz", want: "want /readyz?exclude=leases"},
+		{name: "discovery Service on every replica", old: "    app.kubernetes.io/name: proxy-operator\n    leasing.crawl.example.com/serving: \"true\"\n  ports:\n    - name: discovery",
+			new: "    app.kubernetes.io/name: proxy-operator\n  ports:\n    - name: discovery", want: "does not select leasing.crawl.example.com/serving"},
 		{name: "no leader election", old: "            - --leader-elect\n", new: "", want: "--leader-elect is off"},
 		{name: "unnamed discovery port", old: "name: discovery\n              containerPort: 8090", new: "name: lease-http\n              containerPort: 8090",
 			want: `container port "discovery"`},
@@ -467,8 +506,8 @@ func TestOperatorManifestLeasing(t *testing.T) {
 			want: "--apiserver-tls-cert-file /elsewhere/tls.crt is under no volume mount"},
 		{name: "pod label the APIService's Service selects dropped", old: "        app.kubernetes.io/name: proxy-operator\n    spec:",
 			new: "        app: proxy-operator\n    spec:", want: "which the pod does not carry"},
-		{name: "readiness on the wrong port", old: "path: /readyz\n              port: probes", new: "path: /readyz\n              port: discovery",
-			want: "want /readyz on the health port"},
+		{name: "readiness on the wrong port", old: "path: /readyz?exclude=leases\n              port: probes", new: "path: /readyz?exclude=leases\n              port: discovery",
+			want: "on the health port"},
 		{name: "no discovery Service", old: "      port: 8090\n      targetPort: discovery", new: "      port: 80\n      targetPort: discovery",
 			want: "no Service exposes the discovery API"},
 	}

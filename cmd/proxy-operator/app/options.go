@@ -28,6 +28,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
 	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
+	"github.com/proxy-operator/proxy-operator/pkg/serving"
 )
 
 // Options is every setting of the operator binary.
@@ -86,6 +87,8 @@ type Options struct {
 	Discovery discovery.ServingOptions
 	// Gateway is the forward-proxy gateway (its --gateway-* flags).
 	Gateway gateway.Options
+	// Serving labels the pod that serves leases (--serving-pod-selector).
+	Serving serving.Options
 	// Checkpoint keeps leases across restarts (its --lease-checkpoint-*
 	// flags), in the operator's namespace.
 	Checkpoint checkpoint.Options
@@ -133,6 +136,7 @@ func NewOptions() *Options {
 		Leasing:          leasing.DefaultOptions(),
 		Discovery:        discovery.DefaultServingOptions(),
 		Gateway:          gateway.DefaultOptions(),
+		Serving:          serving.NewOptions(),
 		Certs:            certs.DefaultOptions(),
 		Checkpoint:       checkpoint.DefaultOptions(),
 		Pool:             pool.DefaultOptions(),
@@ -174,6 +178,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.GC.AddFlags(fs)
 	o.Discovery.AddFlags(fs)
 	o.Gateway.AddFlags(fs)
+	o.Serving.AddFlags(fs)
 	o.Certs.AddFlags(fs)
 	o.Checkpoint.AddFlags(fs)
 	o.LeaseIDs.AddFlags(fs)
@@ -266,6 +271,9 @@ func (o *Options) Validate() error {
 	if err := o.Discovery.Validate(); err != nil {
 		errs = append(errs, err)
 	} else if err := o.Discovery.ValidateTLS(o.Certs.Enabled()); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Serving.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := o.Gateway.Validate(); err != nil {

@@ -103,7 +103,11 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 
+	// serves is set by setupLeasing below, before the manager starts (and
+	// with it the first scrape).
+	var serves func() bool
 	m, err := metrics.New(ctrlmetrics.Registry, mgr.GetCache(), metrics.Options{
+		Serving:   func() bool { return serves == nil || serves() },
 		LeaseAPIs: leasing.APIs(), LeaseOutcomes: leasing.Outcomes(), GCResults: gc.Results(), GCProviders: o.Providers,
 		CheckpointResults: checkpoint.Results(),
 		GatewayKinds:      gateway.Kinds(),
@@ -187,6 +191,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	if err != nil {
 		return err
 	}
+	serves = leases.Gate.IsOpen
 
 	r := &controller.ProxyReconciler{
 		Client:       mgr.GetClient(),

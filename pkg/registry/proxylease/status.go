@@ -74,7 +74,11 @@ func statusFor(kind schema.GroupKind, name string, root *field.Path, err error, 
 	case leasing.ReasonCancelled:
 		return apierrors.NewTimeoutError(fmt.Sprintf("gave up waiting for a proxy for %s %s: %v", kind.Kind, name, err), 0)
 	case leasing.ReasonShuttingDown, leasing.ReasonNotLeader:
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("%s %s: %v", kind.Kind, name, err))
+		// Retry-After: client-go (kubectl) retries on its own, and the
+		// next request reaches the replica that took over.
+		st := apierrors.NewServiceUnavailable(fmt.Sprintf("%s %s: %v", kind.Kind, name, err))
+		st.ErrStatus.Details = &metav1.StatusDetails{Group: proxyLeaseResource.Group, Kind: proxyLeaseResource.Resource, Name: name, RetryAfterSeconds: 1}
+		return st
 	}
 	return apierrors.NewInternalError(fmt.Errorf("%s %s: %w", kind.Kind, name, err))
 }

@@ -30,7 +30,7 @@ var electionArgs = []string{"--leader-elect", "--leader-election-namespace=" + o
 	"--leader-election-lease-duration=" + leaseDuration.String(), "--leader-election-renew-deadline=4s", "--leader-election-retry-period=1s"}
 
 // TestFailover: with two replicas only the leader serves leases (the standby
-// is not ready and answers 503 naming the leader); SIGTERM of the leader
+// is Ready, fails /readyz/leases and answers 503 naming the leader); SIGTERM of the leader
 // hands over within seconds with every lease; SIGKILL of the new leader is
 // survived within the leader lease duration with every lease of the last
 // checkpoint.
@@ -52,8 +52,8 @@ func TestFailover(t *testing.T) {
 		}
 		return *l.Spec.HolderIdentity
 	}
-	readyz := func(ports [4]int) int {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]))
+	readyz := func(ports [4]int, path string) int {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", ports[1], path))
 		if err != nil {
 			return 0
 		}
@@ -78,9 +78,13 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The standby: not ready, and 503 not_leader naming the leader.
-	if code := readyz(portsB); code != http.StatusInternalServerError && code != http.StatusServiceUnavailable {
-		t.Errorf("standby readyz %d, want it not ready", code)
+	// The standby: Ready as the pod's probe asks (healthy), not serving
+	// leases (/readyz/leases), and 503 not_leader naming the leader.
+	if code := readyz(portsB, "/readyz?exclude=leases"); code != http.StatusOK {
+		t.Errorf("standby /readyz?exclude=leases %d, want 200: both replicas are Ready", code)
+	}
+	if code := readyz(portsB, "/readyz/leases"); code != http.StatusInternalServerError && code != http.StatusServiceUnavailable {
+		t.Errorf("standby /readyz/leases %d, want it failing", code)
 	}
 	_, err = cb.Get(ctx, ids[0])
 	var apiErr *dclient.APIError
@@ -119,7 +123,7 @@ func TestFailover(t *testing.T) {
 		}
 	}
 	assertAll(cb, "after the planned handover")
-	if code := readyz(portsB); code != 200 {
+	if code := readyz(portsB, "/readyz/leases"); code != 200 {
 		t.Errorf("new leader readyz %d", code)
 	}
 

@@ -1,0 +1,91 @@
+package serving
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+const (
+	// LabelKey is the label the lease APIs' Services select on (value
+	// LabelValue): the pod that serves leases, or its successor during a
+	// handover.
+	LabelKey = "leasing.crawl.example.com/serving"
+	// LabelValue is LabelKey's value on a serving pod.
+	LabelValue = "true"
+	// LeaderAnnotation marks, beside the label, the pod that serves because
+	// it leads (a successor has the label alone).
+	LeaderAnnotation = "leasing.crawl.example.com/leader"
+)
+
+// Change is what one pod's label and annotation must become.
+type Change struct {
+	Pod string
+	// Label and Leader are the wanted states of LabelKey and
+	// LeaderAnnotation on Pod.
+	Label, Leader bool
+}
+
+// Decide returns the changes that bring the pods to the rule, given this
+// replica's pod, its peers (the other pods of the operator, self excluded)
+// and whether this replica serves leases now. Only changes are returned;
+// none when self is unknown (not yet in the informer's cache).
+func Decide(self *corev1.Pod, peers []*corev1.Pod, serving bool) []Change {
+	if self == nil {
+		return nil
+	}
+	var out []Change
+	want := func(p *corev1.Pod, label, leader bool) {
+		if labelled(p) != label || isLeader(p) != leader {
+			out = append(out, Change{Pod: p.Name, Label: label, Leader: leader})
+		}
+	}
+	if serving {
+		want(self, true, true)
+		// A leader that is being deleted (or not Ready, so out of the
+		// Services) leaves the successor that labelled itself its label.
+		if live(self) {
+			for _, p := range peers {
+				want(p, false, false)
+			}
+		}
+		return out
+	}
+	if terminating(self) {
+		want(self, false, false)
+		return out
+	}
+	want(self, successor(self, peers), false)
+	return out
+}
+
+// successor says whether a standby should carry the label: no live peer
+// leads, and no live labelled peer has a smaller name.
+func successor(self *corev1.Pod, peers []*corev1.Pod) bool {
+	for _, p := range peers {
+		if !live(p) || !labelled(p) {
+			continue
+		}
+		if isLeader(p) || p.Name < self.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// live is a pod that may serve: Ready and not being deleted.
+func live(p *corev1.Pod) bool {
+	if terminating(p) {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func terminating(p *corev1.Pod) bool { return p.DeletionTimestamp != nil }
+
+func labelled(p *corev1.Pod) bool { return p.Labels[LabelKey] == LabelValue }
+
+func isLeader(p *corev1.Pod) bool { return p.Annotations[LeaderAnnotation] == LabelValue }

@@ -1,0 +1,22 @@
+// Package serving marks which of the operator's pods serves the lease APIs,
+// so that the Services in front of them route to it while both replicas are
+// Ready (docs/operations.md, "High availability").
+//
+// Every replica runs a Labeller on its own pod. The pod that leads (its
+// leasing gate is open) carries the label LabelKey=true and the annotation
+// LeaderAnnotation, and removes both from its peers, whose processes may be
+// gone (a crash, a lost node). A standby carries the label only as a
+// successor: when no live peer (Ready, not being deleted) carries it, which
+// is the moment a drain or a rollout deletes the leader's pod. The successor
+// answers 503 with Retry-After until it has taken over, seconds later, so
+// the Services and the APIService never lose their last endpoint to a
+// planned handover. Among standbys that labelled themselves at once, the
+// one with the smallest name keeps it.
+//
+// Files: decide.go (the rule, a pure function of the pods), labeller.go (the
+// Runnable: a pod informer of the operator's namespace and the patches).
+//
+// It depends on client-go and the core API types only. It must not import
+// pkg/leasing, pkg/lease or cmd: the composition root passes whether this
+// replica serves as a function.
+package serving
