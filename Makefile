@@ -29,7 +29,7 @@ help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-17s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## build pinned etcd, kube-apiserver, kubectl, helm into bin/ (~10 min cold, then instant)
+tools: ## build pinned etcd, kube-apiserver, kube-controller-manager, kubectl, helm into bin/ (~10 min cold, then instant)
 	hack/tools/install.sh
 
 .PHONY: squid

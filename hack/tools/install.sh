@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds pinned tools into bin/ from Go modules: with no argument the
-# control-plane binaries (etcd, kube-apiserver, kubectl, pinned in this
-# module) and helm (hack/tools/helm, a module of its own: the chart's tests
+# control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
+# kubectl, pinned in this module) and helm (hack/tools/helm, a module of its own: the chart's tests
 # run it); with "lint" the linters (staticcheck, pinned in hack/tools/lint,
 # a module of its own). A binary whose stamp names the pinned version is
 # kept, so only the first run pays the ~10 minute cold build.
@@ -37,6 +37,7 @@ fi
 
 build etcd "$etcd_version" go.etcd.io/etcd/server/v3 "-s -w"
 build kube-apiserver "$k8s_version" k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
+build kube-controller-manager "$k8s_version" k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
 build kubectl "$k8s_version" k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
 helm_version=$(cd "$here/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v4)
 hv=helm.sh/helm/v4/internal/version

@@ -74,6 +74,13 @@ type Options struct {
 	APIServerFlags map[string]string
 	// EtcdFlags add to or override etcd flags.
 	EtcdFlags map[string]string
+	// ControllerManager also runs kube-controller-manager with
+	// ControllerManagerControllers() (Deployments, ReplicaSets, disruption
+	// budgets, EndpointSlices, ServiceAccounts). Off by default: it costs a
+	// few seconds of start-up and most tests need none of it.
+	ControllerManager bool
+	// ControllerManagerFlags add to or override its flags.
+	ControllerManagerFlags map[string]string
 	// StartTimeout bounds Start when ctx has no earlier deadline. Default 90s.
 	StartTimeout time.Duration
 	// StopGracePeriod is how long Stop waits after SIGTERM before SIGKILL.
@@ -111,13 +118,15 @@ type ControlPlane struct {
 	// tokens; ServiceAccountSigningKeyPath the private key signing them.
 	ServiceAccountKeyPath        string
 	ServiceAccountSigningKeyPath string
-	// EtcdLogPath and APIServerLogPath are the children's logs.
-	EtcdLogPath      string
-	APIServerLogPath string
+	// EtcdLogPath, APIServerLogPath and ControllerManagerLogPath are the
+	// children's logs.
+	EtcdLogPath              string
+	APIServerLogPath         string
+	ControllerManagerLogPath string
 
-	servingCA, clientCA, admin *keyPair
-	etcd, apiserver            *process
-	opts                       Options
+	servingCA, clientCA, admin         *keyPair
+	etcd, apiserver, controllerManager *process
+	opts                               Options
 
 	done chan struct{} // closed once etcd or kube-apiserver has exited
 
@@ -147,7 +156,11 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	opts.BinDir = binDir
-	for _, name := range []string{"etcd", "kube-apiserver"} {
+	bins := []string{"etcd", "kube-apiserver"}
+	if opts.ControllerManager {
+		bins = append(bins, "kube-controller-manager")
+	}
+	for _, name := range bins {
 		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
 			return nil, fmt.Errorf("%s not found in %s (run `make tools`): %w", name, binDir, err)
 		}
@@ -183,6 +196,9 @@ func StartForTest(t testing.TB, opts Options) *ControlPlane {
 		if t.Failed() {
 			t.Logf("--- last lines of etcd log ---\n%s", tailFile(cp.EtcdLogPath, 30))
 			t.Logf("--- last lines of kube-apiserver log ---\n%s", tailFile(cp.APIServerLogPath, 60))
+			if opts.ControllerManager {
+				t.Logf("--- last lines of kube-controller-manager log ---\n%s", tailFile(cp.ControllerManagerLogPath, 40))
+			}
 		}
 		if err := cp.Stop(); err != nil {
 			t.Errorf("stopping control plane: %v", err)
@@ -213,12 +229,13 @@ func startOnce(ctx context.Context, opts Options) (_ *ControlPlane, retErr error
 		}
 	}
 	cp := &ControlPlane{
-		Dir:              dir,
-		KubeconfigPath:   filepath.Join(dir, "kubeconfig"),
-		EtcdLogPath:      filepath.Join(dir, "etcd.log"),
-		APIServerLogPath: filepath.Join(dir, "kube-apiserver.log"),
-		opts:             opts,
-		done:             make(chan struct{}),
+		Dir:                      dir,
+		KubeconfigPath:           filepath.Join(dir, "kubeconfig"),
+		EtcdLogPath:              filepath.Join(dir, "etcd.log"),
+		APIServerLogPath:         filepath.Join(dir, "kube-apiserver.log"),
+		ControllerManagerLogPath: filepath.Join(dir, "kube-controller-manager.log"),
+		opts:                     opts,
+		done:                     make(chan struct{}),
 	}
 	defer func() {
 		if retErr != nil {
@@ -248,6 +265,11 @@ func startOnce(ctx context.Context, opts Options) (_ *ControlPlane, retErr error
 	}
 	if !opts.SkipCRDs {
 		if err := InstallCRDs(ctx, cp.RESTConfig(), opts.CRDFS); err != nil {
+			return cp, err
+		}
+	}
+	if opts.ControllerManager {
+		if err := cp.startControllerManager(ctx); err != nil {
 			return cp, err
 		}
 	}
@@ -511,7 +533,7 @@ func (cp *ControlPlane) Done() <-chan struct{} { return cp.done }
 func (cp *ControlPlane) Stop() error {
 	cp.stopOnce.Do(func() {
 		var errs []error
-		for _, p := range []*process{cp.apiserver, cp.etcd} {
+		for _, p := range []*process{cp.controllerManager, cp.apiserver, cp.etcd} {
 			if p == nil {
 				continue
 			}
@@ -536,7 +558,7 @@ func (cp *ControlPlane) PIDs() map[string]int { return cp.pids() }
 // pids returns the process ids of the running children.
 func (cp *ControlPlane) pids() map[string]int {
 	out := map[string]int{}
-	for _, p := range []*process{cp.etcd, cp.apiserver} {
+	for _, p := range []*process{cp.etcd, cp.apiserver, cp.controllerManager} {
 		if p != nil {
 			out[p.name] = p.pid()
 		}
