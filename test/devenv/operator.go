@@ -122,7 +122,9 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 			if err != nil {
 				return err
 			}
-			svc := &service{ln: ln, replicas: c.replicas, portOf: s.of}
+			// As installed: the gateway's Service selects every replica,
+			// the others the one that serves leases.
+			svc := &service{ln: ln, replicas: c.replicas, portOf: s.of, everyReplica: s.port == &front.Gateway}
 			c.services = append(c.services, svc)
 			*s.port = ln.Addr().(*net.TCPAddr).Port
 		}
@@ -186,7 +188,8 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 	e.Operators = nil
 	for _, r := range c.replicas {
 		e.Operators = append(e.Operators, Operator{Name: r.name, PIDFile: r.pidFile, LogPath: r.logPath,
-			HealthProbeURL: "http://" + hostPort(r.ports.Probes), DiscoveryURL: "https://" + hostPort(r.ports.Discovery)})
+			HealthProbeURL: "http://" + hostPort(r.ports.Probes), DiscoveryURL: "https://" + hostPort(r.ports.Discovery),
+			GatewayURL: "http://" + hostPort(r.ports.Gateway)})
 	}
 	return nil
 }
@@ -333,9 +336,9 @@ type Operator struct {
 	PIDFile string
 	// LogPath is its log (every run appended).
 	LogPath string
-	// HealthProbeURL and DiscoveryURL are this replica's own (the Env's
-	// are the service's, with several).
-	HealthProbeURL, DiscoveryURL string
+	// HealthProbeURL, DiscoveryURL and GatewayURL are this replica's own
+	// (the Env's are the service's, with several).
+	HealthProbeURL, DiscoveryURL, GatewayURL string
 }
 
 // Serving reports whether o answers /readyz with 200: it is the replica that

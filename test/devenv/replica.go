@@ -33,7 +33,8 @@ type replica struct {
 	ports                          Ports
 	progress                       func(format string, args ...any)
 
-	ready    atomic.Bool // its /readyz answers 200 (probed every 200ms)
+	ready    atomic.Bool // its /readyz answers 200: it serves leases (probed every 200ms)
+	healthy  atomic.Bool // its /readyz?exclude=leases answers 200: the pod's readiness probe
 	alive    atomic.Bool // a process runs
 	stopping chan struct{}
 	loopDone chan struct{}
@@ -133,20 +134,25 @@ func closedChan() chan struct{} {
 func (r *replica) probe() {
 	client := &http.Client{Timeout: time.Second}
 	url := "http://" + hostPort(r.ports.Probes) + "/readyz"
+	get := func(url string) bool {
+		if !r.alive.Load() {
+			return false
+		}
+		resp, err := client.Get(url)
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
 	for {
 		select {
 		case <-r.stopping:
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
-		ok := false
-		if r.alive.Load() {
-			if resp, err := client.Get(url); err == nil {
-				_ = resp.Body.Close()
-				ok = resp.StatusCode == http.StatusOK
-			}
-		}
-		r.ready.Store(ok)
+		r.ready.Store(get(url))
+		r.healthy.Store(get(url + "?exclude=leases"))
 	}
 }
 
@@ -192,6 +198,10 @@ type service struct {
 	ln       net.Listener
 	replicas []*replica
 	portOf   func(Ports) int
+	// everyReplica spreads connections over every healthy replica in turn
+	// (the gateway) instead of the one that serves leases.
+	everyReplica bool
+	next         atomic.Uint64
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -219,6 +229,19 @@ func (s *service) serve() {
 
 func (s *service) backends() []*replica {
 	var ready, alive []*replica
+	if s.everyReplica {
+		start := int(s.next.Add(1))
+		for i := range s.replicas {
+			r := s.replicas[(start+i)%len(s.replicas)]
+			switch {
+			case r.healthy.Load():
+				ready = append(ready, r)
+			case r.alive.Load():
+				alive = append(alive, r)
+			}
+		}
+		return append(ready, alive...)
+	}
 	for _, r := range s.replicas {
 		switch {
 		case r.ready.Load():

@@ -3,8 +3,10 @@ package deve2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,6 +141,25 @@ func TestTwoOperators(t *testing.T) {
 	held, err := c.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"tier": "standard"}, Target: "handover", TTLSeconds: 300})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Every replica serves the gateway, the standby too (it leases through
+	// the Service's address, which reaches the leader).
+	for i, o := range env.Operators {
+		proxy, err := url.Parse(o.GatewayURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy.User = url.UserPassword("", env.DiscoveryToken)
+		hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy)}, Timeout: 60 * time.Second}
+		resp, err := hc.Get(env.OriginURL + "/")
+		if err != nil {
+			t.Fatalf("operator %d's gateway (serving: %v): %v", i, o.Serving(), err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("operator %d's gateway (serving: %v) answered %d: %s", i, o.Serving(), resp.StatusCode, body)
+		}
 	}
 	for round, signal := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		l := leader()
