@@ -572,6 +572,10 @@ func mergeFlags(dst, overrides map[string]string) {
 	}
 }
 
+// BinDir is where the pinned tools are: $PROXY_OPERATOR_BIN_DIR, else bin/
+// at the repository root.
+func BinDir() (string, error) { return resolveBinDir("") }
+
 func resolveBinDir(dir string) (string, error) {
 	if dir == "" {
 		dir = os.Getenv(BinDirEnv)

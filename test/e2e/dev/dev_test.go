@@ -40,13 +40,9 @@ type harness struct {
 }
 
 func TestDevEnvironment(t *testing.T) {
-	root, err := controlplane.RepoRoot()
+	binDir, err := controlplane.BinDir()
 	if err != nil {
 		t.Fatal(err)
-	}
-	binDir := os.Getenv(controlplane.BinDirEnv)
-	if binDir == "" {
-		binDir = filepath.Join(root, "bin")
 	}
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatalf("curl is required: the test uses the proxies and the API as README shows, with curl: %v", err)

@@ -69,9 +69,9 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	binDir := os.Getenv(controlplane.BinDirEnv)
-	if binDir == "" {
-		binDir = filepath.Join(root, "bin")
+	binDir, err := controlplane.BinDir()
+	if err != nil {
+		t.Fatal(err)
 	}
 	// No CRDs of ours preinstalled: the install brings them. The Prometheus
 	// Operator's ServiceMonitor and PodMonitor are there, as in a cluster

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -51,9 +50,9 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	binDir := os.Getenv(controlplane.BinDirEnv)
-	if binDir == "" {
-		binDir = filepath.Join(root, "bin")
+	binDir, err := controlplane.BinDir()
+	if err != nil {
+		t.Fatal(err)
 	}
 	cp := controlplane.StartForTest(t, controlplane.Options{SkipCRDs: true, ControllerManager: true})
 	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
