@@ -1,6 +1,6 @@
 // Package serving marks which of the operator's pods serves the lease APIs,
 // so that the Services in front of them route to it while both replicas are
-// Ready (docs/operations.md, "High availability").
+// Ready (docs/high-availability.md).
 //
 // Every replica runs a Labeller on its own pod. The pod that leads (its
 // leasing gate is open) carries the label LabelKey=true and the annotation
