@@ -49,6 +49,7 @@ func run() error {
 	gcpEndpoint := fs.String("gcp-endpoint", "", "Compute Engine endpoint for the gcp provider instead of the local fake (whatever natIP it reports must be reachable)")
 	gcpProject := fs.String("gcp-project", devenv.DefaultGCPProject, "Compute Engine project of the gcp provider")
 	operators := fs.Int("operators", 1, "operator processes to run; more than one elect a leader behind the same addresses (pid files .dev/operator-<i>.pid)")
+	controllerManager := fs.Bool("controller-manager", false, "also run kube-controller-manager (Deployments, ReplicaSets, disruption budgets, EndpointSlices, ServiceAccounts), a few seconds more at start")
 	operatorBinary := fs.String("operator-binary", "", "the operator binary (make dev builds bin/proxy-operator); empty: built into .dev/bin")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: bin/dev [flags] [-- operator flags]\n")
@@ -101,7 +102,7 @@ func run() error {
 	begin := time.Now()
 	env, err := devenv.Start(ctx, devenv.Options{
 		Dir: devDir, Ports: ports, Progress: os.Stdout,
-		Operators: *operators, OperatorBinary: *operatorBinary,
+		Operators: *operators, OperatorBinary: *operatorBinary, ControllerManager: *controllerManager,
 		GCPEndpoint: *gcpEndpoint, GCPProject: *gcpProject,
 		// Everything after "--" goes to the operator unchanged.
 		OperatorArgs: fs.Args(),

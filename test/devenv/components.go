@@ -29,7 +29,7 @@ type controlPlaneComponent struct {
 func (c *controlPlaneComponent) name() string { return "control plane (etcd, kube-apiserver)" }
 
 func (c *controlPlaneComponent) start(ctx context.Context, e *Env) error {
-	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: e.path(ControlPlaneDir)})
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: e.path(ControlPlaneDir), ControllerManager: e.opts.ControllerManager})
 	if err != nil {
 		return err
 	}

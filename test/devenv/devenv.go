@@ -94,6 +94,11 @@ type Options struct {
 	OperatorBinary string
 	// NodeName is the node agent's Node (default nodeagent.DefaultNodeName).
 	NodeName string
+	// ControllerManager also runs kube-controller-manager (Deployments,
+	// ReplicaSets, disruption budgets, EndpointSlices, ServiceAccounts:
+	// controlplane.ControllerManagerControllers), a few seconds more at
+	// start.
+	ControllerManager bool
 	// PoolFirst..PoolLast are the loopback addresses of the squids (default:
 	// the node agent's pool). Environments running at once need disjoint pools.
 	PoolFirst, PoolLast netip.Addr

@@ -116,7 +116,9 @@ func (h *harness) operatorRestarts(t *testing.T) {
 // processes behind the same addresses; killing the leader hands over to
 // the other with the leases, and the killed one comes back as the standby.
 func TestTwoOperators(t *testing.T) {
-	env := startEnv(t, devenv.Options{Operators: 2, NodeName: "proxy-operator-dev-two",
+	// With kube-controller-manager, as `bin/dev -controller-manager` runs it
+	// (Start waits until its serviceaccount controller has worked).
+	env := startEnv(t, devenv.Options{Operators: 2, NodeName: "proxy-operator-dev-two", ControllerManager: true,
 		PoolFirst: netip.MustParseAddr("127.0.12.2"), PoolLast: netip.MustParseAddr("127.0.12.60"),
 		GCEPoolFirst: netip.MustParseAddr("127.0.12.100"), GCEPoolLast: netip.MustParseAddr("127.0.12.140"),
 	})
