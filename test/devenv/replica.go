@@ -228,23 +228,17 @@ func (s *service) serve() {
 }
 
 func (s *service) backends() []*replica {
-	var ready, alive []*replica
+	// The lease APIs go to the replica that serves leases, the gateway to
+	// every healthy one, starting one further at each connection.
+	start, ok := 0, func(r *replica) bool { return r.ready.Load() }
 	if s.everyReplica {
-		start := int(s.next.Add(1))
-		for i := range s.replicas {
-			r := s.replicas[(start+i)%len(s.replicas)]
-			switch {
-			case r.healthy.Load():
-				ready = append(ready, r)
-			case r.alive.Load():
-				alive = append(alive, r)
-			}
-		}
-		return append(ready, alive...)
+		start, ok = int(s.next.Add(1)), func(r *replica) bool { return r.healthy.Load() }
 	}
-	for _, r := range s.replicas {
+	var ready, alive []*replica
+	for i := range s.replicas {
+		r := s.replicas[(start+i)%len(s.replicas)]
 		switch {
-		case r.ready.Load():
+		case ok(r):
 			ready = append(ready, r)
 		case r.alive.Load():
 			alive = append(alive, r)

@@ -215,7 +215,8 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 
 // setupServingLabel adds the labeller of the pod that serves leases when
 // this replica runs in a pod ($POD_NAME, --namespace); elsewhere there is no
-// pod to label (the dev environment routes by /readyz/leases).
+// pod to label (the dev environment routes by /readyz, whose leases check
+// only the serving replica passes).
 func setupServingLabel(ctx context.Context, mgr manager.Manager, kube kubernetes.Interface, o *Options, isServing func() bool) error {
 	so := o.Serving
 	so.Namespace, so.PodName = o.Namespace, os.Getenv(kubeprovider.PodNameEnv)

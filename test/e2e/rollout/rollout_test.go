@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -100,7 +99,6 @@ func (e *env) apply(t *testing.T, replace ...string) {
 // kubelet reports the readiness of the operator's pods as policy says and
 // ends a deleted pod's containers at once, until ctx ends.
 func (e *env) kubelet(ctx context.Context, t *testing.T, policy readiness) {
-	var mu sync.Mutex
 	leader := ""
 	go func() {
 		for ctx.Err() == nil {
@@ -116,7 +114,6 @@ func (e *env) kubelet(ctx context.Context, t *testing.T, policy readiness) {
 				}
 				return strings.Compare(a.Name, b.Name)
 			})
-			mu.Lock()
 			alive := func(name string) bool {
 				return slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == name && p.DeletionTimestamp == nil })
 			}
@@ -146,14 +143,12 @@ func (e *env) kubelet(ctx context.Context, t *testing.T, policy readiness) {
 				}
 				now := metav1.Now()
 				p.Status.Phase = corev1.PodRunning
-				p.Status.PodIP, p.Status.PodIPs = "", nil
 				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: now},
 					{Type: corev1.ContainersReady, Status: st, LastTransitionTime: now}}
 				if _, err := e.kube.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 					t.Logf("kubelet stand-in: %v", err)
 				}
 			}
-			mu.Unlock()
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
