@@ -72,10 +72,10 @@ func successor(self *corev1.Pod, peers []*corev1.Pod) bool {
 }
 
 // live is a pod that may serve: Ready and not being deleted.
-func live(p *corev1.Pod) bool {
-	if terminating(p) {
-		return false
-	}
+func live(p *corev1.Pod) bool { return !terminating(p) && isReady(p) }
+
+// isReady is the pod's Ready condition.
+func isReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue

@@ -11,10 +11,14 @@
 // answers 503 with Retry-After until it has taken over, seconds later, so
 // the Services and the APIService never lose their last endpoint to a
 // planned handover. Among standbys that labelled themselves at once, the
-// one with the smallest name keeps it.
+// one with the smallest name keeps it. A replica takes leadership only while
+// its pod is Ready (ReadyLock), so the leader is always a pod the label can
+// go to: a replacement pod started during a drain cannot win the election
+// before its readiness probe passes and lead where no request reaches it.
 //
 // Files: decide.go (the rule, a pure function of the pods), labeller.go (the
-// Runnable: a pod informer of the operator's namespace and the patches).
+// Runnable: a pod informer of the operator's namespace and the patches),
+// lock.go (the leader-election lock behind the readiness gate).
 //
 // It depends on client-go and the core API types only. It must not import
 // pkg/leasing, pkg/lease or cmd: the composition root passes whether this

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -232,6 +233,23 @@ func setupServingLabel(ctx context.Context, mgr manager.Manager, kube kubernetes
 		return fmt.Errorf("adding the serving labeller: %w", err)
 	}
 	return nil
+}
+
+// leaderLock is the leader-election lock of a replica in a pod
+// (--leader-elect, $POD_NAME, --namespace): controller-runtime's Lease, taken
+// only while the pod is Ready (serving.ReadyLock). Elsewhere nil: the
+// manager makes its own.
+func leaderLock(cfg *rest.Config, o *Options) (resourcelock.Interface, error) {
+	podName := os.Getenv(kubeprovider.PodNameEnv)
+	if !o.LeaderElection || podName == "" || o.Namespace == "" {
+		return nil, nil
+	}
+	ns := o.LeaderElectionNamespace
+	if ns == "" {
+		ns = o.Namespace
+	}
+	return serving.NewLock(cfg, serving.LockOptions{Namespace: ns, Name: o.LeaderElectionID,
+		PodName: podName, PodNamespace: o.Namespace, RenewDeadline: o.RenewDeadline})
 }
 
 // setupGateway adds the forward-proxy gateway when --gateway-bind-address is

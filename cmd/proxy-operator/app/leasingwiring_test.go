@@ -450,6 +450,9 @@ func leasingProblems(t *testing.T, m manifests) []string {
 				bad("Service %s port %s targets %d, no lease server", name, p.Name, target)
 			}
 		}
+		if leaseAPI && !s.Spec.PublishNotReadyAddresses {
+			bad("Service %s does not publish not-ready addresses: the leader's pod loses its endpoint when deleted, before its successor is labelled, and the APIService turns unavailable", name)
+		}
 		if selected := s.Spec.Selector[serving.LabelKey] == serving.LabelValue; selected != leaseAPI {
 			if leaseAPI {
 				bad("Service %s does not select %s=%s: a standby's 503s would answer half of the lease requests", name, serving.LabelKey, serving.LabelValue)
@@ -487,6 +490,8 @@ func TestOperatorManifestLeasing(t *testing.T) {
 		{name: "readiness that waits for the leadership", old: "path: /readyz?exclude=leases", new: "path: /readyz", want: "want /readyz?exclude=leases"},
 		{name: "discovery Service on every replica", old: "    app.kubernetes.io/name: proxy-operator\n    leasing.crawl.example.com/serving: \"true\"\n  ports:\n    - name: discovery",
 			new: "    app.kubernetes.io/name: proxy-operator\n  ports:\n    - name: discovery", want: "does not select leasing.crawl.example.com/serving"},
+		{name: "discovery Service routing by readiness", old: "  publishNotReadyAddresses: true\n  selector:\n    app.kubernetes.io/name: proxy-operator\n    leasing.crawl.example.com/serving: \"true\"\n  ports:\n    - name: discovery",
+			new: "  selector:\n    app.kubernetes.io/name: proxy-operator\n    leasing.crawl.example.com/serving: \"true\"\n  ports:\n    - name: discovery", want: "does not publish not-ready addresses"},
 		{name: "no leader election", old: "            - --leader-elect\n", new: "", want: "--leader-elect is off"},
 		{name: "unnamed discovery port", old: "name: discovery\n              containerPort: 8090", new: "name: lease-http\n              containerPort: 8090",
 			want: `container port "discovery"`},
