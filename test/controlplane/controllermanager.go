@@ -12,10 +12,11 @@ import (
 
 // ControllerManagerControllers are the kube-controller-manager controllers
 // Options.ControllerManager runs: enough for Deployments to roll, a
-// PodDisruptionBudget to guard evictions, Services to get EndpointSlices
-// and namespaces their ServiceAccounts and tokens.
+// PodDisruptionBudget to guard evictions, Services to get EndpointSlices,
+// namespaces their ServiceAccounts and tokens, and a new Node to lose its
+// not-ready taint once its agent reports it Ready (node lifecycle).
 func ControllerManagerControllers() []string {
-	return []string{"deployment", "replicaset", "disruption", "endpointslice", "serviceaccount", "serviceaccount-token"}
+	return []string{"deployment", "replicaset", "disruption", "endpointslice", "serviceaccount", "serviceaccount-token", "nodelifecycle"}
 }
 
 // startControllerManager runs kube-controller-manager (bin/, built from the

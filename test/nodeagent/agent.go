@@ -98,6 +98,9 @@ type Options struct {
 	// Workers is the number of pods handled in parallel; stopping a squid
 	// takes about two seconds, so there are many. Default 16.
 	Workers int
+	// Pods, when set, also runs the pods it selects as local processes
+	// (the operator's own pods): see PodOptions.
+	Pods *PodOptions
 }
 
 func (o *Options) setDefaults() {
@@ -154,6 +157,8 @@ type Agent struct {
 	lister corelisters.PodLister
 
 	ready chan struct{} // closed once the node is registered and pods listed
+
+	pods *podRunner // nil without Options.Pods
 
 	mu        sync.Mutex
 	instances map[string]*instance // by namespace/name
@@ -251,6 +256,11 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	// squid runs as proxy and must reach its instance directory.
 	if err := os.Chmod(a.baseDir, 0o755); err != nil {
 		return nil, fmt.Errorf("opening base dir to squid's user: %w", err)
+	}
+	if opts.Pods != nil {
+		if a.pods, err = newPodRunner(*opts.Pods, opts.NodeName, a.baseDir, cs); err != nil {
+			return nil, err
+		}
 	}
 	// Pods that check credentials need the helper; the others run without.
 	if src, err := LookAuthHelper(opts.AuthHelper); err != nil {
@@ -393,6 +403,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		a.heartbeat(ctx)
 	}()
+	if a.pods != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.pods.run(ctx, a.log)
+		}()
+	}
 
 	<-ctx.Done()
 	a.queue.ShutDown()

@@ -17,6 +17,15 @@
 // reads the Secret, as a kubelet does), is written to
 // <instance dir>/user-data, as the instance would receive it.
 //
+// With Options.Pods it also runs other pods as local processes (the
+// operator's own, from its install manifests: test/e2e/ha): PodOptions says
+// what such a pod gets and what differs from a kubelet. podnet.go is their
+// network (pod IPs on 10.244.<node>.0/24, each listening at its
+// 127.244.<node>.N), serviceproxy.go the kube-proxy and cluster DNS
+// stand-in for Services with loopback ClusterIPs, podrunner.go scheduling
+// (PickNode) and the pods' lifecycle, podproc.go one pod's process, its
+// sandbox (mount and UTS namespaces), probes and status.
+//
 // Must not import: pkg/controller or anything that runs the operator; it talks
 // to the cluster only through the API server, like a real kubelet.
 package nodeagent

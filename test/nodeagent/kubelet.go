@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -50,21 +53,29 @@ func (a *Agent) registerNode(ctx context.Context) error {
 	return a.updateNodeStatus(ctx, created)
 }
 
-// updateNodeStatus writes a Ready node status with a fresh heartbeat.
+// updateNodeStatus writes a Ready node status with a fresh heartbeat. node,
+// when given, is the Node as last read; a conflict (the node lifecycle
+// controller tainting a new Node, say) is retried on a fresh read.
 func (a *Agent) updateNodeStatus(ctx context.Context, node *corev1.Node) error {
-	if node == nil {
-		var err error
-		node, err = a.client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("reading node %s: %w", a.opts.NodeName, err)
+	// New Nodes are busy: the node lifecycle controller taints and annotates
+	// them in their first second.
+	backoff := wait.Backoff{Steps: 10, Duration: 50 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Cap: 2 * time.Second}
+	return retry.OnError(backoff, apierrors.IsConflict, func() error {
+		if node == nil {
+			var err error
+			node, err = a.client.CoreV1().Nodes().Get(ctx, a.opts.NodeName, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("reading node %s: %w", a.opts.NodeName, err)
+			}
 		}
-	}
-	node = node.DeepCopy()
-	node.Status = NodeStatus(a.opts.NodeName, a.pool.Size(), metav1.NewTime(a.opts.Clock.Now()), node.Status.Conditions)
-	if _, err := a.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating node %s status: %w", node.Name, err)
-	}
-	return nil
+		updated := node.DeepCopy()
+		node = nil
+		updated.Status = NodeStatus(a.opts.NodeName, a.pool.Size(), metav1.NewTime(a.opts.Clock.Now()), updated.Status.Conditions)
+		if _, err := a.client.CoreV1().Nodes().UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("updating node %s status: %w", updated.Name, err)
+		}
+		return nil
+	})
 }
 
 // NodeStatus is the status the agent reports for its Node: Ready, loopback
@@ -267,15 +278,7 @@ func PodStatus(pod *corev1.Pod, obs Observation) (corev1.PodStatus, bool) {
 }
 
 func runningStatus(pod *corev1.Pod, obs Observation) corev1.PodStatus {
-	s := *pod.Status.DeepCopy()
-	ip := obs.Addr.String()
-	s.Phase = corev1.PodRunning
-	s.Reason, s.Message = "", ""
-	s.HostIP, s.HostIPs = HostIP, []corev1.HostIP{{IP: HostIP}}
-	s.PodIP, s.PodIPs = ip, []corev1.PodIP{{IP: ip}}
-	if s.StartTime == nil {
-		s.StartTime = ptr.To(obs.StartedAt)
-	}
+	s := running(pod, obs.Addr.String(), obs.StartedAt)
 	s.Conditions = conditions(obs.StartedAt, corev1.ConditionTrue, "", "")
 	s.ContainerStatuses = nil
 	for _, c := range pod.Spec.Containers {
@@ -288,6 +291,21 @@ func runningStatus(pod *corev1.Pod, obs Observation) corev1.PodStatus {
 			Started:     ptr.To(true),
 			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: obs.StartedAt}},
 		})
+	}
+	return s
+}
+
+// running is pod's status as Running on ip, started at startedAt (unless it
+// says an earlier start); conditions and container statuses are the
+// caller's.
+func running(pod *corev1.Pod, ip string, startedAt metav1.Time) corev1.PodStatus {
+	s := *pod.Status.DeepCopy()
+	s.Phase = corev1.PodRunning
+	s.Reason, s.Message = "", ""
+	s.HostIP, s.HostIPs = HostIP, []corev1.HostIP{{IP: HostIP}}
+	s.PodIP, s.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+	if s.StartTime == nil {
+		s.StartTime = ptr.To(startedAt)
 	}
 	return s
 }

@@ -1,11 +1,8 @@
 package rollout
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -37,39 +34,23 @@ const (
 )
 
 type env struct {
-	cp      *controlplane.ControlPlane
-	kube    kubernetes.Interface
-	kubectl string
-	root    string
+	cp   *controlplane.ControlPlane
+	kube kubernetes.Interface
 }
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	root, err := controlplane.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	binDir, err := controlplane.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cp := controlplane.StartForTest(t, controlplane.Options{SkipCRDs: true, ControllerManager: true})
 	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{cp: cp, kube: kube, kubectl: filepath.Join(binDir, "kubectl"), root: root}
+	return &env{cp: cp, kube: kube}
 }
 
 // kubectlRun runs bin/kubectl against the control plane.
 func (e *env) kubectlRun(ctx context.Context, stdin []byte, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, e.kubectl, append([]string{"--kubeconfig", e.cp.KubeconfigPath}, args...)...)
-	cmd.Dir = e.root
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return e.cp.Kubectl(ctx, stdin, args...)
 }
 
 // apply renders the base install and applies it, after replacing each
