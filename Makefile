@@ -105,6 +105,10 @@ crash: tools ## kill the operator at CRASH_RUNS (20) random points under faults;
 failover: tools ## two replicas, FAILOVER_KILLS (50) random SIGTERM/SIGKILL kill points of the leader under lease load; print double grants
 	HISTORY_KILLS=$(FAILOVER_KILLS) $(GO) test ./test/e2e/restart -run '^TestHistoryUnderKills$$' -count=1 -timeout 60m -v
 
+.PHONY: ha
+ha: tools squid ## the production overlay on two node agents under lease load, three times: rollout restart, drain of the leader's node, crash of the leader; print the figures (docs/benchmarks.md)
+	$(GO) test ./test/e2e/ha -run '^TestHA$$' -count=3 -timeout 40m -v
+
 .PHONY: checkpoint-faults
 checkpoint-faults: tools ## the lease checkpoint (3 shards) under CHECKPOINT_FAULT_POINTS (60) kills, transient faults and fenced writers, each followed by a takeover; print double grants, lost leases, stuck writers
 	CHECKPOINT_FAULT_POINTS=$(CHECKPOINT_FAULT_POINTS) $(GO) test ./test/integration/checkpoint -run '^TestCheckpointUnderFaults$$' -count=1 -timeout 60m -v

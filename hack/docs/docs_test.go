@@ -23,7 +23,7 @@ var toolFlags = []string{
 	"--all", "--cache-dir", "--dry-run", "--for", "--image", "--kubeconfig", "--namespace", "--restart", "--rm",
 	"--server-side", "--timeout", "--wait", "--field-manager", "--raw", "--subresource", "--type", "--patch",
 	"--output", "--selector", "--watch", "--from-literal", "--from-file", "--as", "--as-group", "--force-conflicts",
-	"--show-labels", "--overwrite", "--replicas", "--field-selector",
+	"--show-labels", "--overwrite", "--replicas", "--field-selector", "--grace-period", "--force",
 	// helm
 	"--create-namespace", "--set", "--include-crds", "--values", "--strict",
 	// gcloud
