@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
 
@@ -57,6 +59,8 @@ type Server struct {
 	caBundle    []byte
 	startedOnce sync.Once
 	stopped     chan struct{}
+	// frontProxy is nil without requestheader authentication.
+	frontProxy *frontProxyReadiness
 }
 
 // New builds the server: serving certificate, delegated authn/authz (this
@@ -119,12 +123,21 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 			closeCache()
 		}
 	}()
-	if opts.TrustFrontProxyAuthorization && config.Authentication.RequestHeaderConfig != nil {
-		frontProxy := newFrontProxyAuthenticator(config.Authentication.RequestHeaderConfig, clk)
-		config.Authentication.Authenticator = unionauth.New(frontProxy, config.Authentication.Authenticator)
-		config.Authorization.Authorizer = frontProxyAuthorizer{delegate: config.Authorization.Authorizer}
+	var frontProxyReady *frontProxyReadiness
+	if rh := config.Authentication.RequestHeaderConfig; rh != nil {
+		frontProxyReady = newFrontProxyReadiness(rh)
+		var frontProxy *frontProxyAuthenticator
+		if opts.TrustFrontProxyAuthorization {
+			frontProxy = newFrontProxyAuthenticator(rh, clk)
+			config.Authentication.Authenticator = unionauth.New(frontProxy, config.Authentication.Authenticator)
+			config.Authorization.Authorizer = frontProxyAuthorizer{delegate: config.Authorization.Authorizer}
+		}
 		config.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-			return newLeanPath(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), frontProxy, leases, scheme, codecs)
+			h := genericapiserver.DefaultBuildHandlerChain(apiHandler, c)
+			if frontProxy != nil {
+				h = newLeanPath(h, frontProxy, leases, scheme, codecs)
+			}
+			return frontProxyReady.wrap(h, codecs)
 		}
 	}
 	config.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, openapi.NewDefinitionNamer(namerScheme))
@@ -148,7 +161,7 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 		return nil, fmt.Errorf("installing %s: %w", leasingv1alpha1.GroupName, err)
 	}
 
-	s := &Server{generic: generic, leases: leases, closeCache: closeCache, stopped: make(chan struct{})}
+	s := &Server{generic: generic, leases: leases, closeCache: closeCache, stopped: make(chan struct{}), frontProxy: frontProxyReady}
 	if gen := opts.SecureServing.ServerCert.GeneratedCert; gen != nil {
 		s.caBundle = caOfChain(gen)
 	}
@@ -206,17 +219,34 @@ func (s *Server) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("apiserver")
 	defer close(s.stopped)
 	defer s.closeCache()
+	var stopping atomic.Int64 // when ctx ended, in Unix nanoseconds
 	go func() {
 		// Close the watches at once so the HTTP server's shutdown does not wait
 		// for them.
 		<-ctx.Done()
+		stopping.Store(time.Now().UnixNano())
 		s.closeCache()
 	}()
 	logger.Info("serving the ProxyLease API", "group", leasingv1alpha1.GroupName)
 	if err := s.generic.PrepareRun().RunWithContext(ctx); err != nil {
 		return fmt.Errorf("aggregated API server: %w", err)
 	}
+	if at := stopping.Load(); at != 0 {
+		// How long a handover waited for this server's requests.
+		logger.Info("stopped serving the ProxyLease API", "shutdownMillis", time.Since(time.Unix(0, at)).Milliseconds())
+	}
 	return nil
+}
+
+// Ready is a readyz check: nil once this server can authenticate the
+// requests kube-apiserver proxies to it (its front-proxy CA is loaded, which
+// happens only after it started listening). A replica that is not Ready
+// takes no serving label, so no proxied request reaches it before then.
+func (s *Server) Ready(*http.Request) error {
+	if s.frontProxy == nil {
+		return nil
+	}
+	return s.frontProxy.ready()
 }
 
 // NeedLeaderElection is false: every replica listens; the lease Gate decides

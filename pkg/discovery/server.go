@@ -227,10 +227,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
 	defer cancel()
+	stopping := time.Now()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		_ = srv.Close()
 		return fmt.Errorf("discovery server: shutting down: %w", err)
 	}
+	// How long a handover waited for this server's connections.
+	logger.Info("discovery API stopped", "shutdownMillis", time.Since(stopping).Milliseconds())
 	return nil
 }
 

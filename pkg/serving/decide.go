@@ -49,7 +49,10 @@ func Decide(self *corev1.Pod, peers []*corev1.Pod, serving bool) []Change {
 		}
 		return out
 	}
-	if terminating(self) {
+	// A standby not Ready (starting: its servers and their authentication
+	// may not be up) or being deleted carries no label: the label routes
+	// requests regardless of readiness (publishNotReadyAddresses).
+	if !live(self) {
 		want(self, false, false)
 		return out
 	}

@@ -87,6 +87,11 @@ func TestDecide(t *testing.T) {
 		{"a standby being deleted drops its label", "b", false,
 			[]podState{{name: "a", ready: true}, {name: "b", ready: true, deleting: true, label: true}},
 			[]Change{{Pod: "b"}}},
+		{"a standby not Ready yet does not label itself as successor", "b", false,
+			[]podState{{name: "a", ready: true, deleting: true, label: true, leaderAnnotated: true}, {name: "b"}}, nil},
+		{"a standby that is no longer Ready drops its label", "b", false,
+			[]podState{{name: "a", ready: true, deleting: true, label: true, leaderAnnotated: true}, {name: "b", label: true}},
+			[]Change{{Pod: "b"}}},
 		{"own pod not seen yet: nothing", "x", true,
 			[]podState{leader("a")}, nil},
 	}

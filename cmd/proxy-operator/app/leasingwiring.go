@@ -170,6 +170,10 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if err := mgr.Add(srv); err != nil {
 			return nil, nil, fmt.Errorf("adding aggregated API server: %w", err)
 		}
+		// Not Ready until it can authenticate kube-apiserver's requests.
+		if err := mgr.AddReadyzCheck("apiserver", srv.Ready); err != nil {
+			return nil, nil, fmt.Errorf("adding the apiserver readyz check: %w", err)
+		}
 		if cp != nil {
 			cp.FinalAfter(srv.Stopped())
 		}

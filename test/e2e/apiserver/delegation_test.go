@@ -81,3 +81,25 @@ func TestServerDelegatesAuthenticationAndAuthorization(t *testing.T) {
 		t.Errorf("TLS with a server name the certificate lacks: %v, want a certificate error", err)
 	}
 }
+
+// The library reads the front proxy's CA from an informer that fills only
+// once the server listens: before that the server is not Ready (a replica
+// that is not Ready takes no serving label, so kube-apiserver sends it
+// nothing it would misread as system:anonymous), and it is Ready once the
+// CA is loaded.
+func TestServerReadyOnceTheFrontProxyCAIsLoaded(t *testing.T) {
+	if err := shared.readyBeforeStart; err == nil || !strings.Contains(err.Error(), "extension-apiserver-authentication") {
+		t.Errorf("Ready before the server started = %v, want the front proxy's CA not loaded yet", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := shared.server.Ready(nil)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server never turned Ready: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -92,6 +92,8 @@ type env struct {
 	serverURL  string
 	kubectlBin string
 	cacheDir   string
+	// readyBeforeStart is server.Ready before the server started listening.
+	readyBeforeStart error
 }
 
 var shared *env
@@ -207,6 +209,7 @@ func setup(ctx context.Context) (_ *env, stop func(), err error) {
 	logger := zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true), zap.Level(zapcore.InfoLevel))
 	srvCtx, cancelSrv := context.WithCancel(log.IntoContext(ctx, logger))
 	srvDone := make(chan error, 1)
+	e.readyBeforeStart = e.server.Ready(nil)
 	go func() { srvDone <- e.server.Start(srvCtx) }()
 	go func() { _ = e.store.Start(srvCtx) }()
 	cleanups = append(cleanups, func() {

@@ -87,8 +87,16 @@ func startCluster(t *testing.T) *cluster {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test runs pods in mount namespaces and Services on port 443: it needs root")
 	}
-	// The operator's pods run this tree's binary, built here.
+	// The operator's pods run this tree's binary, built here. Its logs, the
+	// node agents' and the pods' stay after the test with E2E_KEEP_LOGS set.
 	dir := t.TempDir()
+	if os.Getenv("E2E_KEEP_LOGS") != "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "proxy-operator-ha-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("logs kept in %s", dir)
+	}
 	binary := filepath.Join(dir, "proxy-operator")
 	if err := framework.BuildOperator(binary); err != nil {
 		t.Fatal(err)

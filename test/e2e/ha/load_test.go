@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,10 +38,12 @@ type recorder struct {
 	lost    []time.Time
 	answers [][]time.Time // per client: each successful answer
 	errs    map[string]int
+	// samples: the first few errors of each kind, with when they came.
+	samples map[string][]string
 }
 
 func newRecorder(clients int) *recorder {
-	return &recorder{answers: make([][]time.Time, clients), errs: map[string]int{}}
+	return &recorder{answers: make([][]time.Time, clients), errs: map[string]int{}, samples: map[string][]string{}}
 }
 
 func (r *recorder) answered(client int) {
@@ -49,11 +52,37 @@ func (r *recorder) answered(client int) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) failed(kind string) {
+// samplesPerKind bounds the errors kept of each kind.
+const samplesPerKind = 3
+
+func (r *recorder) failed(kind string, err error) {
 	r.mu.Lock()
 	r.errs[kind]++
+	if len(r.samples[kind]) < samplesPerKind {
+		r.samples[kind] = append(r.samples[kind], time.Now().Format("15:04:05.000")+" "+err.Error())
+	}
 	r.mu.Unlock()
 }
+
+// retried says whether an error kind is one a client meets during a
+// handover and retries: no replica serves yet (503), the connection went
+// away with the old leader (transport), or no proxy freed within the wait.
+// Any other (403, 401, 500, …) is a wrong answer.
+func retried(kind string) bool {
+	kind = strings.TrimSuffix(kind, releaseSuffix)
+	switch kind {
+	case "http " + wire.CodeNotLeader, "http " + wire.CodeUnavailable, "http transport",
+		"http " + wire.CodeNoMatch, "http " + wire.CodeQueueFull,
+		"kubernetes " + string(metav1.StatusReasonServiceUnavailable), "kubernetes " + string(metav1.StatusReasonConflict),
+		"kubernetes " + string(metav1.StatusReasonTooManyRequests), "kubernetes " + string(metav1.StatusReasonTimeout),
+		"kubernetes " + string(metav1.StatusReasonUnknown):
+		return true
+	}
+	return false
+}
+
+// releaseSuffix marks the kind of an error met releasing.
+const releaseSuffix = " (release)"
 
 // door is one API's acquire and release, as a client uses it.
 type door struct {
@@ -134,7 +163,7 @@ func drive(ctx context.Context, doors []door, rec *recorder, seed uint64) (wait 
 				id, proxy, name, err := d.acquire(ctx)
 				if err != nil {
 					if ctx.Err() == nil {
-						rec.failed(d.kind(err))
+						rec.failed(d.kind(err), err)
 						time.Sleep(100 * time.Millisecond)
 					}
 					continue
@@ -160,7 +189,7 @@ func drive(ctx context.Context, doors []door, rec *recorder, seed uint64) (wait 
 						rec.mu.Unlock()
 						break
 					}
-					rec.failed(d.kind(err) + " (release)")
+					rec.failed(d.kind(err)+releaseSuffix, err)
 					time.Sleep(100 * time.Millisecond)
 				}
 			}
