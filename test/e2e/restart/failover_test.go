@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -60,6 +61,15 @@ func TestFailover(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	readyzVerbose := func(ports [4]int) string {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz?exclude=leases&verbose", ports[1]))
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Sprintf("%d %s", resp.StatusCode, body)
+	}
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		healthy := true
 		list, err := ca.ListProxies(ctx, dclient.ListOptions{Healthy: &healthy})
@@ -80,8 +90,13 @@ func TestFailover(t *testing.T) {
 
 	// The standby: Ready as the pod's probe asks (healthy), not serving
 	// leases (/readyz/leases), and 503 not_leader naming the leader.
-	if code := readyz(portsB, "/readyz?exclude=leases"); code != http.StatusOK {
-		t.Errorf("standby /readyz?exclude=leases %d, want 200: both replicas are Ready", code)
+	// The standby was started without waiting for it; it becomes Ready once
+	// its informers have synced and its aggregated server has loaded the
+	// front proxy's CA, which takes longer on a loaded machine.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		return readyz(portsB, "/readyz?exclude=leases") == http.StatusOK, nil
+	}); err != nil {
+		t.Errorf("standby /readyz?exclude=leases not 200 within 60s, want Ready (both replicas are Ready): %s", readyzVerbose(portsB))
 	}
 	if code := readyz(portsB, "/readyz/leases"); code != http.StatusInternalServerError && code != http.StatusServiceUnavailable {
 		t.Errorf("standby /readyz/leases %d, want it failing", code)
