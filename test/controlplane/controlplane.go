@@ -24,6 +24,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/proxy-operator/proxy-operator/artifacts/crds"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 // BinDirEnv overrides where the etcd and kube-apiserver binaries are found.
@@ -194,10 +196,10 @@ func StartForTest(t testing.TB, opts Options) *ControlPlane {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("--- last lines of etcd log ---\n%s", tailFile(cp.EtcdLogPath, 30))
-			t.Logf("--- last lines of kube-apiserver log ---\n%s", tailFile(cp.APIServerLogPath, 60))
+			t.Logf("--- last lines of etcd log ---\n%s", logtail.File(cp.EtcdLogPath, 30))
+			t.Logf("--- last lines of kube-apiserver log ---\n%s", logtail.File(cp.APIServerLogPath, 60))
 			if opts.ControllerManager {
-				t.Logf("--- last lines of kube-controller-manager log ---\n%s", tailFile(cp.ControllerManagerLogPath, 40))
+				t.Logf("--- last lines of kube-controller-manager log ---\n%s", logtail.File(cp.ControllerManagerLogPath, 40))
 			}
 		}
 		if err := cp.Stop(); err != nil {

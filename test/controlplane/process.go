@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 // process is one child binary running in its own process group.
@@ -115,30 +117,7 @@ func (p *process) stop(grace time.Duration) error {
 
 // tail returns up to the last n lines of the process log.
 func (p *process) tail(n int) string {
-	return tailFile(p.logPath, n)
-}
-
-func tailFile(path string, n int) string {
-	const maxBytes = 16 << 10
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	off := max(st.Size()-maxBytes, 0)
-	buf := make([]byte, st.Size()-off)
-	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Sprintf("(reading log: %v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(buf), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return logtail.File(p.logPath, n)
 }
 
 // prefixWriter prefixes each complete line; exec guarantees one writer at a

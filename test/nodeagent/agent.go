@@ -31,6 +31,8 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	k8sprovider "github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 // DefaultNodeName is the Node the agent registers unless told otherwise.
@@ -635,7 +637,7 @@ func (a *Agent) watch(ctx context.Context, inst *instance) {
 	if inst.failReason == "" {
 		inst.failReason = ReasonSquidExited
 		inst.failMsg = fmt.Sprintf("squid exited (%v)", sq.ExitError())
-		if tail := tailFile(sq.Config().CacheLogPath(), 5); tail != "" {
+		if tail := logtail.File(sq.Config().CacheLogPath(), 5); tail != "" {
 			inst.failMsg += ": " + tail
 		}
 	}

@@ -356,16 +356,3 @@ func LookSquid(path string) (string, error) {
 	}
 	return "", errors.New("squid not found: install it with `apt-get install squid`")
 }
-
-// tailFile returns up to the last n lines of path, for failure messages.
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 func TestRenderSquidConfig(t *testing.T) {
@@ -162,7 +164,7 @@ func TestSquidForwardsAndStops(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := WaitListening(ctx, cfg.ListenAddr(), sq.Done()); err != nil {
-		t.Fatalf("WaitListening: %v\n%s", err, tailFile(cfg.CacheLogPath(), 20))
+		t.Fatalf("WaitListening: %v\n%s", err, logtail.File(cfg.CacheLogPath(), 20))
 	}
 	if PortFree(cfg.ListenAddr()) {
 		t.Errorf("PortFree(%s) = true while squid listens there", cfg.ListenAddr())
@@ -245,7 +247,7 @@ func TestSquidFailsOnTakenAddress(t *testing.T) {
 		t.Fatal("a second squid on a taken address kept running")
 	}
 	if sq.ExitError() == nil {
-		t.Errorf("second squid exited cleanly; cache.log:\n%s", tailFile(second.CacheLogPath(), 10))
+		t.Errorf("second squid exited cleanly; cache.log:\n%s", logtail.File(second.CacheLogPath(), 10))
 	}
 }
 

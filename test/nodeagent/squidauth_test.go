@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 var authProxy = proxyauth.ProxyRef{Namespace: "team", Name: "squid-1"}
@@ -40,7 +42,7 @@ func startAuthSquid(t testing.TB, k *proxyauth.Keyring) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := WaitListening(ctx, cfg.ListenAddr(), sq.Done()); err != nil {
-		t.Fatalf("%v\n%s", err, tailFile(cfg.CacheLogPath(), 20))
+		t.Fatalf("%v\n%s", err, logtail.File(cfg.CacheLogPath(), 20))
 	}
 	return cfg.ListenAddr()
 }

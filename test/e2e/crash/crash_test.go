@@ -3,7 +3,6 @@ package crash
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -29,6 +28,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/gcefake"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 const (
@@ -150,7 +151,7 @@ func crashRun(t testing.TB, run int, seed uint64) counts {
 	op := mustStart(t, logPath, args, probePort)
 	defer func() {
 		if t.Failed() {
-			t.Logf("--- operator log tail (%s) ---\n%s", logPath, tail(logPath, 60))
+			t.Logf("--- operator log tail (%s) ---\n%s", logPath, logtail.File(logPath, 60))
 		}
 	}()
 
@@ -200,11 +201,11 @@ func mustStart(t testing.TB, logPath string, args []string, probePort int) *fram
 			}
 		}
 		if op.Exited() {
-			t.Fatalf("operator exited while starting (%v):\n%s", op.Err(), tail(logPath, 40))
+			t.Fatalf("operator exited while starting (%v):\n%s", op.Err(), logtail.File(logPath, 40))
 		}
 		if time.Now().After(deadline) {
 			op.Kill()
-			t.Fatalf("operator not ready within 60s:\n%s", tail(logPath, 40))
+			t.Fatalf("operator not ready within 60s:\n%s", logtail.File(logPath, 40))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -456,20 +457,6 @@ func scrapeSum(t testing.TB, port int, name string) float64 {
 		}
 	}
 	return sum
-}
-
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	data, _ := io.ReadAll(f)
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // operatorArgs are the flags of a run's operator: the gcp provider on the

@@ -37,6 +37,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 const (
@@ -170,23 +172,14 @@ func (c *cluster) dumpLogs(t *testing.T, agentLog string) {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			t.Logf("--- %s (%s) ---\n%s", n, a.NodeName(), tail(logs[n], 40))
+			t.Logf("--- %s (%s) ---\n%s", n, a.NodeName(), logtail.File(logs[n], 40))
 		}
 	}
-	t.Logf("--- node agents ---\n%s", tail(agentLog, 60))
+	t.Logf("--- node agents ---\n%s", logtail.File(agentLog, 60))
 	for _, args := range [][]string{{"get", "pods,rs,deploy,endpointslices,nodes", "-A", "-o", "wide"}, {"get", "events", "-A"}} {
 		out, _ := c.kubectlRun(context.Background(), nil, args...)
 		t.Logf("--- kubectl %s ---\n%s", strings.Join(args, " "), out)
 	}
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // kubectlRun runs bin/kubectl against the control plane.

@@ -44,6 +44,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 const operatorNamespace = "proxy-operator-system"
@@ -340,7 +342,7 @@ func (e *env) runAsInstalled(t *testing.T, d appsv1.Deployment, extra []string) 
 		}
 		if t.Failed() {
 			if b, err := os.ReadFile(logPath); err == nil {
-				t.Logf("operator log:\n%s", tail(string(b), 40))
+				t.Logf("operator log:\n%s", logtail.Lines(string(b), 40))
 			}
 		}
 	})
@@ -374,14 +376,6 @@ func (e *env) writeKubeconfig(path, token string) error {
 		Contexts:       map[string]*clientcmdapi.Context{"operator": {Cluster: "cp", AuthInfo: "operator"}},
 		CurrentContext: "operator",
 	}, path)
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // servesWithGeneratedToken: the token Secret the operator generated holds

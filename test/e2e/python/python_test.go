@@ -28,6 +28,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/devenv"
 	"github.com/proxy-operator/proxy-operator/test/framework"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 // site is an origin on its own loopback address (its own domain for the
@@ -191,7 +193,7 @@ func runCrawl(ctx context.Context, py, dir string, env *devenv.Env, urls []strin
 	cmd.Env = append(os.Environ(), "PROXY_OPERATOR_TOKEN="+env.DiscoveryToken, "PYTHONPATH="+filepath.Join(root, "clients/python"))
 	output, err := cmd.CombinedOutput()
 	if err != nil {
-		return crawlResult{}, fmt.Errorf("crawl: %v\n%s", err, tail(string(output), 60))
+		return crawlResult{}, fmt.Errorf("crawl: %v\n%s", err, logtail.Lines(string(output), 60))
 	}
 	var res crawlResult
 	b, err := os.ReadFile(out)
@@ -199,18 +201,10 @@ func runCrawl(ctx context.Context, py, dir string, env *devenv.Env, urls []strin
 		err = json.Unmarshal(b, &res)
 	}
 	if err != nil {
-		return crawlResult{}, fmt.Errorf("reading the crawl's result: %v\n%s", err, tail(string(output), 60))
+		return crawlResult{}, fmt.Errorf("reading the crawl's result: %v\n%s", err, logtail.Lines(string(output), 60))
 	}
 	res.Log = string(output)
 	return res, nil
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // activeLeases sums the fleet's live leases, as the HTTP API reports them.
@@ -288,7 +282,7 @@ func TestScrapy(t *testing.T) {
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "clients/python"),
 			"PROXY_OPERATOR_URL="+env.DiscoveryURL, "PROXY_OPERATOR_TOKEN="+env.DiscoveryToken, "PROXY_OPERATOR_CA_FILE="+env.CAPath)
 		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("scrapy runspider: %v\n%s", err, tail(string(b), 40))
+			t.Fatalf("scrapy runspider: %v\n%s", err, logtail.Lines(string(b), 40))
 		}
 		var items []struct {
 			Status int    `json:"status"`
@@ -681,7 +675,7 @@ func plannedHandover(t *testing.T, py string, env *devenv.Env) {
 		}
 	}
 	if ok != pages || res.stat("gave_up") != 0 || res.stat("errors") != 0 {
-		t.Errorf("%d of %d pages fetched, %v gave up, %v errors; want every page, none, none\n%s", ok, pages, res.stat("gave_up"), res.stat("errors"), tail(res.Log, 40))
+		t.Errorf("%d of %d pages fetched, %v gave up, %v errors; want every page, none, none\n%s", ok, pages, res.stat("gave_up"), res.stat("errors"), logtail.Lines(res.Log, 40))
 	}
 	if n := activeLeases(t, env); n != 0 {
 		t.Errorf("%d leases live after the spider closed, want 0", n)

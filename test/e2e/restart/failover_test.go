@@ -16,6 +16,8 @@ import (
 
 	dclient "github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 const (
@@ -119,7 +121,7 @@ func TestFailover(t *testing.T) {
 		_, err := cb.Get(ctx, ids[0])
 		return err == nil, nil
 	}); err != nil {
-		t.Fatalf("the standby did not take over within 30s of SIGTERM: %v\n%s", err, tail(logOf(e, portsB)))
+		t.Fatalf("the standby did not take over within 30s of SIGTERM: %v\n%s", err, logtail.File(logOf(e, portsB), 40))
 	}
 	t.Logf("planned handover: the standby served leases %s after SIGTERM of the leader", time.Since(stopAt).Round(10*time.Millisecond))
 	assertAll := func(c *dclient.Client, when string) {

@@ -38,6 +38,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 const (
@@ -229,7 +231,7 @@ func (e *env) startOn(t *testing.T, ports [4]int, extra []string, ready bool) *f
 		conn.Close()
 		return true, nil
 	}); err != nil {
-		t.Fatalf("operator not up: %v\n%s", err, tail(filepath.Join(e.dir, fmt.Sprintf("operator-%d.log", ports[0]))))
+		t.Fatalf("operator not up: %v\n%s", err, logtail.File(filepath.Join(e.dir, fmt.Sprintf("operator-%d.log", ports[0])), 40))
 	}
 	return op
 }
@@ -282,7 +284,7 @@ func (e *env) waitHealthy(t *testing.T, c *dclient.Client) {
 		list, err := c.ListProxies(ctx, dclient.ListOptions{Healthy: &healthy})
 		return err == nil && len(list) == proxies, nil
 	}); err != nil {
-		t.Fatalf("proxies not healthy: %v\n%s", err, tail(filepath.Join(e.dir, fmt.Sprintf("operator-%d.log", e.ports[0]))))
+		t.Fatalf("proxies not healthy: %v\n%s", err, logtail.File(filepath.Join(e.dir, fmt.Sprintf("operator-%d.log", e.ports[0])), 40))
 	}
 }
 
@@ -546,10 +548,4 @@ func TestGracefulRestartKeepsEveryLease(t *testing.T) {
 	if _, err := c.Get(ctx, held[httpLeases-1].id); err != nil {
 		t.Errorf("after SIGKILL, a lease from before the graceful restart: %v", err)
 	}
-}
-
-func tail(path string) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-40):], "\n")
 }

@@ -24,6 +24,8 @@ import (
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/artifacts/examples"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 // env is the package's one control plane, started by TestMain.
@@ -67,18 +69,10 @@ func run(m *testing.M) int {
 	code := m.Run()
 	if code != 0 {
 		if log, err := os.ReadFile(cp.APIServerLogPath); err == nil {
-			fmt.Fprintf(os.Stderr, "--- last lines of kube-apiserver log ---\n%s\n", lastLines(string(log), 40))
+			fmt.Fprintf(os.Stderr, "--- last lines of kube-apiserver log ---\n%s\n", logtail.Lines(string(log), 40))
 		}
 	}
 	return code
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 func ctxFor(t *testing.T) context.Context {

@@ -38,6 +38,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/provider/fake"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 // framework.OperatorUser is the identity the manager runs as: bound to the generated
@@ -362,7 +364,7 @@ func startSquid(t *testing.T) *squid {
 		s.stop()
 		if t.Failed() {
 			if b, err := os.ReadFile(s.cfg.CacheLogPath()); err == nil {
-				t.Logf("--- squid %s cache.log ---\n%s", addr, tail(string(b), 30))
+				t.Logf("--- squid %s cache.log ---\n%s", addr, logtail.Lines(string(b), 30))
 			}
 		}
 		_ = os.RemoveAll(dir)
@@ -439,14 +441,6 @@ func (s *squid) countAccess(substrs ...string) int {
 		}
 	}
 	return n
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // origins are the probe targets: plain HTTP and TLS, answering 200 on "/"
