@@ -85,21 +85,24 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, token, username
 
 // pipe copies src to dst until src ends, then closes dst's write side so
 // the other direction can finish. An idle tunnel holds no buffer and no
-// pipe: it waits for src to be readable (waitReadable), then moves what is
-// there through a pooled buffer. (io.Copy between TCP connections would
-// splice(2), but holds a pipe — two descriptors — per direction while it
-// waits, tripling an idle tunnel's descriptors.)
+// pipe: the read takes a pooled buffer only while it reads, and gives it
+// back before it waits for src to be readable (readPooled). Each chunk costs
+// one read and one write, and a wait one read more. (io.Copy between TCP
+// connections would splice(2), but holds a pipe — two descriptors — per
+// direction while it waits, tripling an idle tunnel's descriptors.)
 func pipe(dst, src net.Conn, pool *sync.Pool) int64 {
 	var n int64
 	raw, _ := rawConn(src)
 	for {
+		var buf *[]byte
+		var r int
+		var rerr error
 		if raw != nil {
-			if err := waitReadable(raw); err != nil {
-				break
-			}
+			buf, r, rerr = readPooled(raw, pool)
+		} else {
+			buf = pool.Get().(*[]byte)
+			r, rerr = src.Read(*buf)
 		}
-		buf := pool.Get().(*[]byte)
-		r, rerr := src.Read(*buf)
 		if r > 0 {
 			w, werr := dst.Write((*buf)[:r])
 			n += int64(w)
@@ -108,7 +111,9 @@ func pipe(dst, src net.Conn, pool *sync.Pool) int64 {
 				break
 			}
 		}
-		pool.Put(buf)
+		if buf != nil {
+			pool.Put(buf)
+		}
 		if rerr != nil {
 			break
 		}
@@ -119,6 +124,42 @@ func pipe(dst, src net.Conn, pool *sync.Pool) int64 {
 		_ = dst.Close()
 	}
 	return n
+}
+
+// readPooled reads what c holds into a buffer from pool, waiting for c to be
+// readable if it holds nothing yet — without a buffer: the buffer goes back
+// to the pool before each wait. It returns the buffer (nil on an error
+// before any read), the bytes read and io.EOF at the end.
+func readPooled(c syscall.RawConn, pool *sync.Pool) (*[]byte, int, error) {
+	var buf *[]byte
+	var n int
+	var err error
+	if cerr := c.Read(func(fd uintptr) bool {
+		if buf == nil {
+			buf = pool.Get().(*[]byte)
+		}
+		for {
+			n, err = syscall.Read(int(fd), *buf)
+			if err != syscall.EINTR {
+				break
+			}
+		}
+		if err == syscall.EAGAIN {
+			pool.Put(buf)
+			buf = nil
+			return false // wait for readable, holding nothing
+		}
+		return true
+	}); cerr != nil {
+		return buf, 0, cerr
+	}
+	switch {
+	case err != nil:
+		return buf, 0, err
+	case n == 0:
+		return buf, 0, io.EOF
+	}
+	return buf, n, nil
 }
 
 // copyBufferSize is a pooled relay buffer's size.
@@ -134,18 +175,6 @@ func rawConn(c net.Conn) (syscall.RawConn, error) {
 		return nil, errors.New("not a syscall.Conn")
 	}
 	return sc.SyscallConn()
-}
-
-// waitReadable returns once c has data, has ended, or failed, without a
-// buffer: it peeks one byte without blocking, and lets the runtime's poller
-// wait while there is none.
-func waitReadable(c syscall.RawConn) error {
-	var peek [1]byte
-	return c.Read(func(fd uintptr) bool {
-		// Data, the end (0 bytes) or an error (Read reports it): go on.
-		_, _, e := syscall.Recvfrom(int(fd), peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return e != syscall.EAGAIN && e != syscall.EINTR
-	})
 }
 
 // connect opens a tunnel to authority through the proxy at addr. On an

@@ -32,6 +32,8 @@ const benchToken = "gateway-bench-token"
 type rig struct {
 	// squids are the proxies' host:port.
 	squids []string
+	// squidPIDs are their processes, for their CPU time.
+	squidPIDs []int
 	// gateway is the gateway's URL with the client's credentials.
 	gateway *url.URL
 }
@@ -54,8 +56,9 @@ func startRig(b *testing.B, n, perProxy int) *rig {
 	}
 	r := &rig{}
 	for i := range n {
-		cfg := framework.StartSquid(b, pool, fmt.Sprintf("gwbench-%d", i)).Config()
-		r.squids = append(r.squids, cfg.ListenAddr())
+		sq := framework.StartSquid(b, pool, fmt.Sprintf("gwbench-%d", i))
+		cfg := sq.Config()
+		r.squids, r.squidPIDs = append(r.squids, cfg.ListenAddr()), append(r.squidPIDs, sq.PID())
 		store.UpsertProxy(lease.ProxyInfo{Namespace: "bench", Name: cfg.VisibleHostname, URL: "http://" + cfg.ListenAddr(),
 			Host: cfg.Addr.String(), Port: int32(nodeagent.DefaultSquidPort), LatencyMillis: 1, Healthy: true})
 	}
