@@ -199,8 +199,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		logger.Info("WARNING: discovery API serves plain HTTP (--discovery-plain-http): bearer tokens cross the network unencrypted",
 			"address", ln.Addr().String())
 	}
+	unused := newUnusedConns(time.Now)
 	srv := &http.Server{
 		Handler:           s.handler,
+		ConnState:         unused.track,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		// A waiting acquire holds its response for up to MaxWait.
@@ -228,7 +230,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
 	defer cancel()
 	stopping := time.Now()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	if err := unused.shutdown(shutdownCtx, srv); err != nil {
 		_ = srv.Close()
 		return fmt.Errorf("discovery server: shutting down: %w", err)
 	}
