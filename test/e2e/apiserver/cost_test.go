@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/proxy-operator/proxy-operator/test/cputime"
 )
 
 // The cost benchmark runs its clients in a child process (this test binary,
@@ -98,32 +100,6 @@ func loadGeneratorMain(specJSON string) int {
 	return 0
 }
 
-// procCPU is the user+system CPU time of process pid (from /proc, in clock
-// ticks of 10 ms).
-func procCPU(tb testing.TB, pid int) time.Duration {
-	tb.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	// Fields after the parenthesised command name; utime and stime are the
-	// 14th and 15th of the whole line.
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
-}
-
-func selfCPU(tb testing.TB) time.Duration {
-	tb.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkCostPerPair measures, side by side in one run, ProxyLease and
 // ConfigMap create+delete pairs through the same kube-apiserver as a
 // ServiceAccount with a Role (an in-cluster crawler) and as the admin
@@ -148,13 +124,13 @@ func BenchmarkCostPerPair(b *testing.B) {
 		for _, kind := range []string{"ProxyLease", "ConfigMap"} {
 			b.Run(kind+"/"+who.name, func(b *testing.B) {
 				spec := specFor(who.cfg, kind, ns, b.N)
-				self, kube, etcd := selfCPU(b), procCPU(b, pids["kube-apiserver"]), procCPU(b, pids["etcd"])
+				self, kube, etcd := cputime.Self(b), cputime.Process(b, pids["kube-apiserver"]), cputime.Process(b, pids["etcd"])
 				rate, client := runLoadChild(b, spec)
 				perPair := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
 				b.ReportMetric(rate, "pairs/s")
-				b.ReportMetric(perPair(selfCPU(b)-self), "operator-µs/pair")
-				b.ReportMetric(perPair(procCPU(b, pids["kube-apiserver"])-kube), "apiserver-µs/pair")
-				b.ReportMetric(perPair(procCPU(b, pids["etcd"])-etcd), "etcd-µs/pair")
+				b.ReportMetric(perPair(cputime.Self(b)-self), "operator-µs/pair")
+				b.ReportMetric(perPair(cputime.Process(b, pids["kube-apiserver"])-kube), "apiserver-µs/pair")
+				b.ReportMetric(perPair(cputime.Process(b, pids["etcd"])-etcd), "etcd-µs/pair")
 				b.ReportMetric(perPair(client), "client-µs/pair")
 			})
 		}
@@ -191,10 +167,10 @@ func BenchmarkProxyLeaseToConfigMap(b *testing.B) {
 			kinds[0], kinds[1] = kinds[1], kinds[0]
 		}
 		for _, kind := range kinds {
-			self := selfCPU(b)
+			self := cputime.Self(b)
 			rate, _ := runLoadChild(b, specFor(sa, kind, ns, per))
 			if kind == "ProxyLease" {
-				operator += selfCPU(b) - self
+				operator += cputime.Self(b) - self
 			}
 			rates[kind] = append(rates[kind], rate)
 		}

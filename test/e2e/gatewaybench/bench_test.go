@@ -9,9 +9,10 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/test/cputime"
 )
 
 // Figures the issue asks of the gateway (#28): compared in one run, they
@@ -31,15 +32,15 @@ const (
 func BenchmarkGatewayThroughput(b *testing.B) {
 	r := startRig(b, 1, 10000)
 	for b.Loop() {
-		squid0 := processCPU(b, r.squidPIDs[0])
+		squid0 := cputime.Process(b, r.squidPIDs[0])
 		direct := runChild(b, childArgs{Mode: "throughput", Proxy: "http://" + r.squids[0], Clients: clients, Seconds: throughputSeconds})
-		squidCPU := (processCPU(b, r.squidPIDs[0]) - squid0).Seconds() / (direct.BytesPerSec * throughputSeconds / 1e6)
-		cpu0 := cpuTime()
+		squidCPU := (cputime.Process(b, r.squidPIDs[0]) - squid0).Seconds() / (direct.BytesPerSec * throughputSeconds / 1e6)
+		cpu0 := cputime.Self(b)
 		via := runChild(b, childArgs{Mode: "throughput", Proxy: r.gateway.String(), Clients: clients, Seconds: throughputSeconds})
 		// This process holds the gateway and the lease API: its CPU per MB
 		// relayed is the gateway's own cost, which the ratio (set by what
 		// saturates the machine first) does not show.
-		gatewayCPU := (cpuTime() - cpu0).Seconds() / (via.BytesPerSec * throughputSeconds / 1e6)
+		gatewayCPU := (cputime.Self(b) - cpu0).Seconds() / (via.BytesPerSec * throughputSeconds / 1e6)
 		b.ReportMetric(direct.BytesPerSec/1e6, "direct-MB/s")
 		b.ReportMetric(via.BytesPerSec/1e6, "gateway-MB/s")
 		b.ReportMetric(via.BytesPerSec/direct.BytesPerSec, "ratio")
@@ -91,29 +92,6 @@ func BenchmarkGatewayIdleTunnels(b *testing.B) {
 		b.ReportMetric(perGo, "go-KiB/tunnel")
 		b.Logf("%d idle tunnels: %.1f KiB resident, %.1f KiB Go heap+stacks per tunnel (target <= 64 KiB)", idleTunnels, perRSS, perGo)
 	}
-}
-
-// cpuTime is this process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// processCPU is another process's user+system CPU time (/proc/<pid>/stat,
-// in clock ticks of 10 ms).
-func processCPU(b *testing.B, pid int) time.Duration {
-	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	// The fields after the command's closing parenthesis: utime and stime
-	// are the 12th and 13th.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // memory is this process's resident set and Go heap+stacks in use, after a
