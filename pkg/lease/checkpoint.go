@@ -90,12 +90,11 @@ func (s *Store) StateInto(st *State) uint64 {
 	// lease churn the report window holds far more than a checkpoint should
 	// copy under the lock each second.
 	for i := len(s.tombQ) - 1; i >= s.tombHead && len(st.Ended) < MaxEndedInState; i-- {
-		r := s.tombQ[i]
-		t, ok := s.tombs[r.id]
-		if !ok || !t.until.Equal(r.until) || !t.until.After(now) {
-			continue // superseded or over
+		t := s.tombQ[i]
+		if t.gone || !t.until.After(now) {
+			continue // forgotten or over
 		}
-		st.Ended = append(st.Ended, EndedLease{ID: r.id, Name: t.name, Proxy: t.proxy, Target: t.target,
+		st.Ended = append(st.Ended, EndedLease{ID: t.id, Name: t.name, Proxy: t.proxy, Target: t.target,
 			Holder: t.holder, Reason: t.reason, Until: t.until})
 	}
 	changes := s.revision + s.coolings
@@ -185,11 +184,7 @@ func (s *Store) Restore(st State) error {
 		if _, live := s.leases[t.ID]; live {
 			continue
 		}
-		s.tombs[t.ID] = tombstone{name: t.Name, proxy: t.Proxy, target: t.Target, holder: t.Holder, reason: t.Reason, until: t.Until}
-		if t.Name.Name != t.ID {
-			s.tombNames[t.Name] = t.ID
-		}
-		s.tombQ = append(s.tombQ, tombRef{id: t.ID, until: t.Until})
+		s.rememberLocked(&tombstone{id: t.ID, name: t.Name, proxy: t.Proxy, target: t.Target, holder: t.Holder, reason: t.Reason, until: t.Until})
 	}
 	// Leases that expired while down end now, in expiry order, as Start's
 	// timer would have ended them.

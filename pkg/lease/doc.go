@@ -23,7 +23,8 @@
 // Files: store.go (the Store, its options), index.go (the availability
 // index, selection and no-match counts), acquire.go (granting), leases.go
 // (release, report, renew and reads of leases), fleet.go (the proxies),
-// expiry.go (expiry and cooldown heaps, tombstones, the timer), notify.go
+// expiry.go (expiry and cooldown heaps, the timer), tombs.go (ended leases
+// kept for late reports, at most MaxEndedPerHolder per holder), notify.go
 // (events to subscribers, capacity hooks).
 //
 // Consumer: pkg/leasing, whose Service both lease APIs call and whose queue

@@ -10,22 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-type tombstone struct {
-	// name is the lease's namespace/name.
-	name   ProxyKey
-	proxy  ProxyKey
-	target string
-	holder string
-	// reason is why the lease ended (Released, Expired, ProxyDeleted).
-	reason Reason
-	until  time.Time
-}
-
-type tombRef struct {
-	id    string
-	until time.Time
-}
-
 type cooldownItem struct {
 	e      *proxyEntry
 	target string
@@ -55,23 +39,7 @@ func (s *Store) advanceLocked(now time.Time, p *pending) {
 		p.capacity = p.capacity || e.indexed
 		s.forgetIfUnusedLocked(e)
 	}
-	for s.tombHead < len(s.tombQ) && !s.tombQ[s.tombHead].until.After(now) {
-		r := s.tombQ[s.tombHead]
-		s.tombQ[s.tombHead] = tombRef{}
-		s.tombHead++
-		if t, ok := s.tombs[r.id]; ok && t.until.Equal(r.until) {
-			delete(s.tombs, r.id)
-			if s.tombNames[t.name] == r.id {
-				delete(s.tombNames, t.name)
-			}
-		}
-	}
-	if s.tombHead > 256 && s.tombHead*2 > len(s.tombQ) {
-		n := copy(s.tombQ, s.tombQ[s.tombHead:])
-		clear(s.tombQ[n:])
-		s.tombQ = s.tombQ[:n]
-		s.tombHead = 0
-	}
+	s.expireTombsLocked(now)
 }
 
 // endLocked removes a live lease (already popped from the expiry heap) and
@@ -93,14 +61,7 @@ func (s *Store) endLocked(le *leaseEntry, endedAt time.Time, reason Reason, p *p
 		delete(s.holders, le.Holder)
 	}
 	until := endedAt.Add(s.opts.CooldownWindow)
-	s.tombs[le.ID] = tombstone{name: nk, proxy: le.proxy.key, target: le.Target, holder: le.Holder, reason: reason, until: until}
-	if le.Name != le.ID {
-		s.tombNames[nk] = le.ID
-	} else if s.tombNames[nk] != "" {
-		// A name reused after a named lease ended: the ID-named one is newer.
-		delete(s.tombNames, nk)
-	}
-	s.tombQ = append(s.tombQ, tombRef{id: le.ID, until: until})
+	s.rememberLocked(&tombstone{id: le.ID, name: nk, proxy: le.proxy.key, target: le.Target, holder: le.Holder, reason: reason, until: until})
 	e := le.proxy
 	s.detachLocked(le)
 	p.capacity = p.capacity || e.indexed

@@ -135,6 +135,57 @@ func checkInvariants(s *Store) []string {
 			fail("holder %q runs %d cooldowns, limit %d", h, n, s.opts.MaxCooldownsPerHolder)
 		}
 	}
+
+	// Ended leases: each in tombQ and its holder's queue once, counted per
+	// holder, never over the limit; tombQ's forgotten ones counted.
+	ended := map[string]int{}
+	for id, t := range s.tombs {
+		ended[t.holder]++
+		if t.id != id || t.gone {
+			fail("ended lease %s stored under %s (gone %v)", t.id, id, t.gone)
+		}
+		if id2, ok := s.tombNames[t.name]; ok && (s.tombs[id2] == nil || s.tombs[id2].name != t.name) {
+			fail("tombNames maps %s to %s, which is not of that name", t.name, id2)
+		}
+	}
+	queued, gone := map[*tombstone]int{}, 0
+	for _, t := range s.tombQ[s.tombHead:] {
+		if t.gone {
+			gone++
+		} else {
+			queued[t]++
+		}
+	}
+	if gone != s.tombGone {
+		fail("tombQ holds %d forgotten ended leases, counted %d", gone, s.tombGone)
+	}
+	live := map[string]int{}
+	for h, q := range s.tombsOf {
+		for _, t := range q.q[q.head:] {
+			if !t.gone {
+				live[h]++
+				if t.holder != h || t.of != q {
+					fail("ended lease %s of %q queued for %q", t.id, t.holder, h)
+				}
+			}
+		}
+		if q.live != live[h] {
+			fail("holder %q: %d ended leases queued, counted %d", h, live[h], q.live)
+		}
+	}
+	if !maps.Equal(ended, live) {
+		fail("ended leases per holder %v, queued %v", ended, live)
+	}
+	for id, t := range s.tombs {
+		if queued[t] != 1 {
+			fail("ended lease %s is in tombQ %d times", id, queued[t])
+		}
+	}
+	for h, n := range ended {
+		if n > s.opts.MaxEndedPerHolder {
+			fail("holder %q has %d ended leases, limit %d", h, n, s.opts.MaxEndedPerHolder)
+		}
+	}
 	return bad
 }
 
@@ -252,6 +303,18 @@ func TestInvariantCheckerDetectsCorruption(t *testing.T) {
 			}
 		}, "in index"},
 		{"lease forgotten", func(s *Store, l *Lease) { delete(s.leases, l.ID) }, "count 1, lease table 0"},
+		{"ended lease miscounted", func(s *Store, l *Lease) {
+			s.Release(l.ID)
+			s.tombsOf[""].live++
+		}, `holder "": 1 ended leases queued, counted 2`},
+		{"ended leases over the limit", func(s *Store, l *Lease) {
+			s.Release(l.ID)
+			s.opts.MaxEndedPerHolder = 0
+		}, `holder "" has 1 ended leases, limit 0`},
+		{"ended lease lost from tombQ", func(s *Store, l *Lease) {
+			s.Release(l.ID)
+			s.tombQ = s.tombQ[:s.tombHead]
+		}, "is in tombQ 0 times"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,6 +23,7 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 		MaxTTL:            10 * time.Minute,
 		DefaultTTL:        2 * time.Minute,
 		CooldownWindow:    3 * time.Minute,
+		MaxEndedPerHolder: 25,
 	})
 	var violMu sync.Mutex
 	var violations []string
@@ -89,6 +90,7 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 						Target:    []string{"", "t1", "t2"}[rng.IntN(3)],
 						TTL:       time.Duration(1+rng.IntN(5)) * time.Minute,
 						Flow:      fmt.Sprintf("f%d", w%4),
+						Holder:    fmt.Sprintf("h%d", w%3),
 					}
 					if rng.IntN(2) == 0 {
 						req.Selector = map[string]string{"zone": []string{"x", "y", "z"}[rng.IntN(3)]}

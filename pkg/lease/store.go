@@ -46,12 +46,18 @@ type Store struct {
 	names    map[ProxyKey]string // (lease namespace, lease name) → ID
 	expiries leaseHeap
 	cools    coolHeap
-	tombs    map[string]tombstone
+	// tombs are the ended leases still reportable (tombs.go).
+	tombs map[string]*tombstone
 	// tombNames finds ended leases by namespace/name (the newest of a name).
 	tombNames map[ProxyKey]string
-	tombQ     []tombRef
-	tombHead  int
-	flows     map[string]int
+	// tombQ holds the tombstones in the order they ended (their report
+	// windows end in about that order), forgotten ones (tombGone) included.
+	tombQ    []*tombstone
+	tombHead int
+	tombGone int
+	// tombsOf queues each holder's tombstones (MaxEndedPerHolder).
+	tombsOf map[string]*holderTombs
+	flows   map[string]int
 	// holders counts live leases per holder (HeldByHolder).
 	holders  map[string]int
 	revision uint64
@@ -144,8 +150,9 @@ func New(opts Options, clk clock.WithTicker) (*Store, error) {
 		members:   map[indexKey]map[*proxyEntry]struct{}{},
 		leases:    map[string]*leaseEntry{},
 		names:     map[ProxyKey]string{},
-		tombs:     map[string]tombstone{},
+		tombs:     map[string]*tombstone{},
 		tombNames: map[ProxyKey]string{},
+		tombsOf:   map[string]*holderTombs{},
 		flows:     map[string]int{},
 		holders:   map[string]int{},
 		cooledBy:  map[string]int{},

@@ -202,6 +202,12 @@ type Options struct {
 	// once (default 1000): a report that would start one more is a
 	// *CooldownLimitError.
 	MaxCooldownsPerHolder int
+	// MaxEndedPerHolder bounds the ended leases remembered for one holder
+	// (default 50,000): past it the holder's oldest is forgotten before its
+	// report window is over, and a late report or renewal on it finds no
+	// lease. A holder that ends fewer than MaxEndedPerHolder leases per
+	// CooldownWindow (at the defaults, 166 a second) never meets it.
+	MaxEndedPerHolder int
 	// SweepInterval is the longest Start's timer sleeps (default 10s): expiries
 	// and cooldown ends fire at their instant; this bounds how long ended
 	// leases past their report window stay in memory.
@@ -238,6 +244,9 @@ const (
 	// pairs within one cooldown window has a bigger problem than this limit.
 	DefaultMaxCooldownsPerHolder = 1000
 	DefaultSweepInterval         = 10 * time.Second
+	// DefaultMaxEndedPerHolder: an ended lease takes about 330 bytes of heap
+	// (an ID of 52 characters), so a holder's take at most about 17 MB.
+	DefaultMaxEndedPerHolder = 50000
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -259,6 +268,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxCooldownsPerHolder == 0 {
 		o.MaxCooldownsPerHolder = DefaultMaxCooldownsPerHolder
 	}
+	if o.MaxEndedPerHolder == 0 {
+		o.MaxEndedPerHolder = DefaultMaxEndedPerHolder
+	}
 	if o.NewID == nil {
 		o.NewID = randomID
 	}
@@ -267,6 +279,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("maxLeasesPerProxy %d must be positive", o.MaxLeasesPerProxy)
 	case o.MaxCooldownsPerHolder < 0:
 		return o, fmt.Errorf("maxCooldownsPerHolder %d must be positive", o.MaxCooldownsPerHolder)
+	case o.MaxEndedPerHolder < 0:
+		return o, fmt.Errorf("maxEndedPerHolder %d must be positive", o.MaxEndedPerHolder)
 	case o.MaxTTL < 0, o.DefaultTTL < 0, o.CooldownWindow < 0, o.SweepInterval < 0:
 		return o, fmt.Errorf("durations must be positive: maxTTL=%s defaultTTL=%s cooldownWindow=%s sweepInterval=%s",
 			o.MaxTTL, o.DefaultTTL, o.CooldownWindow, o.SweepInterval)

@@ -33,6 +33,9 @@ type Options struct {
 	// MaxCooldownsPerHolder bounds the cooldowns one holder's reports run
 	// at once (lease.Options.MaxCooldownsPerHolder).
 	MaxCooldownsPerHolder int
+	// MaxEndedPerHolder bounds the ended leases remembered for one holder's
+	// late reports (lease.Options.MaxEndedPerHolder).
+	MaxEndedPerHolder int
 
 	// QueueMaxPerFlow, QueueMaxPerBand and QueueMax bound waiting lease
 	// requests (flowcontrol.Options); over a limit a request is answered 429
@@ -59,6 +62,7 @@ func DefaultOptions() Options {
 		CooldownWindow:        lease.DefaultCooldownWindow,
 		SweepInterval:         lease.DefaultSweepInterval,
 		MaxCooldownsPerHolder: lease.DefaultMaxCooldownsPerHolder,
+		MaxEndedPerHolder:     lease.DefaultMaxEndedPerHolder,
 		QueueMaxPerFlow:       DefaultQueueMaxPerFlow,
 		QueueMaxPerBand:       DefaultQueueMaxPerBand,
 		QueueMax:              DefaultQueueMax,
@@ -75,6 +79,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.CooldownWindow, "cooldown-window", o.CooldownWindow, "How long a (proxy, target) pair is skipped after a rate_limited or banned report, and how long an ended lease stays reportable.")
 	fs.DurationVar(&o.SweepInterval, "lease-sweep-interval", o.SweepInterval, "Longest sleep of the lease store's timer: expiries and cooldown ends fire at their instant; this bounds how long ended leases past their report window stay in memory.")
 	fs.IntVar(&o.MaxCooldownsPerHolder, "lease-max-cooldowns-per-holder", o.MaxCooldownsPerHolder, "Cooldowns the reports on one holder's leases (token identity or Kubernetes user) may run at once; a report that would start one more is refused (403 cooldown_limit) until one ends.")
+	fs.IntVar(&o.MaxEndedPerHolder, "lease-max-ended-per-holder", o.MaxEndedPerHolder, "Ended leases remembered for one holder (token identity or Kubernetes user) for late reports and renewals, within --cooldown-window; past it the holder's oldest is forgotten (a report on it is answered 404).")
 	fs.IntVar(&o.QueueMaxPerFlow, "lease-queue-max-per-flow", o.QueueMaxPerFlow, "Waiting lease requests one flow (token identity or Kubernetes user) may have in one priority band.")
 	fs.IntVar(&o.QueueMaxPerBand, "lease-queue-max-per-band", o.QueueMaxPerBand, "Waiting lease requests per priority band.")
 	fs.IntVar(&o.QueueMax, "lease-queue-max", o.QueueMax, "Waiting lease requests in all.")
@@ -111,6 +116,7 @@ func (o *Options) Validate() error {
 		v    int
 	}{
 		{"--lease-max-cooldowns-per-holder", o.MaxCooldownsPerHolder},
+		{"--lease-max-ended-per-holder", o.MaxEndedPerHolder},
 		{"--lease-queue-max-per-flow", o.QueueMaxPerFlow},
 		{"--lease-queue-max-per-band", o.QueueMaxPerBand},
 		{"--lease-queue-max", o.QueueMax},
@@ -134,6 +140,7 @@ func (o *Options) StoreOptions() lease.Options {
 		CooldownWindow:        o.CooldownWindow,
 		SweepInterval:         o.SweepInterval,
 		MaxCooldownsPerHolder: o.MaxCooldownsPerHolder,
+		MaxEndedPerHolder:     o.MaxEndedPerHolder,
 	}
 }
 

@@ -19,7 +19,7 @@ func TestLeasingFlags(t *testing.T) {
 	o, err := parseInPod(t, "crawl", "--discovery-bind-address=127.0.0.1:9090", "--discovery-token-file=/run/token",
 		"--discovery-tls-cert-file=/run/tls.crt", "--discovery-tls-private-key-file=/run/tls.key",
 		"--max-leases-per-proxy=3", "--max-lease-ttl=2h", "--default-lease-ttl=10m", "--cooldown-window=90s",
-		"--lease-max-cooldowns-per-holder=50", "--lease-max-priority=token:crawler-a=10,group:ops=5", "--lease-max-priority=user:alice=3",
+		"--lease-max-cooldowns-per-holder=50", "--lease-max-ended-per-holder=500", "--lease-max-priority=token:crawler-a=10,group:ops=5", "--lease-max-priority=user:alice=3",
 		"--lease-queue-max-per-identity=50",
 		"--lease-queue-max-per-flow=2", "--lease-queue-max-per-band=20", "--lease-queue-max=200",
 		"--apiserver-secure-port=0")
@@ -28,7 +28,7 @@ func TestLeasingFlags(t *testing.T) {
 	}
 	want := leasing.Options{
 		MaxLeasesPerProxy: 3, MaxLeaseTTL: 2 * time.Hour, DefaultLeaseTTL: 10 * time.Minute, CooldownWindow: 90 * time.Second,
-		SweepInterval: lease.DefaultSweepInterval, MaxCooldownsPerHolder: 50, QueueMaxPerFlow: 2, QueueMaxPerBand: 20, QueueMax: 200,
+		SweepInterval: lease.DefaultSweepInterval, MaxCooldownsPerHolder: 50, MaxEndedPerHolder: 500, QueueMaxPerFlow: 2, QueueMaxPerBand: 20, QueueMax: 200,
 		QueueRetryAfter: time.Second, QueueMaxPerIdentity: 50,
 		MaxPriority: leasing.PriorityGrants{"token:crawler-a": 10, "group:ops": 5, "user:alice": 3},
 	}
