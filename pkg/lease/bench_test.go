@@ -54,6 +54,31 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkAcquireReleaseWatched is BenchmarkAcquireRelease (10 proxies,
+// any) with a subscriber, as the ProxyLease watch cache always is: each
+// acquire and release emits an event.
+func BenchmarkAcquireReleaseWatched(b *testing.B) {
+	s := benchFleet(b, 10, Options{NewID: randomID})
+	var seen int
+	cancel := s.Subscribe(func(Event) { seen++ })
+	defer cancel()
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	defer reportCPU(b, cpu0)
+	for b.Loop() {
+		l, err := s.Acquire(AcquireRequest{Target: "example.com"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Release(l.ID)
+	}
+	b.StopTimer()
+	if seen < 2*b.N {
+		b.Fatalf("subscriber saw %d events for %d pairs", seen, b.N)
+	}
+}
+
 // BenchmarkAcquire times Acquire alone (the release that keeps the fleet in
 // the same state runs with the timer stopped).
 func BenchmarkAcquire(b *testing.B) {

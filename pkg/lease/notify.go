@@ -17,9 +17,15 @@ type hook struct {
 
 // pending collects what to tell the outside world once the lock is released.
 type pending struct {
-	events   []Event
+	events []Event
+	// buf is the Store.eventBufs slice events came from.
+	buf      *[]Event
 	capacity bool
 }
+
+// maxPooledEvents bounds the event slices kept for reuse: a removal that
+// ends thousands of leases does not keep its slice.
+const maxPooledEvents = 64
 
 // unlockAndNotify releases the lock and delivers what p collected: events in
 // revision order (deliverMu is taken before mu is released), then hooks.
@@ -41,6 +47,12 @@ func (s *Store) unlockAndNotify(p *pending) {
 	} else {
 		s.mu.Unlock()
 	}
+	if p.buf != nil && cap(p.events) <= maxPooledEvents {
+		clear(p.events) // subscribers got copies
+		*p.buf = p.events[:0]
+		s.eventBufs.Put(p.buf)
+	}
+	p.events, p.buf = nil, nil
 	for _, h := range hooks {
 		h.fn()
 	}
@@ -49,6 +61,13 @@ func (s *Store) unlockAndNotify(p *pending) {
 func (s *Store) emitLocked(p *pending, t EventType, r Reason, le *leaseEntry) {
 	if len(s.subs) == 0 {
 		return
+	}
+	if p.buf == nil {
+		if b, ok := s.eventBufs.Get().(*[]Event); ok {
+			p.buf, p.events = b, append((*b)[:0], p.events...)
+		} else {
+			p.buf = new([]Event)
+		}
 	}
 	p.events = append(p.events, Event{Type: t, Reason: r, Lease: le.Lease, Revision: le.Revision})
 }

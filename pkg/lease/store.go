@@ -80,9 +80,13 @@ type Store struct {
 	armed atomic.Int64
 	wake  chan struct{}
 
-	subs   []subscriber // copy-on-write
-	hooks  []hook       // copy-on-write
-	nextID uint64
+	subs []subscriber // copy-on-write
+	// eventBufs recycles the event slices of store calls (a fresh one per
+	// acquire and per release was 9% of the bytes an HTTP lease pair
+	// allocated).
+	eventBufs sync.Pool
+	hooks     []hook // copy-on-write
+	nextID    uint64
 
 	// probe observes critical sections; nil in production.
 	probe storeProbe
