@@ -38,20 +38,27 @@ func BenchmarkAcquireRelease(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				b.ReportAllocs()
-				cpu0 := cpuTime()
-				b.ResetTimer()
-				defer reportCPU(b, cpu0)
-				for b.Loop() {
-					l, err := s.Acquire(shape.req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					s.Release(l.ID)
-				}
+				timePairs(b, s, shape.req)
 			})
 		}
 	}
+}
+
+// timePairs times acquire+release pairs of req on s, with allocations and
+// CPU per pair.
+func timePairs(b *testing.B, s *Store, req AcquireRequest) {
+	b.Helper()
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	for b.Loop() {
+		l, err := s.Acquire(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Release(l.ID)
+	}
+	reportCPU(b, cpu0)
 }
 
 // BenchmarkAcquireReleaseWatched is BenchmarkAcquireRelease (10 proxies,
@@ -62,18 +69,7 @@ func BenchmarkAcquireReleaseWatched(b *testing.B) {
 	var seen int
 	cancel := s.Subscribe(func(Event) { seen++ })
 	defer cancel()
-	b.ReportAllocs()
-	cpu0 := cpuTime()
-	b.ResetTimer()
-	defer reportCPU(b, cpu0)
-	for b.Loop() {
-		l, err := s.Acquire(AcquireRequest{Target: "example.com"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.Release(l.ID)
-	}
-	b.StopTimer()
+	timePairs(b, s, AcquireRequest{Target: "example.com"})
 	if seen < 2*b.N {
 		b.Fatalf("subscriber saw %d events for %d pairs", seen, b.N)
 	}
@@ -122,17 +118,7 @@ func BenchmarkAcquireReleaseCooling(b *testing.B) {
 				}
 				s.Release(l.ID)
 			}
-			b.ReportAllocs()
-			cpu0 := cpuTime()
-			b.ResetTimer()
-			defer reportCPU(b, cpu0)
-			for b.Loop() {
-				l, err := s.Acquire(AcquireRequest{Target: "example.com"})
-				if err != nil {
-					b.Fatal(err)
-				}
-				s.Release(l.ID)
-			}
+			timePairs(b, s, AcquireRequest{Target: "example.com"})
 		})
 	}
 }
