@@ -64,7 +64,7 @@ func (s *Store) emitLocked(p *pending, t EventType, r Reason, le *leaseEntry) {
 	}
 	if p.buf == nil {
 		if b, ok := s.eventBufs.Get().(*[]Event); ok {
-			p.buf, p.events = b, append((*b)[:0], p.events...)
+			p.buf, p.events = b, (*b)[:0]
 		} else {
 			p.buf = new([]Event)
 		}

@@ -83,11 +83,7 @@ func popGone(h *holderTombs) {
 		h.q[h.head] = nil
 		h.head++
 	}
-	if h.head > 64 && h.head*2 > len(h.q) {
-		n := copy(h.q, h.q[h.head:])
-		clear(h.q[n:])
-		h.q, h.head = h.q[:n], 0
-	}
+	h.q, h.head = compactHead(h.q, h.head, 64)
 }
 
 // expireTombsLocked forgets the ended leases whose report window is over
@@ -103,12 +99,18 @@ func (s *Store) expireTombsLocked(now time.Time) {
 		}
 		s.tombGone--
 	}
-	if s.tombHead > 256 && s.tombHead*2 > len(s.tombQ) {
-		n := copy(s.tombQ, s.tombQ[s.tombHead:])
-		clear(s.tombQ[n:])
-		s.tombQ = s.tombQ[:n]
-		s.tombHead = 0
+	s.tombQ, s.tombHead = compactHead(s.tombQ, s.tombHead, 256)
+}
+
+// compactHead moves q's elements from head to the front once more than min,
+// and more than half of q, are behind head; it returns q and head after.
+func compactHead[T any](q []T, head, min int) ([]T, int) {
+	if head <= min || head*2 <= len(q) {
+		return q, head
 	}
+	n := copy(q, q[head:])
+	clear(q[n:])
+	return q[:n], 0
 }
 
 // compactTombQLocked drops tombQ's forgotten tombstones.
