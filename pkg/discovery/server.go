@@ -14,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/proxy-operator/proxy-operator/pkg/httpdrain"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
@@ -199,10 +200,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		logger.Info("WARNING: discovery API serves plain HTTP (--discovery-plain-http): bearer tokens cross the network unencrypted",
 			"address", ln.Addr().String())
 	}
-	unused := newUnusedConns(time.Now)
+	unused := httpdrain.New(time.Now)
 	srv := &http.Server{
 		Handler:           s.handler,
-		ConnState:         unused.track,
+		ConnState:         unused.ConnState,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		// A waiting acquire holds its response for up to MaxWait.
@@ -230,7 +231,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
 	defer cancel()
 	stopping := time.Now()
-	if err := unused.shutdown(shutdownCtx, srv); err != nil {
+	if err := unused.Shutdown(shutdownCtx, srv); err != nil {
 		_ = srv.Close()
 		return fmt.Errorf("discovery server: shutting down: %w", err)
 	}

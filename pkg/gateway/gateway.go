@@ -14,6 +14,8 @@ import (
 
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/proxy-operator/proxy-operator/pkg/httpdrain"
 )
 
 // LeaseIDHeader carries the ID of the lease a request or tunnel went
@@ -183,8 +185,11 @@ func (g *Gateway) Start(ctx context.Context) error {
 
 // Serve is Start on a listener of the caller's.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	// Clients' spare connections (dialed, never used) would hold the
+	// shutdown, and so a handover, for net/http's 5 s: the tracker closes them.
+	unused := httpdrain.New(time.Now)
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
-		BaseContext: func(net.Listener) context.Context { return ctx }}
+		ConnState: unused.ConnState, BaseContext: func(net.Listener) context.Context { return ctx }}
 	log.FromContext(ctx).Info("gateway serving", "addr", ln.Addr().String(), "leaseAPI", g.opts.LeaseAPIURL)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -199,7 +204,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("gateway: %w", err)
 		case <-ctx.Done():
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = srv.Shutdown(sctx)
+			_ = unused.Shutdown(sctx, srv)
 			cancel()
 			g.closeAll()
 			return nil

@@ -1,4 +1,4 @@
-package discovery
+package httpdrain
 
 import (
 	"context"
@@ -11,18 +11,21 @@ import (
 	"time"
 )
 
-// unusedConns tracks the connections on which no request has begun
+// Tracker tracks the connections on which no request has begun
 // (http.StateNew), so that a shutdown need not wait for them. net/http's
 // Shutdown counts such a connection as idle only once it is 5 s old, and Go's
 // transport leaves exactly such connections in its pool: one it dialed for a
 // request that another connection served first. At a handover that held the
 // old leader's shutdown, and so the new leader's start, for those 5 s.
 //
+// Use one Tracker per server: its ConnState as the server's ConnState hook,
+// its Shutdown in place of the server's.
+//
 // Only a connection unused for unusedAge and with nothing waiting to be read
 // is closed: a TLS handshake under way leaves the connection "new" for the
 // milliseconds it takes, with nothing to read between the client's flights,
 // and such a client is about to send its request.
-type unusedConns struct {
+type Tracker struct {
 	// n mirrors len(conns), so that the hook costs a request one atomic load
 	// when there is nothing to forget.
 	n  atomic.Int64
@@ -36,12 +39,13 @@ type unusedConns struct {
 // shorter than net/http's 5 s.
 const unusedAge = time.Second
 
-func newUnusedConns(now func() time.Time) *unusedConns {
-	return &unusedConns{conns: map[net.Conn]time.Time{}, now: now}
+// New returns a Tracker that reads the time from now.
+func New(now func() time.Time) *Tracker {
+	return &Tracker{conns: map[net.Conn]time.Time{}, now: now}
 }
 
-// track is the server's ConnState hook.
-func (u *unusedConns) track(c net.Conn, state http.ConnState) {
+// ConnState is the server's ConnState hook.
+func (u *Tracker) ConnState(c net.Conn, state http.ConnState) {
 	if state != http.StateNew && u.n.Load() == 0 {
 		return
 	}
@@ -59,7 +63,7 @@ func (u *unusedConns) track(c net.Conn, state http.ConnState) {
 // sent nothing the server has not read yet, and returns how many it closed.
 // One with bytes waiting (a request, or the rest of a TLS handshake, that
 // the server is about to read) is left to become active and be answered.
-func (u *unusedConns) closeSilent() int {
+func (u *Tracker) closeSilent() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	closed, now := 0, u.now()
@@ -108,10 +112,11 @@ func pending(c net.Conn) bool {
 	return has
 }
 
-// shutdown runs srv.Shutdown(ctx) and, while it waits, closes the silent
+// Shutdown runs srv.Shutdown(ctx) and, while it waits, closes the silent
 // unused connections (closeSilent) every pollInterval: one whose handshake
-// was under way at the first pass may fall silent at a later one.
-func (u *unusedConns) shutdown(ctx context.Context, srv *http.Server) error {
+// was under way at the first pass may fall silent at a later one. It returns
+// what srv.Shutdown returns: ctx's error when active requests outlast it.
+func (u *Tracker) Shutdown(ctx context.Context, srv *http.Server) error {
 	done := make(chan error, 1)
 	go func() { done <- srv.Shutdown(ctx) }()
 	tick := time.NewTicker(pollInterval)
