@@ -12,11 +12,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/httpdrain/httpdraintest"
 )
 
-// shutdownBound: a server's Serve must return this soon (httpdraintest).
-const shutdownBound = httpdraintest.Bound
-
 // TestShutdownClosesSilentConnection: a server whose ConnState and Shutdown
-// are a Tracker's stops within shutdownBound while a client holds a
+// are a Tracker's stops within httpdraintest.Bound while a client holds a
 // connection on which it sent nothing, and that connection is closed; a
 // request under way at the shutdown is answered first.
 func TestShutdownClosesSilentConnection(t *testing.T) {
@@ -46,7 +43,7 @@ func TestShutdownClosesSilentConnection(t *testing.T) {
 	}()
 	time.Sleep(100 * time.Millisecond) // both accepted, the request under way
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*shutdownBound)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*httpdraintest.Bound)
 	defer cancel()
 	stopped := time.Now()
 	done := make(chan error, 1)
@@ -56,8 +53,8 @@ func TestShutdownClosesSilentConnection(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	if took := time.Since(stopped); took > shutdownBound {
-		t.Errorf("Shutdown took %v with a silent connection open, want under %v", took, shutdownBound)
+	if took := time.Since(stopped); took > httpdraintest.Bound {
+		t.Errorf("Shutdown took %v with a silent connection open, want under %v", took, httpdraintest.Bound)
 	}
 	if got := <-answer; got != "answered" {
 		t.Errorf("the request under way at the shutdown got %q, want its answer", got)
@@ -70,7 +67,7 @@ func TestShutdownClosesSilentConnection(t *testing.T) {
 
 // TestPlainServerWaitsForSilentConnections is the negative control: without
 // the Tracker, net/http's Shutdown holds for the same silent connection past
-// shutdownBound, so the test above (and the servers' own, in pkg/discovery
+// httpdraintest.Bound, so the test above (and the servers' own, in pkg/discovery
 // and pkg/gateway) would catch a server that lost it.
 func TestPlainServerWaitsForSilentConnections(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -79,13 +76,12 @@ func TestPlainServerWaitsForSilentConnections(t *testing.T) {
 	}
 	srv := &http.Server{Handler: http.NotFoundHandler()}
 	go func() { _ = srv.Serve(ln) }()
-	silent := httpdraintest.DialTCP(t, ln.Addr().String())
-	defer silent.Close()
+	httpdraintest.DialTCP(t, ln.Addr().String())
 	time.Sleep(100 * time.Millisecond) // accepted
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownBound)
+	ctx, cancel := context.WithTimeout(context.Background(), httpdraintest.Bound)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err == nil {
-		t.Fatalf("net/http's Shutdown returned within %v with a silent connection open: the test above proves nothing", shutdownBound)
+		t.Fatalf("net/http's Shutdown returned within %v with a silent connection open: the test above proves nothing", httpdraintest.Bound)
 	}
 	_ = srv.Close()
 }

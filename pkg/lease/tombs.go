@@ -102,10 +102,11 @@ func (s *Store) expireTombsLocked(now time.Time) {
 	s.tombQ, s.tombHead = compactHead(s.tombQ, s.tombHead, 256)
 }
 
-// compactHead moves q's elements from head to the front once more than min,
-// and more than half of q, are behind head; it returns q and head after.
-func compactHead[T any](q []T, head, min int) ([]T, int) {
-	if head <= min || head*2 <= len(q) {
+// compactHead moves q's elements from head to the front once more than
+// least, and more than half of q, are behind head; it returns q and head
+// after.
+func compactHead[T any](q []T, head, least int) ([]T, int) {
+	if head <= least || head*2 <= len(q) {
 		return q, head
 	}
 	n := copy(q, q[head:])
