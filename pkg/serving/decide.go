@@ -92,3 +92,23 @@ func terminating(p *corev1.Pod) bool { return p.DeletionTimestamp != nil }
 func labelled(p *corev1.Pod) bool { return p.Labels[LabelKey] == LabelValue }
 
 func isLeader(p *corev1.Pod) bool { return p.Annotations[LeaderAnnotation] == LabelValue }
+
+// StepOut is the rule of a replica shutting down, given its pod and its
+// peers: whether it is done stepping out of the lease APIs' Services, and
+// the change that takes it out, if one is due. A pod without the label is
+// out already. A labelled pod gives up its label once a live peer carries
+// it too (the successor a deletion of this pod makes), so the Services keep
+// an endpoint; until then it waits. A labelled pod that is not being deleted
+// (a lost leadership, a process stopped in place) has no successor coming:
+// it keeps its label, which the next leader takes.
+func StepOut(self *corev1.Pod, peers []*corev1.Pod) (done bool, change *Change) {
+	if self == nil || !labelled(self) || !terminating(self) {
+		return true, nil
+	}
+	for _, p := range peers {
+		if live(p) && labelled(p) {
+			return true, &Change{Pod: self.Name}
+		}
+	}
+	return false, nil
+}

@@ -187,3 +187,49 @@ func TestDecideConverges(t *testing.T) {
 		t.Error("negative control: successors without a tie-break settled; the convergence check would not catch an oscillating rule")
 	}
 }
+
+func TestStepOut(t *testing.T) {
+	deletingLeader := podState{name: "a", ready: true, deleting: true, label: true, leaderAnnotated: true}
+	tests := []struct {
+		name       string
+		self       string
+		pods       []podState
+		wantDone   bool
+		wantChange *Change
+	}{
+		{"the successor carries the label: the leader being deleted removes its own", "a",
+			[]podState{deletingLeader, {name: "b", ready: true, label: true}}, true, &Change{Pod: "a"}},
+		{"the successor carries the label and leads already: the same", "a",
+			[]podState{deletingLeader, {name: "b", ready: true, label: true, leaderAnnotated: true}}, true, &Change{Pod: "a"}},
+		{"no successor yet: wait", "a",
+			[]podState{deletingLeader, {name: "b", ready: true}}, false, nil},
+		{"the only labelled peer is not Ready: wait", "a",
+			[]podState{deletingLeader, {name: "b", label: true}}, false, nil},
+		{"the only labelled peer is being deleted too: wait", "a",
+			[]podState{deletingLeader, {name: "b", ready: true, deleting: true, label: true}}, false, nil},
+		{"alone: wait (the wait is bounded by the caller)", "a",
+			[]podState{deletingLeader}, false, nil},
+		{"not labelled: out already", "b",
+			[]podState{{name: "a", ready: true, label: true, leaderAnnotated: true}, {name: "b", ready: true, deleting: true}}, true, nil},
+		{"labelled but not being deleted (leadership lost): no successor comes, keep it", "a",
+			[]podState{{name: "a", ready: true, label: true, leaderAnnotated: true}, {name: "b", ready: true}}, true, nil},
+		{"own pod not seen: nothing to do", "x",
+			[]podState{deletingLeader}, true, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			self, peers := split(tt.self, tt.pods)
+			done, change := StepOut(self, peers)
+			if done != tt.wantDone {
+				t.Errorf("done = %v, want %v", done, tt.wantDone)
+			}
+			if diff := cmp.Diff(tt.wantChange, change); diff != "" {
+				t.Errorf("change (-want +got):\n%s", diff)
+			}
+			// Whatever it does, a live pod keeps the label when one had it.
+			if change != nil && !slices.ContainsFunc(peers, func(p *corev1.Pod) bool { return live(p) && labelled(p) }) {
+				t.Errorf("stepping out left no live labelled pod")
+			}
+		})
+	}
+}

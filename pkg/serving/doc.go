@@ -16,11 +16,18 @@
 // go to: a replacement pod started during a drain cannot win the election
 // before its readiness probe passes and lead where no request reaches it.
 //
-// Files: decide.go (the rule, a pure function of the pods), labeller.go (the
-// Runnable: a pod informer of the operator's namespace and the patches),
-// lock.go (the leader-election lock behind the readiness gate).
+// At shutdown a pod leaves the Services before its servers stop (StepOut):
+// being deleted, it hands its label to the successor and removes its own,
+// and the runnables Hold wraps (the lease path) keep serving for
+// ShutdownDelay while kube-proxy and kube-apiserver drop its endpoint.
 //
-// It depends on client-go and the core API types only. It must not import
+// Files: decide.go (the rules, pure functions of the pods), labeller.go (the
+// Runnable: a pod informer of the operator's namespace and the patches),
+// stepout.go (the shutdown: StepOut applied, the delay, Hold), lock.go (the
+// leader-election lock behind the readiness gate).
+//
+// It depends on client-go, the core API types and controller-runtime's
+// logger only. It must not import
 // pkg/leasing, pkg/lease or cmd: the composition root passes whether this
 // replica serves as a function.
 package serving

@@ -32,19 +32,44 @@ type Options struct {
 	// Resync is how often the rule is applied without a pod event: whether
 	// this replica serves changes without one (default 1s).
 	Resync time.Duration
+	// ShutdownDelay is how long, at shutdown, the servers Hold keeps
+	// listening after this pod stepped out of the lease APIs' Services
+	// (--serving-shutdown-delay), so that kube-proxy and kube-apiserver stop
+	// sending it new connections first.
+	ShutdownDelay time.Duration
+	// SuccessorWait bounds how long a labelled pod being deleted waits at
+	// shutdown for a live peer to carry the label before it removes its own
+	// (default 5s); after it, it keeps the label.
+	SuccessorWait time.Duration
 }
 
 // DefaultPodSelector selects the pods of the shipped install
 // (artifacts/operator, the Helm chart).
 const DefaultPodSelector = "app.kubernetes.io/name=proxy-operator"
 
+// DefaultShutdownDelay covers an EndpointSlice update and kube-proxy's
+// next sync (--iptables-min-sync-period is 1s).
+const DefaultShutdownDelay = 2 * time.Second
+
+// MaxShutdownDelay keeps a pod's shutdown, with the last lease checkpoint's
+// worst case, within the shipped terminationGracePeriodSeconds (180).
+const MaxShutdownDelay = 20 * time.Second
+
 // NewOptions returns the defaults.
-func NewOptions() Options { return Options{PodSelector: DefaultPodSelector, Resync: time.Second} }
+func NewOptions() Options {
+	return Options{PodSelector: DefaultPodSelector, Resync: time.Second, ShutdownDelay: DefaultShutdownDelay, SuccessorWait: 5 * time.Second}
+}
+
+// StepOutWorstCase is the longest a replica's shutdown waits before its
+// servers stop: the wait for a successor, then ShutdownDelay.
+func (o Options) StepOutWorstCase() time.Duration { return o.SuccessorWait + o.ShutdownDelay }
 
 // AddFlags registers the flags of the options a user sets.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PodSelector, "serving-pod-selector", o.PodSelector,
 		"Label selector of the operator's own pods. In a pod ($POD_NAME set), the replica that serves leases labels its pod "+LabelKey+"="+LabelValue+" (and a standby its own while the leader's pod is deleted); the lease APIs' Services select on it.")
+	fs.DurationVar(&o.ShutdownDelay, "serving-shutdown-delay", o.ShutdownDelay,
+		"In a pod, how long the lease APIs' servers and the gateway keep listening at shutdown after the pod has left the lease APIs' Services (its serving label handed to the successor), so that kube-proxy and kube-apiserver stop sending it new connections first (as kube-apiserver's shutdown delay). It lengthens a handover by as much. 0 stops them at once; at most "+MaxShutdownDelay.String()+".")
 }
 
 // Validate names the first missing or malformed option.
@@ -59,6 +84,9 @@ func (o Options) Validate() error {
 	if sel.Empty() {
 		return errors.New("--serving-pod-selector: must select something (an empty selector matches every pod of the namespace)")
 	}
+	if o.ShutdownDelay < 0 || o.ShutdownDelay > MaxShutdownDelay {
+		return fmt.Errorf("--serving-shutdown-delay: %s is outside [0s, %s]", o.ShutdownDelay, MaxShutdownDelay)
+	}
 	return nil
 }
 
@@ -70,6 +98,9 @@ type Labeller struct {
 	kube     kubernetes.Interface
 	serving  func() bool
 	clock    clock.WithTicker
+	// stepped closes when Start returns: after stepping out at shutdown,
+	// or at once when it could not start.
+	stepped chan struct{}
 }
 
 // New returns a Labeller; serving reports whether this replica serves leases
@@ -89,7 +120,10 @@ func New(o Options, kube kubernetes.Interface, serving func() bool, clk clock.Wi
 	if o.Resync <= 0 {
 		o.Resync = time.Second
 	}
-	return &Labeller{opts: o, selector: sel, kube: kube, serving: serving, clock: clk}, nil
+	if o.SuccessorWait <= 0 {
+		o.SuccessorWait = NewOptions().SuccessorWait
+	}
+	return &Labeller{opts: o, selector: sel, kube: kube, serving: serving, clock: clk, stepped: make(chan struct{})}, nil
 }
 
 // NeedLeaderElection is false: the standby labels itself as successor.
@@ -97,8 +131,10 @@ func (l *Labeller) NeedLeaderElection() bool { return false }
 
 // Start watches the operator's pods and applies the rule on every pod event
 // and every Resync until ctx ends. Failed patches are logged and retried on
-// the next round.
+// the next round. When ctx ends it steps out (stepOut) before it returns;
+// Hold's runnables stop after that. Call it once.
 func (l *Labeller) Start(ctx context.Context) error {
+	defer close(l.stepped)
 	logger := log.FromContext(ctx).WithValues("pod", l.opts.PodName)
 	ctx = log.IntoContext(ctx, logger)
 	factory := informers.NewSharedInformerFactoryWithOptions(l.kube, 0,
@@ -119,20 +155,29 @@ func (l *Labeller) Start(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("watching the operator's pods: %w", err)
 	}
-	factory.Start(ctx.Done())
+	// The watch outlives ctx: stepping out waits for the successor's label.
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	factory.Start(watchCtx.Done())
 	defer factory.Shutdown()
+	defer stopWatch()
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok && ctx.Err() == nil {
 			return fmt.Errorf("syncing the cache of %v", typ)
 		}
 	}
+	if ctx.Err() != nil {
+		// Stopped before it knew the pods: it labelled nothing.
+		return nil
+	}
+	lister := pods.Lister().Pods(l.opts.Namespace)
 	tick := l.clock.NewTicker(l.opts.Resync)
 	defer tick.Stop()
 	logger.Info("labelling the pod that serves leases", "label", LabelKey, "selector", l.selector.String())
 	for {
-		l.sync(ctx, pods.Lister().Pods(l.opts.Namespace))
+		l.sync(ctx, lister)
 		select {
 		case <-ctx.Done():
+			l.stepOut(watchCtx, lister, kick, tick.C())
 			return nil
 		case <-kick:
 		case <-tick.C():
@@ -143,19 +188,10 @@ func (l *Labeller) Start(ctx context.Context) error {
 // sync applies Decide once.
 func (l *Labeller) sync(ctx context.Context, lister corev1listers.PodNamespaceLister) {
 	logger := log.FromContext(ctx)
-	all, err := lister.List(l.selector)
+	self, peers, err := l.pods(lister)
 	if err != nil {
 		logger.Error(err, "listing the operator's pods")
 		return
-	}
-	var self *corev1.Pod
-	peers := make([]*corev1.Pod, 0, len(all))
-	for _, p := range all {
-		if p.Name == l.opts.PodName {
-			self = p
-			continue
-		}
-		peers = append(peers, p)
 	}
 	if self == nil {
 		logger.V(1).Info("own pod not seen yet (or it does not match the selector)")
@@ -168,6 +204,24 @@ func (l *Labeller) sync(ctx context.Context, lister corev1listers.PodNamespaceLi
 		}
 		logger.Info("serving label updated", "target", c.Pod, "serving", c.Label, "leader", c.Leader)
 	}
+}
+
+// pods splits the operator's pods into this replica's (nil when not seen)
+// and its peers.
+func (l *Labeller) pods(lister corev1listers.PodNamespaceLister) (self *corev1.Pod, peers []*corev1.Pod, err error) {
+	all, err := lister.List(l.selector)
+	if err != nil {
+		return nil, nil, err
+	}
+	peers = make([]*corev1.Pod, 0, len(all))
+	for _, p := range all {
+		if p.Name == l.opts.PodName {
+			self = p
+			continue
+		}
+		peers = append(peers, p)
+	}
+	return self, peers, nil
 }
 
 // apply patches one pod's label and annotation (a pod gone is no error).

@@ -35,7 +35,8 @@ const ClusterDomain = "cluster.local"
 // controller): a ready one, round-robin, else a serving terminating one, as
 // kube-proxy does; a pod IP is reached at its PodLoopback. Open connections
 // outlive a change of endpoints, as conntrack entries do. Hosts and Resolve
-// answer what cluster DNS would for <svc>.<ns>.svc.
+// answer what cluster DNS would for <svc>.<ns>.svc. Refusals lists the
+// connections that reached no server (an endpoint that did not listen).
 type ServiceProxy struct {
 	client kubernetes.Interface
 	log    logr.Logger
@@ -46,9 +47,24 @@ type ServiceProxy struct {
 	mu        sync.Mutex
 	listeners map[string]net.Listener // by ClusterIP:port
 	next      map[string]int          // round-robin position by ClusterIP:port
+	refusals  []Refusal
 	conns     sync.WaitGroup
 	synced    chan struct{}
 }
+
+// Refusal is a connection to a Service that reached no server: the
+// endpoint it was sent to refused it, or the Service had none.
+type Refusal struct {
+	At time.Time
+	// Service is namespace/name.
+	Service string
+	// Endpoint is the loopback address it was sent to, "" when none.
+	Endpoint string
+	Err      string
+}
+
+// maxRefusals bounds what Refusals keeps (the first ones).
+const maxRefusals = 1000
 
 // NewServiceProxy returns a Service proxy for the cluster at cfg; Run starts it.
 func NewServiceProxy(cfg *rest.Config, log logr.Logger) (*ServiceProxy, error) {
@@ -177,13 +193,15 @@ func (p *ServiceProxy) serve(ctx context.Context, l net.Listener, addr string) {
 // when the pick refuses, so does the connection.
 func (p *ServiceProxy) forward(ctx context.Context, c net.Conn, addr string) {
 	defer c.Close()
-	ep := p.endpoint(addr)
+	svc, ep := p.endpoint(addr)
 	if ep == "" {
+		p.refused(svc, "", "no endpoint")
 		return
 	}
 	d := net.Dialer{Timeout: 2 * time.Second}
 	up, err := d.DialContext(ctx, "tcp", ep)
 	if err != nil {
+		p.refused(svc, ep, err.Error())
 		return
 	}
 	defer up.Close()
@@ -204,22 +222,42 @@ func (p *ServiceProxy) forward(ctx context.Context, c net.Conn, addr string) {
 	}
 }
 
-// endpoint is the loopback address a new connection to the Service at addr
-// (ClusterIP:port) goes to, "" when the Service has no endpoint.
-func (p *ServiceProxy) endpoint(addr string) string {
+// refused records a connection that reached no server.
+func (p *ServiceProxy) refused(svc, ep, why string) {
+	p.log.Info("connection to a Service reached no server", "service", svc, "endpoint", ep, "error", why)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.refusals) < maxRefusals {
+		p.refusals = append(p.refusals, Refusal{At: time.Now(), Service: svc, Endpoint: ep, Err: why})
+	}
+}
+
+// Refusals are the connections so far that reached no server (the first
+// maxRefusals), oldest first.
+func (p *ServiceProxy) Refusals() []Refusal {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.refusals)
+}
+
+// endpoint is the Service (namespace/name) at addr (ClusterIP:port) and the
+// loopback address a new connection to it goes to, "" when it has no
+// endpoint.
+func (p *ServiceProxy) endpoint(addr string) (svcName, ep string) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
-		return ""
+		return addr, ""
 	}
 	svcs, err := p.services.List(labels.Everything())
 	if err != nil {
-		return ""
+		return addr, ""
 	}
 	i := slices.IndexFunc(svcs, func(s *corev1.Service) bool { return s.Spec.ClusterIP == host })
 	if i < 0 {
-		return ""
+		return addr, ""
 	}
 	svc := svcs[i]
+	svcName = svc.Namespace + "/" + svc.Name
 	var portName string
 	for _, sp := range svc.Spec.Ports {
 		if strconv.Itoa(int(sp.Port)) == portStr {
@@ -229,7 +267,7 @@ func (p *ServiceProxy) endpoint(addr string) string {
 	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name})
 	eps, err := p.slices.EndpointSlices(svc.Namespace).List(sel)
 	if err != nil {
-		return ""
+		return svcName, ""
 	}
 	ready, terminating := ServiceEndpoints(eps, portName)
 	list := ready
@@ -237,12 +275,12 @@ func (p *ServiceProxy) endpoint(addr string) string {
 		list = terminating
 	}
 	if len(list) == 0 {
-		return ""
+		return svcName, ""
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.next[addr]++
-	return list[p.next[addr]%len(list)]
+	return svcName, list[p.next[addr]%len(list)]
 }
 
 // ServiceEndpoints are the loopback host:ports of the endpoints of slices for

@@ -87,6 +87,19 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		leader = leasing.LeaseHolder(kube.CoordinationV1(), ns, o.LeaderElectionID, clk)
 	}
 	l.Gate = leasing.NewGate(leader)
+	// In a pod, the lease path (the store's timer, the queue, the servers,
+	// the gateway) stops at shutdown only once the pod has left the lease
+	// APIs' Services (pkg/serving): it still answers what is sent there.
+	labeller, err := servingLabeller(ctx, kube, o, l.Gate.IsOpen)
+	if err != nil {
+		return nil, nil, err
+	}
+	addServing := func(r manager.Runnable) error {
+		if labeller != nil {
+			return mgr.Add(labeller.Hold(r))
+		}
+		return mgr.Add(r)
+	}
 	var cp *checkpoint.Checkpointer
 	if o.Checkpoint.Enabled() {
 		if cp, err = checkpoint.New(o.checkpointOptions(), checkpoint.Deps{Secrets: kube.CoreV1(), Store: l.Store, Codec: proxylease.MetadataCodec{}, Recorder: leaseMetrics}); err != nil {
@@ -101,7 +114,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		return nil, nil, fmt.Errorf("feeding the lease store from the Proxy informer: %w", err)
 	}
 	for _, r := range l.Runnables() {
-		if err := mgr.Add(r); err != nil {
+		if err := addServing(r); err != nil {
 			return nil, nil, fmt.Errorf("adding the lease store and queue: %w", err)
 		}
 	}
@@ -132,7 +145,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := mgr.Add(srv); err != nil {
+		if err := addServing(srv); err != nil {
 			return nil, nil, fmt.Errorf("adding discovery server: %w", err)
 		}
 		if cp != nil {
@@ -147,7 +160,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		logger.Info("HTTP discovery API disabled (--discovery-bind-address=0)")
 	}
 
-	if err := setupGateway(mgr, &o.Gateway, servingCert, leaseMetrics); err != nil {
+	if err := setupGateway(addServing, &o.Gateway, servingCert, leaseMetrics); err != nil {
 		return nil, nil, err
 	}
 
@@ -167,7 +180,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if err != nil {
 			return nil, nil, fmt.Errorf("creating aggregated API server: %w", err)
 		}
-		if err := mgr.Add(srv); err != nil {
+		if err := addServing(srv); err != nil {
 			return nil, nil, fmt.Errorf("adding aggregated API server: %w", err)
 		}
 		// Not Ready until it can authenticate kube-apiserver's requests.
@@ -212,31 +225,26 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 	}); err != nil {
 		return nil, nil, fmt.Errorf("adding the leases readyz check: %w", err)
 	}
-	if err := setupServingLabel(ctx, mgr, kube, o, l.Gate.IsOpen); err != nil {
-		return nil, nil, err
+	if labeller != nil {
+		if err := mgr.Add(labeller); err != nil {
+			return nil, nil, fmt.Errorf("adding the serving labeller: %w", err)
+		}
 	}
 	return l, takeover, nil
 }
 
-// setupServingLabel adds the labeller of the pod that serves leases when
-// this replica runs in a pod ($POD_NAME, --namespace); elsewhere there is no
-// pod to label (the dev environment routes by /readyz, whose leases check
-// only the serving replica passes).
-func setupServingLabel(ctx context.Context, mgr manager.Manager, kube kubernetes.Interface, o *Options, isServing func() bool) error {
+// servingLabeller builds the labeller of the pod that serves leases when
+// this replica runs in a pod ($POD_NAME, --namespace); elsewhere nil: there
+// is no pod to label (the dev environment routes by /readyz, whose leases
+// check only the serving replica passes).
+func servingLabeller(ctx context.Context, kube kubernetes.Interface, o *Options, isServing func() bool) (*serving.Labeller, error) {
 	so := o.Serving
 	so.Namespace, so.PodName = o.Namespace, os.Getenv(kubeprovider.PodNameEnv)
 	if so.PodName == "" || so.Namespace == "" {
 		log.FromContext(ctx).Info("not labelling the serving pod (needs --namespace and $" + kubeprovider.PodNameEnv + ")")
-		return nil
+		return nil, nil
 	}
-	lab, err := serving.New(so, kube, isServing, clock.RealClock{})
-	if err != nil {
-		return err
-	}
-	if err := mgr.Add(lab); err != nil {
-		return fmt.Errorf("adding the serving labeller: %w", err)
-	}
-	return nil
+	return serving.New(so, kube, isServing, clock.RealClock{})
 }
 
 // leaderLock is the leader-election lock of a replica in a pod
@@ -258,7 +266,7 @@ func leaderLock(cfg *rest.Config, o *Options) (resourcelock.Interface, error) {
 
 // setupGateway adds the forward-proxy gateway when --gateway-bind-address is
 // set: every replica serves it, leasing through --gateway-lease-api-url.
-func setupGateway(mgr manager.Manager, o *gateway.Options, servingCert *certs.Manager, rec gateway.Recorder) error {
+func setupGateway(add func(manager.Runnable) error, o *gateway.Options, servingCert *certs.Manager, rec gateway.Recorder) error {
 	if !o.Enabled() {
 		return nil
 	}
@@ -274,7 +282,7 @@ func setupGateway(mgr manager.Manager, o *gateway.Options, servingCert *certs.Ma
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(g); err != nil {
+	if err := add(g); err != nil {
 		return fmt.Errorf("adding the gateway: %w", err)
 	}
 	return nil

@@ -296,8 +296,10 @@ func leasingProblems(t *testing.T, m manifests) []string {
 	if !o.LeaderElection {
 		bad("--leader-elect is off")
 	}
-	if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= max(checkpoint.FinalWriteWorstCase, lastCheckpointWait) {
-		bad("terminationGracePeriodSeconds %v is not longer than the last lease checkpoint may take (%s)", ptr.Deref(g, 30), max(checkpoint.FinalWriteWorstCase, lastCheckpointWait))
+	// The pod leaves the lease APIs' Services, then the last checkpoint.
+	shutdown := o.Serving.StepOutWorstCase() + max(checkpoint.FinalWriteWorstCase, lastCheckpointWait)
+	if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= shutdown {
+		bad("terminationGracePeriodSeconds %v is not longer than stepping out of the Services and the last lease checkpoint may take (%s)", ptr.Deref(g, 30), shutdown)
 	}
 
 	ports := map[string]int32{}

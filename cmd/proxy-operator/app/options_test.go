@@ -70,11 +70,12 @@ func TestFlags(t *testing.T) {
 	o, err := parseDev(t, "--leader-elect", "--leader-election-namespace=ops", "--providers=kubernetes",
 		"--drift-poll-interval=30s", "--quota-retry-interval=10m", "--kubernetes-pod-namespace=proxies",
 		"--kubernetes-pod-node-name=node-1", "--kubernetes-allowed-images=example.org/squid:7,example.org/squid:8",
-		"--kubernetes-allow-proxy-node-name", "--kubeconfig=/dev/null", "--zap-log-level=debug", "--pprof-bind-address=127.0.0.1:6060")
+		"--kubernetes-allow-proxy-node-name", "--kubeconfig=/dev/null", "--zap-log-level=debug", "--pprof-bind-address=127.0.0.1:6060",
+		"--serving-shutdown-delay=5s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !o.LeaderElection || o.LeaderElectionNamespace != "ops" || o.Intervals.DriftPoll != 30*time.Second ||
+	if !o.LeaderElection || o.Serving.ShutdownDelay != 5*time.Second || o.LeaderElectionNamespace != "ops" || o.Intervals.DriftPoll != 30*time.Second ||
 		o.Intervals.QuotaRetry != 10*time.Minute || o.Kubernetes.Namespace != "proxies" || o.Kubernetes.NodeName != "node-1" ||
 		o.PprofAddr != "127.0.0.1:6060" || !o.Kubernetes.AllowProxyNodeName ||
 		!slices.Equal(o.Kubernetes.AllowedImages, []string{"example.org/squid:7", "example.org/squid:8"}) {
@@ -84,12 +85,14 @@ func TestFlags(t *testing.T) {
 
 func TestValidateReportsEveryProblem(t *testing.T) {
 	_, err := parse(t, "--providers=kubernetes,gcp2,kubernetes", "--instance-tag=Bad Tag", "--drift-poll-interval=0s",
-		"--kubernetes-pod-namespace=Bad_NS", "--kubernetes-allowed-images=a b", "--leader-elect", "--leader-election-id=")
+		"--kubernetes-pod-namespace=Bad_NS", "--kubernetes-allowed-images=a b", "--leader-elect", "--leader-election-id=",
+		"--serving-shutdown-delay=1m")
 	if err == nil {
 		t.Fatal("invalid options accepted")
 	}
 	for _, want := range []string{`unknown provider "gcp2"`, `"kubernetes" listed twice`, `--instance-tag "Bad Tag"`,
-		"--drift-poll-interval: must be positive", "--kubernetes-pod-namespace", `--kubernetes-allowed-images: "a b"`, "--leader-election-id: required"} {
+		"--drift-poll-interval: must be positive", "--kubernetes-pod-namespace", `--kubernetes-allowed-images: "a b"`, "--leader-election-id: required",
+		"--serving-shutdown-delay: 1m0s is outside [0s, 20s]"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}

@@ -97,10 +97,11 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		// Release the Lease on shutdown so a rolling update does not wait
 		// out the lease duration; safe because nothing runs after Start returns.
 		LeaderElectionReleaseOnCancel: true,
-		// The last lease checkpoint is written after the lease servers stop
-		// and retried through a kube-apiserver outage: the manager must not
-		// give up on it first (its default is 30 s).
-		GracefulShutdownTimeout: ptr.To(checkpoint.FinalWriteWorstCase + 5*time.Second),
+		// The lease servers stop once the pod has left their Services, then
+		// the last lease checkpoint is written, retried through a
+		// kube-apiserver outage: the manager must not give up on it first
+		// (its default is 30 s).
+		GracefulShutdownTimeout: ptr.To(o.Serving.StepOutWorstCase() + checkpoint.FinalWriteWorstCase + 5*time.Second),
 		Cache:                   cacheOptions(o),
 		Controller:              config.Controller{ReconciliationTimeout: o.ReconcileTimeout},
 		Logger:                  logger,

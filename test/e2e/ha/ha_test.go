@@ -13,6 +13,10 @@ import (
 	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
+// leaseServices are the Services of the lease APIs, which route by the
+// serving label.
+var leaseServices = map[string]bool{ns + "/proxy-operator-discovery": true, ns + "/proxy-lease-api": true}
+
 // crashWindow bounds how long before a SIGKILL a lost grant may have been
 // made: one checkpoint interval and its write, and the node agent's
 // noticing the force-deleted pod (one sync).
@@ -162,6 +166,20 @@ func TestHA(t *testing.T) {
 		if planned && f.Unavailable > 0 {
 			t.Errorf("%s: the APIService was unavailable for %s; it must stay Available through a planned handover", w.Name, f.Unavailable)
 		}
+	}
+	// No connection to a lease API reaches a pod that no longer listens
+	// before the crash: a pod that leaves hands its label over first and
+	// keeps listening while the Services drop it (pkg/serving). Without
+	// that, every planned handover sends some there.
+	var refused []string
+	for _, r := range c.svc.Refusals() {
+		if leaseServices[r.Service] && !r.At.Before(phases[0].From) && r.At.Before(crash.From) {
+			refused = append(refused, fmt.Sprintf("%s %s to %q: %s", r.At.Format("15:04:05.000"), r.Service, r.Endpoint, r.Err))
+		}
+	}
+	if len(refused) > 0 {
+		t.Errorf("%d connections to the lease APIs reached no server during the planned handovers, first of them:\n\t%s",
+			len(refused), strings.Join(refused[:min(3, len(refused))], "\n\t"))
 	}
 	t.Logf("figures (proxies granted twice outside a crash window: %d, within it: %d):\n%s", hist.Planned, hist.Crash, table.String())
 	if hist.Planned > 0 {

@@ -1,7 +1,8 @@
 // Package serving tests the serving label (pkg/serving) against a real
 // kube-apiserver, each Labeller acting as the operator's ServiceAccount with
 // the generated RBAC: the leader labels its pod, a standby labels itself the
-// moment the leader's pod is being deleted, the new leader takes the label
+// moment the leader's pod is being deleted, the leader being deleted leaves
+// the Services to it before its servers stop, the new leader takes the label
 // from a crashed one.
 package serving
 
@@ -26,11 +27,47 @@ import (
 
 const ns = "proxy-operator-system"
 
+// shutdownDelay and successorWait are short here; the order is what counts.
+const (
+	shutdownDelay = 700 * time.Millisecond
+	successorWait = 1500 * time.Millisecond
+)
+
 type replica struct {
 	pod     string
 	serving atomic.Bool
 	stop    context.CancelFunc
 	done    chan error
+	// server stands for the replica's lease servers, held by its Labeller.
+	server *server
+}
+
+// server is a Runnable that serves until its context ends.
+type server struct {
+	ended   chan struct{}
+	endedAt time.Time
+}
+
+func (s *server) Start(ctx context.Context) error {
+	<-ctx.Done()
+	s.endedAt = time.Now()
+	close(s.ended)
+	return nil
+}
+
+// stopAndWaitServer stops r's replica (its manager's context ends) and
+// returns how long its server kept running and the pods' state the moment
+// it stopped.
+func (r *replica) stopAndWaitServer(t *testing.T, kube kubernetes.Interface, pods map[string]string) (time.Duration, map[string]string) {
+	t.Helper()
+	at := time.Now()
+	r.stop()
+	select {
+	case <-r.server.ended:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: its server still runs 20s after the stop", r.pod)
+	}
+	return r.server.endedAt.Sub(at), state(t, kube, pods)
 }
 
 func TestServingLabel(t *testing.T) {
@@ -70,9 +107,10 @@ func TestServingLabel(t *testing.T) {
 	createPod(t, admin, "bystander", map[string]string{"app": "other", serving.LabelKey: serving.LabelValue})
 	start := func(name string) *replica {
 		createPod(t, admin, name, map[string]string{"app.kubernetes.io/name": "proxy-operator"})
-		r := &replica{pod: name, done: make(chan error, 1)}
+		r := &replica{pod: name, done: make(chan error, 2), server: &server{ended: make(chan struct{})}}
 		o := serving.NewOptions()
 		o.Namespace, o.PodName, o.Resync = ns, name, 100*time.Millisecond
+		o.ShutdownDelay, o.SuccessorWait = shutdownDelay, successorWait
 		l, err := serving.New(o, kube, r.serving.Load, clock.RealClock{})
 		if err != nil {
 			t.Fatal(err)
@@ -80,10 +118,13 @@ func TestServingLabel(t *testing.T) {
 		var rctx context.Context
 		rctx, r.stop = context.WithCancel(ctx)
 		go func() { r.done <- l.Start(rctx) }()
+		go func() { r.done <- l.Hold(r.server).Start(rctx) }()
 		t.Cleanup(func() {
 			r.stop()
-			if err := <-r.done; err != nil {
-				t.Errorf("labeller of %s: %v", name, err)
+			for range 2 {
+				if err := <-r.done; err != nil {
+					t.Errorf("labeller or server of %s: %v", name, err)
+				}
 			}
 		})
 		return r
@@ -99,20 +140,48 @@ func TestServingLabel(t *testing.T) {
 	expect(t, admin, "b succeeds while a is terminating", map[string]string{"operator-a": "leader", "operator-b": "label", "bystander": "label"})
 	hold(t, admin, 500*time.Millisecond, "a, terminating, leaves its successor the label", map[string]string{"operator-a": "leader", "operator-b": "label"})
 
+	// a's process is told to stop (SIGTERM) while it still leads: it leaves
+	// the Services to b, and only then, shutdownDelay later, do its servers
+	// stop listening. Were they first, the Services would still send
+	// connections to a pod that refuses them.
+	took, pods := a.stopAndWaitServer(t, admin, map[string]string{"operator-a": "", "operator-b": ""})
+	if want := map[string]string{"operator-a": "", "operator-b": "label"}; fmt.Sprint(pods) != fmt.Sprint(want) {
+		t.Errorf("when a's servers stopped the pods were %v, want %v: a must leave the Services first", pods, want)
+	}
+	if took < shutdownDelay {
+		t.Errorf("a's servers stopped %s after the stop, want at least the shutdown delay %s", took, shutdownDelay)
+	}
+
 	// a hands over: its gate closes, b takes over.
 	a.serving.Store(false)
 	b.serving.Store(true)
 	expect(t, admin, "b leads, a is unlabelled", map[string]string{"operator-a": "", "operator-b": "leader", "bystander": "label"})
 	must(admin.CoreV1().Pods(ns).Patch(ctx, "operator-a", "application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}))
-	a.stop()
 
 	// b crashes: its process is gone, its pod stays Ready and labelled. c,
 	// the new standby, leaves it alone until it leads; then takes the label.
+	// (b's pod is not being deleted: no successor comes, b keeps its label.)
 	c := start("operator-c")
-	b.stop()
+	took, pods = b.stopAndWaitServer(t, admin, map[string]string{"operator-b": ""})
+	if pods["operator-b"] != "leader" || took < shutdownDelay || took >= successorWait {
+		t.Errorf("b, stopped in place, had %q when its servers stopped %s later; want it labelled, after the shutdown delay %s and without waiting for a successor (%s)",
+			pods["operator-b"], took, shutdownDelay, successorWait)
+	}
 	hold(t, admin, 500*time.Millisecond, "c is a standby beside a live leader's pod", map[string]string{"operator-b": "leader", "operator-c": ""})
 	c.serving.Store(true)
 	expect(t, admin, "c leads and took b's label", map[string]string{"operator-b": "", "operator-c": "leader", "bystander": "label"})
+
+	// c is deleted with no live peer to succeed it (b's process is gone):
+	// it waits successorWait for one, keeps its label (the Services keep an
+	// endpoint), and its servers stop after that and the shutdown delay.
+	must(admin.CoreV1().Pods(ns).Patch(ctx, "operator-c", "application/merge-patch+json", []byte(`{"metadata":{"finalizers":["test/hold"]}}`), metav1.PatchOptions{}))
+	must(nil, admin.CoreV1().Pods(ns).Delete(ctx, "operator-c", metav1.DeleteOptions{}))
+	took, pods = c.stopAndWaitServer(t, admin, map[string]string{"operator-c": ""})
+	if pods["operator-c"] != "leader" || took < successorWait+shutdownDelay {
+		t.Errorf("c, deleted without a successor, had %q when its servers stopped %s later; want it labelled, after %s and %s",
+			pods["operator-c"], took, successorWait, shutdownDelay)
+	}
+	must(admin.CoreV1().Pods(ns).Patch(ctx, "operator-c", "application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}))
 }
 
 func createPod(t *testing.T, kube kubernetes.Interface, name string, labels map[string]string) {
