@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -26,10 +27,13 @@ func (l *Labeller) stepOut(ctx context.Context, lister corev1listers.PodNamespac
 	// The stop may come before the informer has seen this pod's deletion
 	// (the kubelet's watch and ours race): ask the API server once.
 	deleted, err := l.kube.CoreV1().Pods(l.opts.Namespace).Get(wait, l.opts.PodName, metav1.GetOptions{})
-	if err != nil {
+	switch {
+	case apierrors.IsNotFound(err):
+		deleted = nil // gone already: so is its endpoint
+	case err != nil:
 		logger.Error(err, "reading this replica's pod at shutdown")
 		deleted = nil
-	} else if !terminating(deleted) {
+	case !terminating(deleted):
 		deleted = nil
 	}
 	for done := false; !done; {
