@@ -24,26 +24,24 @@ func (l *Labeller) stepOut(ctx context.Context, lister corev1listers.PodNamespac
 	defer cancel()
 	giveUp := l.clock.NewTimer(l.opts.SuccessorWait)
 	defer giveUp.Stop()
-	// The stop may come before the informer has seen this pod's deletion
-	// (the kubelet's watch and ours race): ask the API server once.
-	deleted, err := l.kube.CoreV1().Pods(l.opts.Namespace).Get(wait, l.opts.PodName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		deleted = nil // gone already: so is its endpoint
-	case err != nil:
+	// This pod as the API server has it: the stop may come before the
+	// informer has seen its deletion (the kubelet's watch and ours race).
+	// Only this step changes its label from now on. Unreadable: the cache's.
+	self, err := l.kube.CoreV1().Pods(l.opts.Namespace).Get(wait, l.opts.PodName, metav1.GetOptions{})
+	fresh := err == nil || apierrors.IsNotFound(err) // gone: so is its endpoint
+	if !fresh {
 		logger.Error(err, "reading this replica's pod at shutdown")
-		deleted = nil
-	case !terminating(deleted):
-		deleted = nil
+	}
+	if err != nil {
+		self = nil
 	}
 	for done := false; !done; {
-		self, peers, err := l.pods(lister)
+		cached, peers, err := l.pods(lister)
 		if err != nil {
 			logger.Error(err, "listing the operator's pods")
 		}
-		if self != nil && deleted != nil && !terminating(self) {
-			self = self.DeepCopy()
-			self.DeletionTimestamp = deleted.DeletionTimestamp
+		if !fresh {
+			self = cached
 		}
 		var change *Change
 		done, change = StepOut(self, peers)

@@ -41,13 +41,20 @@ func endedWithin(s *server, d time.Duration) bool {
 	}
 }
 
+// startHeld starts a server held by l, as the manager would; cancel is the
+// manager's stop, done receives Start's return.
+func startHeld(l *Labeller) (s *server, cancel context.CancelFunc, done <-chan error) {
+	s = newServer()
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() { errs <- l.Hold(s).Start(ctx) }()
+	<-s.started
+	return s, cancel, errs
+}
+
 func TestHoldStopsTheServerOnlyAfterSteppingOut(t *testing.T) {
 	l := &Labeller{stepped: make(chan struct{})}
-	s := newServer()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.Hold(s).Start(ctx) }()
-	<-s.started
+	s, cancel, done := startHeld(l)
 	cancel()
 	if endedWithin(s, 200*time.Millisecond) {
 		t.Fatal("the server's context ended before the labeller stepped out")
@@ -64,11 +71,7 @@ func TestHoldStopsTheServerOnlyAfterSteppingOut(t *testing.T) {
 func TestHoldDoesNotStopTheServerBeforeItsContextEnds(t *testing.T) {
 	l := &Labeller{stepped: make(chan struct{})}
 	close(l.stepped) // a labeller that returned early (it could not start)
-	s := newServer()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.Hold(s).Start(ctx) }()
-	<-s.started
+	s, cancel, done := startHeld(l)
 	if endedWithin(s, 200*time.Millisecond) {
 		t.Fatal("the server stopped while the manager still ran")
 	}
