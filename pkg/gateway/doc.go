@@ -3,13 +3,15 @@
 // form, or CONNECT tunnels) to the gateway with its HTTP API token as the
 // Proxy-Authorization password and its options in the username
 // (username.go); the gateway leases a proxy for each request, or one per
-// sticky session (session.go), reaches the proxy with the lease's
+// sticky session (holding.go), reaches the proxy with the lease's
 // credentials, and releases the lease when the request ends.
 //
 // It leases through the HTTP lease API with the client's own token (the
 // Leaser, leaser.go), so that authentication, namespaces, priorities and fair
 // queues are the lease API's and no rule is decided twice; every replica
 // serves the gateway and the API's Service routes its leases to the leader.
+// On the replica that serves leases, the same API's handler answers them in
+// process (local.go) rather than through the Service back to itself.
 // Every answer of the gateway's own is written by one function (errors.go).
 // It never decrypts a tunnel.
 //

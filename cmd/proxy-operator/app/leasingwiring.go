@@ -133,6 +133,9 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		instances.DefaultCA(servingCert.CABundle)
 	}
 
+	// The gateway on the replica that serves leases calls the lease API in
+	// this process (nil: no API here).
+	var localAPI *gateway.LocalAPI
 	if o.Discovery.Enabled() {
 		if len(tokens) > 0 {
 			logger.Info("discovery API accepts bearer tokens", "identities", discovery.Identities(tokens))
@@ -148,6 +151,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if err := addServing(srv); err != nil {
 			return nil, nil, fmt.Errorf("adding discovery server: %w", err)
 		}
+		localAPI = &gateway.LocalAPI{Handler: srv.Handler(), Serving: l.Gate.IsOpen}
 		if cp != nil {
 			cp.FinalAfter(srv.Stopped())
 		}
@@ -160,7 +164,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		logger.Info("HTTP discovery API disabled (--discovery-bind-address=0)")
 	}
 
-	if err := setupGateway(addServing, &o.Gateway, servingCert, leaseMetrics); err != nil {
+	if err := setupGateway(addServing, &o.Gateway, servingCert, leaseMetrics, localAPI); err != nil {
 		return nil, nil, err
 	}
 
@@ -265,8 +269,9 @@ func leaderLock(cfg *rest.Config, o *Options) (resourcelock.Interface, error) {
 }
 
 // setupGateway adds the forward-proxy gateway when --gateway-bind-address is
-// set: every replica serves it, leasing through --gateway-lease-api-url.
-func setupGateway(add func(manager.Runnable) error, o *gateway.Options, servingCert *certs.Manager, rec gateway.Recorder) error {
+// set: every replica serves it, leasing through --gateway-lease-api-url, or
+// through local (nil: none) while this replica serves leases.
+func setupGateway(add func(manager.Runnable) error, o *gateway.Options, servingCert *certs.Manager, rec gateway.Recorder, local *gateway.LocalAPI) error {
 	if !o.Enabled() {
 		return nil
 	}
@@ -274,7 +279,7 @@ func setupGateway(add func(manager.Runnable) error, o *gateway.Options, servingC
 	if servingCert != nil {
 		ca = servingCert.CABundle()
 	}
-	leaser, err := o.Leaser(ca)
+	leaser, err := o.Leaser(ca, local)
 	if err != nil {
 		return err
 	}

@@ -3,8 +3,8 @@ package gatewaybench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
@@ -28,18 +28,25 @@ var squidAddrs = [2]string{"127.0.14.2", "127.0.14.40"}
 
 const benchToken = "gateway-bench-token"
 
-// rig is squids, the lease API over them, and the gateway in front.
+// rig is squids, the lease API over them, and gateways in front.
 type rig struct {
 	// squids are the proxies' host:port.
 	squids []string
 	// squidPIDs are their processes, for their CPU time.
 	squidPIDs []int
-	// gateway is the gateway's URL with the client's credentials.
-	gateway *url.URL
+	// gateway is the URL, with the client's credentials, of a gateway on
+	// the replica that serves leases (it leases in process); gatewayAPI of
+	// one on another replica (it leases through the lease API).
+	gateway, gatewayAPI *url.URL
+	// hop is a bare TCP relay in front of the first Squid (no CONNECT of
+	// its own, no lease): what an extra hop costs before any gateway work.
+	hop *url.URL
 }
 
 // startRig starts n squids, a lease store where each takes perProxy leases,
-// the HTTP lease API over it, and the gateway leasing through that API.
+// the HTTP lease API over it, a gateway leasing in process (as on the
+// replica that serves leases) and one leasing through that API (as on any
+// other), and a bare TCP hop in front of the first Squid.
 func startRig(b *testing.B, n, perProxy int) *rig {
 	b.Helper()
 	pool, err := nodeagent.NewAddrPool(netip.MustParseAddr(squidAddrs[0]), netip.MustParseAddr(squidAddrs[1]))
@@ -77,11 +84,29 @@ func startRig(b *testing.B, n, perProxy int) *rig {
 	apiSrv := httptest.NewServer(api.Handler())
 	b.Cleanup(apiSrv.Close)
 
+	// The replica that serves leases calls its lease API in process; any
+	// other replica's gateway leases through the API (plain HTTP here).
 	o := gateway.DefaultOptions()
 	o.Addr, o.LeaseAPIURL = "127.0.0.1:0", apiSrv.URL
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 256
-	g, err := gateway.New(o, gateway.Deps{Leaser: &gateway.APILeaser{BaseURL: apiSrv.URL, HTTPClient: &http.Client{Transport: t}}})
+	leader, err := o.Leaser(nil, &gateway.LocalAPI{Handler: api.Handler(), Serving: l.Ready})
+	if err != nil {
+		b.Fatal(err)
+	}
+	standby, err := o.Leaser(nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.gateway = startGateway(ctx, b, o, leader)
+	r.gatewayAPI = startGateway(ctx, b, o, standby)
+	r.hop = startHop(b, r.squids[0])
+	return r
+}
+
+// startGateway serves a gateway of o leasing through leaser until the
+// benchmark ends.
+func startGateway(ctx context.Context, b *testing.B, o gateway.Options, leaser gateway.Leaser) *url.URL {
+	b.Helper()
+	g, err := gateway.New(o, gateway.Deps{Leaser: leaser})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -89,9 +114,45 @@ func startRig(b *testing.B, n, perProxy int) *rig {
 	if err != nil {
 		b.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = g.Serve(ctx, ln) }()
 	b.Cleanup(func() { cancel(); <-done })
-	r.gateway = &url.URL{Scheme: "http", User: url.UserPassword("bench", benchToken), Host: ln.Addr().String()}
-	return r
+	return &url.URL{Scheme: "http", User: url.UserPassword("bench", benchToken), Host: ln.Addr().String()}
+}
+
+// startHop relays every connection to upstream, bytes both ways.
+func startHop(b *testing.B, upstream string) *url.URL {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", upstream)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{})
+				go func() {
+					_, _ = io.Copy(c, up)
+					_ = c.(*net.TCPConn).CloseWrite()
+					close(done)
+				}()
+				_, _ = io.Copy(up, c)
+				_ = up.(*net.TCPConn).CloseWrite()
+				<-done
+			}()
+		}
+	}()
+	return &url.URL{Scheme: "http", Host: ln.Addr().String()}
 }

@@ -1,0 +1,200 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/clock"
+
+	"github.com/proxy-operator/proxy-operator/pkg/discovery"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/pkg/gateway"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
+)
+
+// leaseAPI is a real HTTP lease API over a lease store of one proxy, served
+// over TLS; network counts the requests that reached it through the
+// network.
+type leaseAPI struct {
+	handler http.Handler
+	gate    *leasing.Gate
+	srv     *httptest.Server
+	network atomic.Int64
+}
+
+func startLeaseAPI(t *testing.T) *leaseAPI {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	store, err := lease.New(lease.Options{MaxLeasesPerProxy: 1, MaxTTL: time.Hour, DefaultTTL: time.Minute, CooldownWindow: time.Minute}, clock.RealClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.UpsertProxy(lease.ProxyInfo{Namespace: "crawl", Name: "p1", URL: "http://127.0.0.1:3128", Host: "127.0.0.1", Port: 3128, LatencyMillis: 1, Healthy: true})
+	l := leasing.NewWithStore(store, leasing.DefaultOptions(), clock.RealClock{})
+	l.Gate = leasing.NewGate(nil)
+	l.Gate.Open()
+	for _, r := range l.Runnables() {
+		go func() { _ = r.Start(ctx) }()
+	}
+	svc, err := l.Service(leasing.APIHTTP, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := discovery.New(discovery.Options{Service: svc, Tokens: discovery.Tokens{
+		"token-a": {Identity: "a", Namespaces: []string{"crawl"}},
+		"token-b": {Identity: "b"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &leaseAPI{handler: srv.Handler(), gate: l.Gate}
+	a.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.network.Add(1)
+		a.handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+// leaser is the gateway's Leaser of a, as Options.Leaser builds it: in
+// process while a serves leases when inProcess, else through the network.
+func (a *leaseAPI) leaser(t *testing.T, inProcess bool) gateway.Leaser {
+	t.Helper()
+	o := gateway.DefaultOptions()
+	o.LeaseAPIURL, o.LeaseInProcess = a.srv.URL, inProcess
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.srv.Certificate().Raw})
+	l, err := o.Leaser(ca, &gateway.LocalAPI{Handler: a.handler, Serving: a.gate.IsOpen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// outcome is what a Leaser call came to, as the gateway reads it.
+type outcome struct {
+	Status   int
+	Code     string
+	Message  string
+	MaxTTL   int64
+	Leased   bool
+	ProxyURL string
+	TTL      int64
+}
+
+func outcomeOf(l *wire.Lease, err error) outcome {
+	var ae *client.APIError
+	switch {
+	case errors.As(err, &ae):
+		return outcome{Status: ae.StatusCode, Code: ae.Code, Message: ae.Message, MaxTTL: ae.MaxTTLSeconds}
+	case err != nil:
+		return outcome{Message: err.Error()}
+	case l == nil:
+		return outcome{Status: http.StatusNoContent}
+	}
+	return outcome{Status: http.StatusOK, Leased: l.LeaseID != "", ProxyURL: l.Proxy.URL, TTL: l.TTLSeconds}
+}
+
+// TestLeaseInProcessAnswersAsTheNetwork: the gateway's lease calls served
+// in this process get the answers the same API gives over TLS — the same
+// authentication, namespaces, limits and errors — for one script of calls
+// run against a fresh API each way; while the replica does not serve
+// leases, the calls go through the network.
+func TestLeaseInProcessAnswersAsTheNetwork(t *testing.T) {
+	ctx := context.Background()
+	type step struct {
+		name string
+		call func(l gateway.Leaser, leased *string) outcome
+		want outcome
+	}
+	acquire := func(token string, req wire.AcquireRequest) func(gateway.Leaser, *string) outcome {
+		return func(l gateway.Leaser, leased *string) outcome {
+			ls, err := l.Acquire(ctx, token, req)
+			if err == nil {
+				*leased = ls.LeaseID
+			}
+			return outcomeOf(ls, err)
+		}
+	}
+	release := func(token string) func(gateway.Leaser, *string) outcome {
+		return func(l gateway.Leaser, leased *string) outcome { return outcomeOf(nil, l.Release(ctx, token, *leased)) }
+	}
+	steps := []step{
+		{"an unknown token", acquire("nope", wire.AcquireRequest{Namespace: "crawl"}), outcome{}},
+		{"a namespace the token may not use", acquire("token-a", wire.AcquireRequest{Namespace: "other"}), outcome{}},
+		{"a TTL over the maximum", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", TTLSeconds: 7200}), outcome{}},
+		{"granted", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", Target: "a.example", TTLSeconds: 30}), outcome{}},
+		{"the only proxy is leased", acquire("token-b", wire.AcquireRequest{Namespace: "crawl"}), outcome{}},
+		{"another identity's release", release("token-b"), outcome{}},
+		{"the holder's release", release("token-a"), outcome{}},
+		{"released twice", release("token-a"), outcome{}},
+	}
+	// What each step must come to (messages aside): a broken door that
+	// answered alike both ways would still fail here.
+	wantStatus := map[string][2]any{
+		"an unknown token":                  {http.StatusUnauthorized, wire.CodeUnauthorized},
+		"a namespace the token may not use": {http.StatusForbidden, wire.CodeForbidden},
+		"a TTL over the maximum":            {http.StatusBadRequest, wire.CodeTTLTooLong},
+		"granted":                           {http.StatusOK, ""},
+		"the only proxy is leased":          {http.StatusConflict, wire.CodeNoMatch},
+		"another identity's release":        {http.StatusForbidden, wire.CodeForbidden},
+		"the holder's release":              {http.StatusNoContent, ""},
+		"released twice":                    {http.StatusNoContent, ""},
+	}
+	run := func(inProcess bool) (outs []outcome, network int64) {
+		api := startLeaseAPI(t)
+		l := api.leaser(t, inProcess)
+		var leased string
+		for _, s := range steps {
+			o := s.call(l, &leased)
+			// Lease IDs are random: the messages name them.
+			if leased != "" {
+				o.Message = strings.ReplaceAll(o.Message, leased, "<id>")
+			}
+			outs = append(outs, o)
+		}
+		return outs, api.network.Load()
+	}
+	overNetwork, n := run(false)
+	if n != int64(len(steps)) {
+		t.Fatalf("with the lease API not in process, %d of %d calls reached it through the network", n, len(steps))
+	}
+	inProcess, n := run(true)
+	if n != 0 {
+		t.Errorf("with the lease API in process and serving, %d calls went through the network; want 0", n)
+	}
+	if diff := cmp.Diff(overNetwork, inProcess); diff != "" {
+		t.Errorf("in process vs over the network (-network +in process):\n%s", diff)
+	}
+	for i, s := range steps {
+		want := wantStatus[s.name]
+		if got := overNetwork[i]; got.Status != want[0] || got.Code != want[1] {
+			t.Errorf("%s: %d %q (%s), want %d %q", s.name, got.Status, got.Code, got.Message, want[0], want[1])
+		}
+	}
+	if got := overNetwork[2].MaxTTL; got != 3600 {
+		t.Errorf("ttl_too_long carries maxTTLSeconds %d, want 3600", got)
+	}
+	if got := overNetwork[3]; !got.Leased || got.ProxyURL != "http://127.0.0.1:3128" || got.TTL != 30 {
+		t.Errorf("granted lease %+v, want the proxy http://127.0.0.1:3128 for 30 s", got)
+	}
+
+	// A replica that stops serving leases sends its calls to the Service.
+	api := startLeaseAPI(t)
+	l := api.leaser(t, true)
+	api.gate.Close()
+	got := outcomeOf(l.Acquire(ctx, "token-a", wire.AcquireRequest{Namespace: "crawl"}))
+	if api.network.Load() != 1 || got.Status != http.StatusServiceUnavailable || got.Code != wire.CodeNotLeader {
+		t.Errorf("not serving: %d calls through the network, answer %+v; want 1 and 503 %s", api.network.Load(), got, wire.CodeNotLeader)
+	}
+}
