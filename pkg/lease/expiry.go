@@ -146,7 +146,12 @@ func (s *Store) Start(ctx context.Context) error {
 		// While the next change is computed, any newly scheduled one wakes
 		// the loop again.
 		s.armed.Store(math.MaxInt64)
-		s.arm(t, s.NextChange())
+		if due := s.arm(t, s.NextChange()); due {
+			// Already due: now, not at a timer's next tick (a fake
+			// clock's timer set to 0 fires only when it is stepped).
+			s.Sweep()
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -157,16 +162,20 @@ func (s *Store) Start(ctx context.Context) error {
 	}
 }
 
-// arm sets t to fire at next (zero: none), at most SweepInterval from now.
-// A timer counts from the instant it is reset, so a clock that moved between
-// reading now and the reset (a test's fake clock, stepped meanwhile) would
-// fire late by that much: then it is armed again from the new now.
-func (s *Store) arm(t clock.Timer, next time.Time) {
+// arm sets t to fire at next (zero: none), at most SweepInterval from now,
+// or reports that next is due already (t untouched). A timer counts from the
+// instant it is reset, so a clock that moved between reading now and the
+// reset (a test's fake clock, stepped meanwhile) would fire late by that
+// much: then it is armed again from the new now.
+func (s *Store) arm(t clock.Timer, next time.Time) (due bool) {
 	for {
 		now := s.clock.Now()
 		d := s.opts.SweepInterval
 		if !next.IsZero() {
-			d = min(d, max(next.Sub(now), 0))
+			d = min(d, next.Sub(now))
+		}
+		if d <= 0 {
+			return true
 		}
 		s.armed.Store(now.Add(d).UnixNano())
 		// Stop and drain before Reset, as clock.Timer requires.
@@ -178,7 +187,7 @@ func (s *Store) arm(t clock.Timer, next time.Time) {
 		}
 		t.Reset(d)
 		if s.clock.Since(now) < time.Millisecond {
-			return
+			return false
 		}
 	}
 }
