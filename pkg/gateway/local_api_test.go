@@ -115,7 +115,10 @@ func TestLeaseInProcessAnswersAsTheNetwork(t *testing.T) {
 	type step struct {
 		name string
 		call func(l gateway.Leaser, leased *string) outcome
-		want outcome
+		// What the step must come to (messages aside): a door broken alike
+		// both ways would still fail here.
+		wantStatus int
+		wantCode   string
 	}
 	acquire := func(token string, req wire.AcquireRequest) func(gateway.Leaser, *string) outcome {
 		return func(l gateway.Leaser, leased *string) outcome {
@@ -130,26 +133,14 @@ func TestLeaseInProcessAnswersAsTheNetwork(t *testing.T) {
 		return func(l gateway.Leaser, leased *string) outcome { return outcomeOf(nil, l.Release(ctx, token, *leased)) }
 	}
 	steps := []step{
-		{"an unknown token", acquire("nope", wire.AcquireRequest{Namespace: "crawl"}), outcome{}},
-		{"a namespace the token may not use", acquire("token-a", wire.AcquireRequest{Namespace: "other"}), outcome{}},
-		{"a TTL over the maximum", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", TTLSeconds: 7200}), outcome{}},
-		{"granted", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", Target: "a.example", TTLSeconds: 30}), outcome{}},
-		{"the only proxy is leased", acquire("token-b", wire.AcquireRequest{Namespace: "crawl"}), outcome{}},
-		{"another identity's release", release("token-b"), outcome{}},
-		{"the holder's release", release("token-a"), outcome{}},
-		{"released twice", release("token-a"), outcome{}},
-	}
-	// What each step must come to (messages aside): a broken door that
-	// answered alike both ways would still fail here.
-	wantStatus := map[string][2]any{
-		"an unknown token":                  {http.StatusUnauthorized, wire.CodeUnauthorized},
-		"a namespace the token may not use": {http.StatusForbidden, wire.CodeForbidden},
-		"a TTL over the maximum":            {http.StatusBadRequest, wire.CodeTTLTooLong},
-		"granted":                           {http.StatusOK, ""},
-		"the only proxy is leased":          {http.StatusConflict, wire.CodeNoMatch},
-		"another identity's release":        {http.StatusForbidden, wire.CodeForbidden},
-		"the holder's release":              {http.StatusNoContent, ""},
-		"released twice":                    {http.StatusNoContent, ""},
+		{"an unknown token", acquire("nope", wire.AcquireRequest{Namespace: "crawl"}), http.StatusUnauthorized, wire.CodeUnauthorized},
+		{"a namespace the token may not use", acquire("token-a", wire.AcquireRequest{Namespace: "other"}), http.StatusForbidden, wire.CodeForbidden},
+		{"a TTL over the maximum", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", TTLSeconds: 7200}), http.StatusBadRequest, wire.CodeTTLTooLong},
+		{"granted", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", Target: "a.example", TTLSeconds: 30}), http.StatusOK, ""},
+		{"the only proxy is leased", acquire("token-b", wire.AcquireRequest{Namespace: "crawl"}), http.StatusConflict, wire.CodeNoMatch},
+		{"another identity's release", release("token-b"), http.StatusForbidden, wire.CodeForbidden},
+		{"the holder's release", release("token-a"), http.StatusNoContent, ""},
+		{"released twice", release("token-a"), http.StatusNoContent, ""},
 	}
 	run := func(inProcess bool) (outs []outcome, network int64) {
 		api := startLeaseAPI(t)
@@ -177,9 +168,8 @@ func TestLeaseInProcessAnswersAsTheNetwork(t *testing.T) {
 		t.Errorf("in process vs over the network (-network +in process):\n%s", diff)
 	}
 	for i, s := range steps {
-		want := wantStatus[s.name]
-		if got := overNetwork[i]; got.Status != want[0] || got.Code != want[1] {
-			t.Errorf("%s: %d %q (%s), want %d %q", s.name, got.Status, got.Code, got.Message, want[0], want[1])
+		if got := overNetwork[i]; got.Status != s.wantStatus || got.Code != s.wantCode {
+			t.Errorf("%s: %d %q (%s), want %d %q", s.name, got.Status, got.Code, got.Message, s.wantStatus, s.wantCode)
 		}
 	}
 	if got := overNetwork[2].MaxTTL; got != 3600 {

@@ -205,6 +205,13 @@ func (p *ServiceProxy) forward(ctx context.Context, c net.Conn, addr string) {
 		return
 	}
 	defer up.Close()
+	Relay(ctx, c, up)
+}
+
+// Relay copies bytes both ways between a and b, closing each side's write
+// half when the other side's reads end, until both directions have ended or
+// ctx ends; the caller closes a and b.
+func Relay(ctx context.Context, a, b net.Conn) {
 	done := make(chan struct{}, 2)
 	relay := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
@@ -213,8 +220,8 @@ func (p *ServiceProxy) forward(ctx context.Context, c net.Conn, addr string) {
 		}
 		done <- struct{}{}
 	}
-	go relay(up, c)
-	go relay(c, up)
+	go relay(b, a)
+	go relay(a, b)
 	select {
 	case <-done:
 		<-done

@@ -3,7 +3,6 @@ package gatewaybench
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http/httptest"
 	"net/netip"
@@ -98,7 +97,7 @@ func startRig(b *testing.B, n, perProxy int) *rig {
 	}
 	r.gateway = startGateway(ctx, b, o, leader)
 	r.gatewayAPI = startGateway(ctx, b, o, standby)
-	r.hop = startHop(b, r.squids[0])
+	r.hop = startHop(ctx, b, r.squids[0])
 	return r
 }
 
@@ -121,8 +120,9 @@ func startGateway(ctx context.Context, b *testing.B, o gateway.Options, leaser g
 	return &url.URL{Scheme: "http", User: url.UserPassword("bench", benchToken), Host: ln.Addr().String()}
 }
 
-// startHop relays every connection to upstream, bytes both ways.
-func startHop(b *testing.B, upstream string) *url.URL {
+// startHop relays every connection to upstream, bytes both ways, until the
+// benchmark ends.
+func startHop(ctx context.Context, b *testing.B, upstream string) *url.URL {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -142,15 +142,7 @@ func startHop(b *testing.B, upstream string) *url.URL {
 					return
 				}
 				defer up.Close()
-				done := make(chan struct{})
-				go func() {
-					_, _ = io.Copy(c, up)
-					_ = c.(*net.TCPConn).CloseWrite()
-					close(done)
-				}()
-				_, _ = io.Copy(up, c)
-				_ = up.(*net.TCPConn).CloseWrite()
-				<-done
+				nodeagent.Relay(ctx, c, up)
 			}()
 		}
 	}()
