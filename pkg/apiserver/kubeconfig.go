@@ -2,31 +2,30 @@ package apiserver
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// writeKubeconfig writes cfg as a kubeconfig file in a new private directory
-// and returns its path and a cleanup func. The delegating authentication and
-// authorization options of k8s.io/apiserver only read a kubeconfig file (or
-// the in-cluster config); this lets them use the manager's rest.Config. They
-// read the file once, while the server is being built.
-func writeKubeconfig(cfg *rest.Config) (string, func(), error) {
-	dir, err := os.MkdirTemp("", "proxy-lease-api-")
+// delegationKubeconfig serializes cfg as a kubeconfig and returns a path
+// where it can be read, and a func that removes it. The delegating
+// authentication and authorization options of k8s.io/apiserver only read a
+// kubeconfig file (or the in-cluster config); this lets them use the manager's
+// rest.Config. They read it while the server is being built, so the caller
+// removes it once ApplyTo has returned. Where the platform can, the file lives
+// only in memory (memoryFile): the operator runs with a read-only root and no
+// writable volume, as its manifests ship it.
+func delegationKubeconfig(cfg *rest.Config) (string, func(), error) {
+	data, err := clientcmd.Write(*kubeconfigFor(cfg))
 	if err != nil {
-		return "", nil, fmt.Errorf("creating a directory for the delegation kubeconfig: %w", err)
+		return "", nil, fmt.Errorf("serializing the delegation kubeconfig: %w", err)
 	}
-	cleanup := func() { _ = os.RemoveAll(dir) }
-	path := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*kubeconfigFor(cfg), path); err != nil {
-		cleanup()
-		return "", nil, fmt.Errorf("writing the delegation kubeconfig: %w", err)
+	path, remove, err := memoryFile("proxy-lease-api-kubeconfig", data)
+	if err != nil {
+		return "", nil, fmt.Errorf("holding the delegation kubeconfig: %w", err)
 	}
-	return path, cleanup, nil
+	return path, remove, nil
 }
 
 func kubeconfigFor(cfg *rest.Config) *clientcmdapi.Config {

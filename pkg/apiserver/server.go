@@ -169,16 +169,16 @@ func New(opts *Options, deps Deps) (_ *Server, retErr error) {
 }
 
 // applyDelegation configures delegated authentication and authorization,
-// through a kubeconfig written from restConfig unless a flag names one.
+// through a kubeconfig made from restConfig unless a flag names one.
 func applyDelegation(opts *Options, restConfig *restclient.Config, config *genericapiserver.Config) error {
 	authn, authz := *opts.Authentication, *opts.Authorization
 	if restConfig != nil && authn.RemoteKubeConfigFile == "" && authz.RemoteKubeConfigFile == "" {
-		path, cleanup, err := writeKubeconfig(restConfig)
+		path, remove, err := delegationKubeconfig(restConfig)
 		if err != nil {
 			return err
 		}
-		// Read once, below: the clients are built from it and keep no reference.
-		defer cleanup()
+		// Read below: the clients are built from it and keep no reference.
+		defer remove()
 		authn.RemoteKubeConfigFile = path
 		authz.RemoteKubeConfigFile = path
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -41,7 +42,12 @@ const (
 // sandboxScript runs in the pod's own mount and UTS namespaces: the pod's
 // name ($3) as hostname, the service-account directory ($1) at
 // ServiceAccountDir (on a tmpfs over /run, so the host is left alone), the
-// pod's hosts file ($2) at /etc/hosts; then the container's process.
+// pod's hosts file ($2) at /etc/hosts; the container's binary ($5) bound
+// into that tmpfs (a volume may cover where it lies); $6 pairs of a volume's
+// directory and its mount path, bound over it; the root read-only when $4 is
+// "ro" (readOnlyRootFilesystem: in this namespace only; last, as a bind
+// mount made after it would be read-only too); then the binary with the
+// arguments that follow.
 const sandboxScript = `set -e
 echo "$3" > /proc/sys/kernel/hostname
 run=$(readlink -f /var/run)
@@ -49,8 +55,18 @@ mount -t tmpfs -o mode=0755 pod-run "$run"
 mkdir -p "$run/secrets/kubernetes.io/serviceaccount"
 mount --bind "$1" "$run/secrets/kubernetes.io/serviceaccount"
 mount --bind "$2" /etc/hosts
-shift 3
-exec "$@"`
+: > "$run/container"
+mount --bind "$5" "$run/container"
+root=$4
+n=$6
+shift 6
+while [ "$n" -gt 0 ]; do
+  mount --bind "$1" "$2"
+  shift 2
+  n=$((n-1))
+done
+if [ "$root" = ro ]; then mount -o remount,bind,ro /; fi
+exec "$run/container" "$@"`
 
 // podProc is one pod run as a process, across its container's restarts.
 type podProc struct {
@@ -131,11 +147,45 @@ func (r *podRunner) start(ctx context.Context, pod *corev1.Pod) (*podProc, error
 	// The binary replaces the command's first word (the image's program).
 	args := append(append([]string(nil), c.Command[min(1, len(c.Command)):]...), c.Args...)
 	args = BindArgs(args, loop, r.opts.AddArgs)
+	mounts, err := emptyDirMounts(pod, &c, filepath.Join(p.dir, "volumes"))
+	if err != nil {
+		return fail(err)
+	}
+	root := "rw"
+	if sc := c.SecurityContext; sc != nil && ptr.Deref(sc.ReadOnlyRootFilesystem, false) {
+		root = "ro"
+	}
 	p.argv = append([]string{"--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", sandboxScript, "sh",
-		filepath.Join(p.dir, "serviceaccount"), filepath.Join(p.dir, "hosts"), pod.Name, r.opts.Binary}, args...)
+		filepath.Join(p.dir, "serviceaccount"), filepath.Join(p.dir, "hosts"), pod.Name, root, r.opts.Binary, strconv.Itoa(len(mounts) / 2)}, mounts...)
+	p.argv = append(p.argv, args...)
 	go p.loop(ctx)
 	p.log.Info("pod started", "podIP", p.podIP, "listensOn", loop)
 	return p, nil
+}
+
+// emptyDirMounts makes a directory under dir for each emptyDir volume c
+// mounts, as a kubelet does (it lasts as long as the pod, across the
+// container's restarts), and returns the pairs of directory and mount path
+// the sandbox binds. Only existing directories of the host can be mount
+// points (the agent creates nothing outside its own directory); volumes of
+// other kinds are not mounted.
+func emptyDirMounts(pod *corev1.Pod, c *corev1.Container, dir string) ([]string, error) {
+	var pairs []string
+	for _, m := range c.VolumeMounts {
+		i := slices.IndexFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if i < 0 || pod.Spec.Volumes[i].EmptyDir == nil {
+			continue
+		}
+		if fi, err := os.Stat(m.MountPath); err != nil || !fi.IsDir() || !filepath.IsAbs(m.MountPath) {
+			return nil, fmt.Errorf("volume %s: the node agent mounts an emptyDir only at an existing directory of the host, not at %q", m.Name, m.MountPath)
+		}
+		src := filepath.Join(dir, m.Name)
+		if err := os.MkdirAll(src, 0o777); err != nil {
+			return nil, fmt.Errorf("volume %s: %w", m.Name, err)
+		}
+		pairs = append(pairs, src, m.MountPath)
+	}
+	return pairs, nil
 }
 
 // containerEnv is what a kubelet puts in the container's environment.

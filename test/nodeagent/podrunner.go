@@ -31,7 +31,9 @@ import (
 // /var/run/secrets/kubernetes.io/serviceaccount (a mount namespace of its
 // own), KUBERNETES_SERVICE_HOST/PORT, the container's env (values and the
 // downward API's fieldRefs), an /etc/hosts naming the cluster's Services,
-// readiness and liveness probes (httpGet) run as the pod says, a restart
+// readiness and liveness probes (httpGet) run as the pod says, a read-only
+// root when the container's securityContext says readOnlyRootFilesystem,
+// its emptyDir volumes (at directories that exist on the host), a restart
 // after an exit (restartPolicy Always), and on deletion SIGTERM, the grace
 // period, SIGKILL. A force-deleted pod's process is killed at once.
 //

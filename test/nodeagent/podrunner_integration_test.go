@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,6 +169,54 @@ func TestAgentRunsPodsAsProcesses(t *testing.T) {
 	}
 	if _, err := os.Stat("/var/run/secrets/kubernetes.io/serviceaccount"); err == nil {
 		t.Error("the service-account directory leaked onto the host")
+	}
+
+	// readOnlyRootFilesystem: the root refuses writes in the pod (in the
+	// host's too: the state directory), an emptyDir at /tmp takes them and
+	// keeps them off the host. The pod without it writes anywhere.
+	write := func(base, path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(base + "/write?path=" + url.QueryEscape(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	if code, msg := write(base, filepath.Join(state, "rw")); code != http.StatusNoContent {
+		t.Errorf("a pod with a writable root could not write its state directory: %d %s", code, msg)
+	}
+	roState := t.TempDir()
+	ro := appPod("app-ro", roState)
+	ro.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{ReadOnlyRootFilesystem: ptr.To(true)}
+	ro.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
+	ro.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	if _, err := cs.CoreV1().Pods(podsNS).Create(ctx, ro, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	roPod := waitPod(t, cs, "app-ro", func(p *corev1.Pod) bool { return p.Spec.NodeName == "pods-node" && podIsReady(p) })
+	roLoop, _ := nodeagent.PodLoopback(netip.MustParseAddr(roPod.Status.PodIP))
+	roBase := "http://" + net.JoinHostPort(roLoop.String(), "9000")
+	cwd, err := os.Getwd() // on the root file system, outside /tmp
+	if err != nil {
+		t.Fatal(err)
+	}
+	onRoot := filepath.Join(cwd, "podapp-"+string(roPod.UID))
+	if code, msg := write(roBase, onRoot); code != http.StatusInternalServerError || !strings.Contains(msg, "read-only file system") {
+		t.Errorf("a pod with a read-only root wrote to its root: %d %q, want 500 read-only file system", code, msg)
+		_ = os.Remove(onRoot)
+	}
+	inTmp := "/tmp/podapp-" + string(roPod.UID)
+	if code, msg := write(roBase, inTmp); code != http.StatusNoContent {
+		t.Errorf("a pod with a read-only root could not write to its emptyDir at /tmp: %d %s", code, msg)
+	}
+	if _, err := os.Stat(inTmp); err == nil {
+		t.Errorf("the pod's write to its emptyDir at /tmp reached the host's %s", inTmp)
+		_ = os.Remove(inTmp)
+	}
+	if err := cs.CoreV1().Pods(podsNS).Delete(ctx, "app-ro", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Readiness follows the probe.

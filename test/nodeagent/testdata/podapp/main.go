@@ -1,6 +1,6 @@
 // Command podapp is the container of the node agent's pod tests: it
 // answers probes as files in --state-dir say, reports what its pod was
-// given, and records its starts and SIGTERMs.
+// given, writes where it is told, and records its starts and SIGTERMs.
 package main
 
 import (
@@ -50,6 +50,14 @@ func main() {
 		if exists("unready") {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
+	})
+	// /write?path=P creates P: 204, or 500 with the error.
+	http.HandleFunc("/write", func(w http.ResponseWriter, r *http.Request) {
+		if err := os.WriteFile(r.URL.Query().Get("path"), []byte("x"), 0o644); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	})
 	http.HandleFunc("/pod", func(w http.ResponseWriter, _ *http.Request) {
 		host, _ := os.Hostname()
