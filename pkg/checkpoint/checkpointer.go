@@ -257,7 +257,8 @@ func (c *Checkpointer) final(ctx context.Context) error {
 	}
 	// The last write is marked final, whether or not anything changed, so
 	// that the next leader need not wait for it. It is retried until it
-	// lands (a kube-apiserver outage), another replica fenced this one, or
+	// lands (a kube-apiserver outage), another replica fenced this one,
+	// kube-apiserver refuses it for good (refusedForGood), or
 	// finalWriteDeadline.
 	giveUp := c.clock.Now().Add(finalWriteDeadline)
 	for attempt := 1; ; attempt++ {
@@ -270,6 +271,8 @@ func (c *Checkpointer) final(ctx context.Context) error {
 			return nil
 		case IsFenced(err):
 			return fmt.Errorf("writing the last lease checkpoint: %w (what changed since its last checkpoint is lost)", err)
+		case refusedForGood(err):
+			return fmt.Errorf("writing the last lease checkpoint: refused, not retried: %w", err)
 		case !c.clock.Now().Before(giveUp):
 			return fmt.Errorf("writing the last lease checkpoint: gave up after %s: %w", finalWriteDeadline, err)
 		}
@@ -281,6 +284,17 @@ func (c *Checkpointer) final(ctx context.Context) error {
 		case <-context.WithoutCancel(ctx).Done():
 		}
 	}
+}
+
+// refusedForGood reports whether kube-apiserver answered the last checkpoint
+// with a refusal that no wait within a shutdown changes: its namespace is
+// being deleted (an uninstall: creates are refused, and the checkpoint goes
+// with the namespace), or this replica may no longer write Secrets there (its
+// ServiceAccount, token or Role removed). Retrying those held a stopping pod
+// for finalWriteDeadline, which an uninstall waited out. An outage (no answer,
+// timeouts, 5xx, 429) is still retried.
+func refusedForGood(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)
 }
 
 // WriteIfChanged writes the store's state unless nothing changed since the
