@@ -119,7 +119,9 @@ type parsed struct {
 }
 
 func parse(password string) (parsed, error) {
-	b, err := base64.RawURLEncoding.DecodeString(password)
+	// Strict: one encoding per password (a lax decoder ignores the last
+	// character's spare bits, so 16 passwords would pass for each).
+	b, err := base64.RawURLEncoding.Strict().DecodeString(password)
 	if err != nil || len(b) != passwordSize || b[0] != passwordVersion {
 		return parsed{}, ErrMalformed
 	}

@@ -19,48 +19,93 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// maxLine bounds one line from Squid: a channel ID, a username and a
-// password, URL-escaped.
+// maxLine bounds what the helper keeps of one line from Squid: a channel ID,
+// a username and a password, URL-escaped; a lease's are under 200 bytes.
+// Squid passes on what a client sent, so a longer line is the client's
+// choice: it is answered ERR and the rest of it skipped, never fatal.
 const maxLine = 4096
 
 // Serve answers Squid's basic-auth helper requests from in on out until in
 // ends: "[channel] username password" (each URL-escaped) per line, answered
 // "[channel] OK" or "[channel] ERR message=<why>". A channel ID is there when
-// Squid runs the helper with concurrency; answers keep its order per line.
+// Squid runs the helper with concurrency (SquidAuthConfig always does); a
+// line that starts with a number is taken to carry one. Every line is
+// answered, in order, whatever its bytes or length: a helper that exits takes
+// its Squid down with it once it has restarted too often. Only a failure to
+// read or to write ends it early.
 func Serve(in io.Reader, out io.Writer, v *Verifier) error {
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 0, 512), maxLine)
+	r := bufio.NewReaderSize(in, maxLine)
 	w := bufio.NewWriter(out)
-	for sc.Scan() {
-		fmt.Fprintln(w, answer(sc.Text(), v))
-		// Squid waits for each answer: flush now, not when the buffer fills.
-		if err := w.Flush(); err != nil {
-			return fmt.Errorf("writing to squid: %w", err)
+	for {
+		line, tooLong, err := readLine(r)
+		if err == nil || line != "" || tooLong {
+			if tooLong {
+				fmt.Fprintln(w, refusal(channelOf(strings.Fields(line)), errLineTooLong))
+			} else {
+				fmt.Fprintln(w, answer(line, v))
+			}
+			// Squid waits for each answer: flush now, not when the buffer fills.
+			if err := w.Flush(); err != nil {
+				return fmt.Errorf("writing to squid: %w", err)
+			}
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return fmt.Errorf("reading from squid: %w", err)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("reading from squid: %w", err)
+}
+
+// errLineTooLong answers a line over maxLine.
+var errLineTooLong = fmt.Errorf("request over %d bytes", maxLine)
+
+// readLine returns r's next line without its line ending, or what precedes
+// the end of r (err io.EOF). Of a line over maxLine it returns the first
+// maxLine bytes and tooLong, having read the rest.
+func readLine(r *bufio.Reader) (line string, tooLong bool, err error) {
+	b, err := r.ReadSlice('\n')
+	line = strings.TrimRight(string(b), "\r\n")
+	for errors.Is(err, bufio.ErrBufferFull) {
+		tooLong = true
+		_, err = r.ReadSlice('\n')
 	}
-	return nil
+	return line, tooLong, err
+}
+
+// channelOf returns the channel ID that starts fields, with the space that
+// follows it in an answer, or "" when the first field is not a number of at
+// most 9 digits (Squid's IDs count its concurrent requests).
+func channelOf(fields []string) string {
+	if len(fields) == 0 || len(fields[0]) > 9 || strings.TrimLeft(fields[0], "0123456789") != "" {
+		return ""
+	}
+	return fields[0] + " "
+}
+
+// refusal is an ERR answer on channel.
+func refusal(channel string, why error) string {
+	return channel + "ERR message=" + url.PathEscape(why.Error())
 }
 
 // answer is the reply to one request line.
 func answer(line string, v *Verifier) string {
 	fields := strings.Fields(line)
-	channel := ""
-	if len(fields) == 3 {
-		channel, fields = fields[0]+" ", fields[1:]
+	channel := channelOf(fields)
+	if channel != "" {
+		fields = fields[1:]
 	}
 	if len(fields) != 2 {
-		return channel + "ERR message=" + url.PathEscape("want: [channel] username password")
+		return refusal(channel, errors.New("want: [channel] username password"))
 	}
 	user, err1 := url.PathUnescape(fields[0])
 	pass, err2 := url.PathUnescape(fields[1])
 	if err1 != nil || err2 != nil {
-		return channel + "ERR message=" + url.PathEscape(ErrMalformed.Error())
+		return refusal(channel, ErrMalformed)
 	}
 	if err := v.Check(user, pass); err != nil {
-		return channel + "ERR message=" + url.PathEscape(err.Error())
+		return refusal(channel, err)
 	}
 	return channel + "OK"
 }
@@ -99,18 +144,19 @@ func NewPoller(c HelperConfig, v *Verifier, clk clock.WithTicker, errs func(erro
 	return &Poller{cfg: c, v: v, client: client, clock: clk, errs: errs}, nil
 }
 
-// Run polls now and every PollInterval until ctx ends.
+// Run polls every PollInterval until ctx ends (call Poll first for a list
+// now).
 func (p *Poller) Run(ctx context.Context) {
 	t := p.clock.NewTicker(PollInterval)
 	defer t.Stop()
 	for {
-		if err := p.Poll(ctx); err != nil {
-			p.errs(err)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+		}
+		if err := p.Poll(ctx); err != nil {
+			p.errs(err)
 		}
 	}
 }
@@ -151,9 +197,10 @@ func (p *Poller) Poll(ctx context.Context) error {
 }
 
 // RunHelper is the helper program: it reads its configuration from
-// configPath, polls the live list in the background when the configuration
-// names the operator, and answers Squid on in and out until in ends. logf
-// receives what a helper writes to Squid's cache.log.
+// configPath, polls the live list when the configuration names the operator
+// (once before it answers anything, then in the background), and answers
+// Squid on in and out until in ends. logf receives what a helper writes to
+// Squid's cache.log.
 func RunHelper(ctx context.Context, configPath string, in io.Reader, out io.Writer, logf func(string, ...any)) error {
 	raw, err := os.ReadFile(configPath)
 	if err != nil {
@@ -172,6 +219,14 @@ func RunHelper(ctx context.Context, configPath string, in io.Reader, out io.Writ
 		p, err := NewPoller(cfg, v, nil, func(err error) { logf("proxy-auth-helper: %v", err) })
 		if err != nil {
 			return err
+		}
+		// A helper (re)started by Squid knows no released lease until its
+		// first list: it answers nothing before it (Squid queues the
+		// requests), and only an operator that does not answer within the
+		// poll's timeout leaves it trusting signatures alone, as a stale list
+		// does.
+		if err := p.Poll(ctx); err != nil {
+			logf("proxy-auth-helper: first poll: %v; until a poll succeeds, credentials work until they expire", err)
 		}
 		wg.Go(func() { p.Run(ctx) })
 	} else {

@@ -7,8 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,6 +51,14 @@ func tamper(s string, i int) string {
 	return string(b)
 }
 
+// spareBits changes the bits of s's last base64 character that encode no
+// byte: a lax decoder returns the same bytes.
+func spareBits(s string) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	i := strings.IndexByte(alphabet, s[len(s)-1])
+	return s[:len(s)-1] + string(alphabet[i^1])
+}
+
 // A proxy's helper accepts the credentials of a lease on that proxy and the
 // operator's probes, and refuses everything else with its reason.
 func TestVerifierAcceptsOnlyItsProxysCredentials(t *testing.T) {
@@ -77,6 +88,7 @@ func TestVerifierAcceptsOnlyItsProxysCredentials(t *testing.T) {
 		{"a tampered expiry", lease.Username, tamper(lease.Password, 7), 0, ErrBadSignature},
 		{"no password", lease.Username, "", 0, ErrMalformed},
 		{"not base64", lease.Username, "!!!!", 0, ErrMalformed},
+		{"another encoding of the same bytes", lease.Username, spareBits(lease.Password), 0, ErrMalformed},
 		{"a probe", probe.Username, probe.Password, 0, nil},
 		{"a probe after a minute", probe.Username, probe.Password, ProbeTTL, ErrExpired},
 		{"a probe's password for a lease", lease.Username, probe.Password, 0, ErrBadSignature},
@@ -175,19 +187,30 @@ func TestLiveList(t *testing.T) {
 	}
 }
 
-// Squid's helper protocol, with and without concurrency channels.
+// Squid's helper protocol, with and without concurrency channels: every line
+// is answered in order on its channel, whatever a client put in it, and the
+// helper goes on (a line over 4,096 bytes ended it, and its Squid with it).
 func TestServe(t *testing.T) {
 	clk := clocktesting.NewFakeClock(start)
 	k := newKeyring(t, clk)
 	v := NewVerifier(k.HelperConfig(proxyA, "", ""), clk)
 	c := k.LeaseCredentials(proxyA, "l", start, start.Add(time.Minute))
+	good := url.PathEscape(c.Username) + " " + url.PathEscape(c.Password)
 	in := strings.Join([]string{
-		"0 " + url.PathEscape(c.Username) + " " + url.PathEscape(c.Password),
+		"0 " + good,
 		"1 " + c.Username + " " + tamper(c.Password, 20),
-		c.Username + " " + c.Password,
+		good,
 		"7 only-two",
 		"8 one two three",
+		"9 " + c.Username + " " + strings.Repeat("A", 7000),
+		"10 " + strings.Repeat("%41", 100_000) + " x",
+		strings.Repeat("B", maxLine) + " " + good,
+		"11 %zz %zz",
+		"12 " + good + "\r",
 		"",
+		"\x00\x00 \xff\xfe \x00",
+		"13 " + good,
+		"14 " + good,
 	}, "\n")
 	var out bytes.Buffer
 	if err := Serve(strings.NewReader(in), &out, v); err != nil {
@@ -197,12 +220,68 @@ func TestServe(t *testing.T) {
 		"0 OK",
 		"1 ERR message=credentials%20not%20signed%20for%20this%20proxy",
 		"OK",
-		"ERR message=malformed%20credentials",
+		"7 ERR message=want:%20%5Bchannel%5D%20username%20password",
+		"8 ERR message=want:%20%5Bchannel%5D%20username%20password",
+		"9 ERR message=request%20over%204096%20bytes",
+		"10 ERR message=request%20over%204096%20bytes",
+		"ERR message=request%20over%204096%20bytes",
+		"11 ERR message=malformed%20credentials",
+		"12 OK",
 		"ERR message=want:%20%5Bchannel%5D%20username%20password",
+		"ERR message=want:%20%5Bchannel%5D%20username%20password",
+		"13 OK",
+		"14 OK", // the last line, without a newline
 	}
 	if diff := cmp.Diff(want, strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")); diff != "" {
 		t.Fatalf("answers (-want +got):\n%s", diff)
 	}
+}
+
+// FuzzServe: whatever Squid relays, the helper answers each line once, in
+// order, with OK or ERR on the line's channel, and keeps reading.
+func FuzzServe(f *testing.F) {
+	clk := clocktesting.NewFakeClock(start)
+	k, err := NewKeyring(bytes.Repeat([]byte{7}, MinKeySize), clk)
+	if err != nil {
+		f.Fatal(err)
+	}
+	v := NewVerifier(k.HelperConfig(proxyA, "", ""), clk)
+	c := k.LeaseCredentials(proxyA, "l", start, start.Add(time.Minute))
+	for _, seed := range []string{
+		"0 " + url.PathEscape(c.Username) + " " + url.PathEscape(c.Password) + "\n",
+		"1 a b\n2 c\n\n",
+		"3 " + strings.Repeat("x", 2*maxLine) + "\n4 a b",
+		"\r\n\x00 %\n",
+		strings.Repeat("9", maxLine+1),
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var out bytes.Buffer
+		if err := Serve(bytes.NewReader(in), &out, v); err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+		lines := strings.SplitAfter(string(in), "\n")
+		if lines[len(lines)-1] == "" {
+			lines = lines[:len(lines)-1]
+		}
+		answers := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		if out.Len() == 0 {
+			answers = nil
+		}
+		if len(answers) != len(lines) {
+			t.Fatalf("%d answers to %d lines: %q", len(answers), len(lines), answers)
+		}
+		for i, a := range answers {
+			kept := lines[i][:min(len(lines[i]), maxLine)] // of a longer line, the helper reads no more
+			channel := channelOf(strings.Fields(kept))
+			rest, ok := strings.CutPrefix(a, channel)
+			why, isErr := strings.CutPrefix(rest, "ERR message=")
+			if !ok || (rest != "OK" && !isErr) || strings.ContainsAny(why, " \r\x00") {
+				t.Errorf("line %d (%.40q): answer %q, want %qOK or ERR message=…", i, lines[i], a, channel)
+			}
+		}
+	})
 }
 
 // The poller reads the operator's answer with a list token the keyring
@@ -241,6 +320,40 @@ func TestPoller(t *testing.T) {
 	}
 	if err := v.Check(released.Username, released.Password); !errors.Is(err, ErrNotLive) {
 		t.Fatalf("a failed poll dropped the last list: %v", err)
+	}
+}
+
+// A helper Squid (re)starts answers nothing before its first live list: a
+// released lease's credentials, signed and unexpired, were accepted until
+// the first poll came back.
+func TestHelperAnswersAfterItsFirstList(t *testing.T) {
+	k, err := NewKeyring(bytes.Repeat([]byte{7}, MinKeySize), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var polls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		polls.Add(1)
+		time.Sleep(300 * time.Millisecond) // a slow operator
+		_, _ = w.Write([]byte(`{"asOf":` + strconv.FormatInt(time.Now().Unix(), 10) + `,"usernames":[]}`))
+	}))
+	defer srv.Close()
+	config := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(config, k.HelperConfig(proxyA, srv.URL, "").Marshal(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	released := k.LeaseCredentials(proxyA, "released", now.Add(-time.Minute), now.Add(time.Hour))
+	in := strings.NewReader("0 " + url.PathEscape(released.Username) + " " + url.PathEscape(released.Password) + "\n")
+	var out bytes.Buffer
+	if err := RunHelper(context.Background(), config, in, &out, t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	if want := "0 ERR message=" + url.PathEscape(ErrNotLive.Error()) + "\n"; out.String() != want {
+		t.Errorf("first answer %q, want %q", out.String(), want)
+	}
+	if n := polls.Load(); n != 1 {
+		t.Errorf("%d polls, want 1", n)
 	}
 }
 

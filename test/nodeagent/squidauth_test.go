@@ -3,11 +3,14 @@ package nodeagent
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,6 +85,77 @@ func TestSquidChecksCredentials(t *testing.T) {
 		if code, err := StatusThrough(addr, tc.user, origin.URL); err != nil || code != tc.want {
 			t.Errorf("%s: HTTP %d (%v), want %d", tc.name, code, err, tc.want)
 		}
+	}
+}
+
+// A Squid checking credentials keeps serving through 10,000 hostile
+// authentication attempts from clients without a lease: over-long
+// passwords (one of 7,000 bytes stopped it: its helper exited on a line
+// over 4,096 bytes, and Squid gives up on a helper that dies too often),
+// malformed headers and forged signatures. Every one is refused and a
+// lease's request is served after them.
+func TestSquidKeepsServingUnderHostileAuthentication(t *testing.T) {
+	k := testKeyring(t)
+	addr := startAuthSquid(t, k)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("origin")) }))
+	defer origin.Close()
+	now := time.Now()
+	good := k.LeaseCredentials(authProxy, "l1", now, now.Add(time.Hour))
+	basic := func(user, pass string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	}
+	hostile := []func(i int) string{
+		func(i int) string { return basic(good.Username, strings.Repeat("p", 7000+i%100)) },
+		func(i int) string { return basic(strings.Repeat("u", 5000), strconv.Itoa(i)) },
+		func(i int) string {
+			return basic(good.Username, good.Password[:len(good.Password)-2]+strconv.Itoa(10+i%90))
+		},
+		func(i int) string { return basic(strconv.Itoa(i)+" "+strconv.Itoa(i), "% %zz\t\x00") },
+		func(i int) string { return "Basic " + strings.Repeat("!", i%50) },
+		func(i int) string {
+			return "Basic " + base64.StdEncoding.EncodeToString([]byte("no-colon-"+strconv.Itoa(i)))
+		},
+		func(i int) string { return basic("", "") },
+	}
+	const attempts, workers = 10_000, 8
+	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr}), MaxIdleConnsPerHost: workers}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var next, served, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= attempts {
+					return
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, origin.URL, nil)
+				req.Header.Set("Proxy-Authorization", hostile[i%len(hostile)](i))
+				resp, err := client.Do(req)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode < 400 {
+					served.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := min(next.Load(), attempts); n < attempts {
+		t.Fatalf("only %d of %d attempts in 3 minutes", n, attempts)
+	}
+	if served.Load() != 0 || failed.Load() != 0 {
+		t.Errorf("of %d hostile attempts, %d served, %d without an answer; want every one refused", attempts, served.Load(), failed.Load())
+	}
+	if code, err := StatusThrough(addr, good.Userinfo(), origin.URL); err != nil || code != http.StatusOK {
+		t.Fatalf("a lease's request after the attempts: HTTP %d (%v), want 200", code, err)
 	}
 }
 
