@@ -3,12 +3,15 @@ package discovery
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,10 +43,21 @@ func IsForbidden(err error) bool {
 // serviceAccountPrefix starts the user name of every ServiceAccount token.
 const serviceAccountPrefix = "system:serviceaccount:"
 
+// ErrReviewsThrottled: more unknown tokens than ReviewsPerSecond came to be
+// reviewed; this one was not (answered 503 with Retry-After, as an
+// unreachable kube-apiserver is: a real token is accepted on a retry).
+var ErrReviewsThrottled = errors.New("too many unknown tokens to review now")
+
 // Defaults of KubernetesTokens.
 const (
 	DefaultKubernetesTokenTTL = 10 * time.Second
-	maxKubernetesTokenCache   = 10000
+	// DefaultReviewsPerSecond and reviewBurst bound the reviews of tokens
+	// not in the cache: a pod fleet starting at once fits the burst.
+	DefaultReviewsPerSecond = 20
+	reviewBurst             = 100
+	// maxKubernetesTokenCache bounds each of the two caches: identities
+	// kube-apiserver knows, and tokens it does not.
+	maxKubernetesTokenCache = 10000
 )
 
 // KubernetesTokens authenticates a pod's ServiceAccount token for the HTTP
@@ -51,18 +65,30 @@ const (
 // and a SubjectAccessReview that it may create ProxyLeases in its own
 // namespace, which becomes the identity's one namespace (as RBAC decides for
 // the ProxyLease API). Answers, refusals included, are cached for TTL, so a
-// client's requests cost kube-apiserver two reviews per TTL, and a flood of
-// random tokens at most the cache's bound per TTL.
+// client's requests cost kube-apiserver two reviews per TTL.
+//
+// Garbage costs nothing and evicts nothing: a token that is not shaped as a
+// current ServiceAccount token (a JWT whose subject is a ServiceAccount and
+// whose expiry, if any, is ahead) is refused without a review; tokens
+// kube-apiserver did not know are cached apart from the identities it did
+// know, so a flood of them only ever evicts its own kind; and reviews of
+// tokens in neither cache are rate-limited (ReviewsPerSecond).
 type KubernetesTokens struct {
 	Reviews authnclient.TokenReviewInterface
 	Access  authzclient.SubjectAccessReviewInterface
 	// TTL caches each answer (default DefaultKubernetesTokenTTL).
 	TTL time.Duration
+	// ReviewsPerSecond bounds the reviews of tokens in no cache (default
+	// DefaultReviewsPerSecond, with a burst of 100).
+	ReviewsPerSecond float64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 
-	mu    sync.Mutex
-	cache map[[sha256.Size]byte]kubeTokenEntry
+	mu sync.Mutex
+	// known holds identities kube-apiserver knows (RBAC's refusals
+	// included); unknown the tokens it does not.
+	known, unknown kubeTokenCache
+	limiter        *rate.Limiter
 }
 
 type kubeTokenEntry struct {
@@ -71,33 +97,74 @@ type kubeTokenEntry struct {
 	until time.Time
 }
 
+// kubeTokenCache is one of KubernetesTokens' caches, by the token's SHA-256.
+type kubeTokenCache map[[sha256.Size]byte]kubeTokenEntry
+
+// put adds e, first dropping the expired entries when the cache is full, and
+// every entry when none had expired.
+func (c *kubeTokenCache) put(sum [sha256.Size]byte, e kubeTokenEntry, now time.Time) {
+	if *c == nil || len(*c) >= maxKubernetesTokenCache {
+		live := kubeTokenCache{}
+		for s, old := range *c {
+			if now.Before(old.until) {
+				live[s] = old
+			}
+		}
+		if len(live) >= maxKubernetesTokenCache {
+			live = kubeTokenCache{}
+		}
+		*c = live
+	}
+	(*c)[sum] = e
+}
+
 // Authenticate returns what token stands for: Identity is the
 // ServiceAccount's user name (system:serviceaccount:<ns>:<name>) and
-// Namespaces its namespace. Errors: ErrUnknownToken, *ForbiddenError, or the
-// reviews' own (kube-apiserver unreachable: not cached).
+// Namespaces its namespace. Errors: ErrUnknownToken, *ForbiddenError,
+// ErrReviewsThrottled, or the reviews' own (kube-apiserver unreachable: not
+// cached).
 func (k *KubernetesTokens) Authenticate(ctx context.Context, token string) (Token, error) {
 	now := k.now()
+	if !shapedAsServiceAccountToken(token, now) {
+		return Token{}, ErrUnknownToken
+	}
 	sum := sha256.Sum256([]byte(token))
 	k.mu.Lock()
-	if e, ok := k.cache[sum]; ok && now.Before(e.until) {
-		k.mu.Unlock()
-		return e.tok, e.err
+	for _, c := range []kubeTokenCache{k.known, k.unknown} {
+		if e, ok := c[sum]; ok && now.Before(e.until) {
+			k.mu.Unlock()
+			return e.tok, e.err
+		}
 	}
+	if k.limiter == nil {
+		perSecond := k.ReviewsPerSecond
+		if perSecond <= 0 {
+			perSecond = DefaultReviewsPerSecond
+		}
+		k.limiter = rate.NewLimiter(rate.Limit(perSecond), reviewBurst)
+	}
+	allowed := k.limiter.AllowN(now, 1)
 	k.mu.Unlock()
+	if !allowed {
+		return Token{}, ErrReviewsThrottled
+	}
 	tok, err := k.review(ctx, token)
-	if err != nil && !errors.Is(err, ErrUnknownToken) && !IsForbidden(err) {
+	unknown := errors.Is(err, ErrUnknownToken)
+	if err != nil && !unknown && !IsForbidden(err) {
 		return Token{}, err
 	}
 	ttl := k.TTL
 	if ttl <= 0 {
 		ttl = DefaultKubernetesTokenTTL
 	}
+	e := kubeTokenEntry{tok: tok, err: err, until: now.Add(ttl)}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.cache == nil || len(k.cache) >= maxKubernetesTokenCache {
-		k.cache = k.prune(now)
+	if unknown {
+		k.unknown.put(sum, e, now)
+	} else {
+		k.known.put(sum, e, now)
 	}
-	k.cache[sum] = kubeTokenEntry{tok: tok, err: err, until: now.Add(ttl)}
 	return tok, err
 }
 
@@ -108,18 +175,28 @@ func (k *KubernetesTokens) now() time.Time {
 	return time.Now()
 }
 
-// prune keeps the live entries, or none when they fill the cache.
-func (k *KubernetesTokens) prune(now time.Time) map[[sha256.Size]byte]kubeTokenEntry {
-	out := map[[sha256.Size]byte]kubeTokenEntry{}
-	for s, e := range k.cache {
-		if now.Before(e.until) {
-			out[s] = e
-		}
+// shapedAsServiceAccountToken reports whether token could be a
+// ServiceAccount token kube-apiserver accepts at now: a JWT (three base64url
+// parts) whose claims name a ServiceAccount as subject and, if they carry an
+// expiry (bound tokens do; legacy Secret tokens do not), one after now. Only
+// its shape: the signature is kube-apiserver's to check.
+func shapedAsServiceAccountToken(token string, now time.Time) bool {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || parts[2] == "" {
+		return false
 	}
-	if len(out) >= maxKubernetesTokenCache {
-		return map[[sha256.Size]byte]kubeTokenEntry{}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return false
 	}
-	return out
+	var claims struct {
+		Sub string   `json:"sub"`
+		Exp *float64 `json:"exp"`
+	}
+	if json.Unmarshal(raw, &claims) != nil || !strings.HasPrefix(claims.Sub, serviceAccountPrefix) {
+		return false
+	}
+	return claims.Exp == nil || float64(now.Unix()) < *claims.Exp
 }
 
 func (k *KubernetesTokens) review(ctx context.Context, token string) (Token, error) {

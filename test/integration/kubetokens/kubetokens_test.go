@@ -3,6 +3,10 @@ package kubetokens
 import (
 	"context"
 	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
@@ -49,8 +54,23 @@ func TestServiceAccountTokens(t *testing.T) {
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "lease"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "crawler", Namespace: ns}}}, metav1.CreateOptions{}))
 
+	// The authenticator's client counts the TokenReviews kube-apiserver gets.
+	var reviews atomic.Int32
+	counted := rest.CopyConfig(cp.RESTConfig())
+	counted.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if strings.HasSuffix(r.URL.Path, "/tokenreviews") {
+				reviews.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	reviewer, err := kubernetes.NewForConfig(counted)
+	if err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
-	k := &discovery.KubernetesTokens{Reviews: kube.AuthenticationV1().TokenReviews(), Access: kube.AuthorizationV1().SubjectAccessReviews(),
+	k := &discovery.KubernetesTokens{Reviews: reviewer.AuthenticationV1().TokenReviews(), Access: reviewer.AuthorizationV1().SubjectAccessReviews(),
 		TTL: 10 * time.Second, Now: func() time.Time { return now }}
 
 	got, err := k.Authenticate(ctx, crawler)
@@ -67,6 +87,32 @@ func TestServiceAccountTokens(t *testing.T) {
 		if _, err := k.Authenticate(ctx, tok); !errors.Is(err, discovery.ErrUnknownToken) {
 			t.Errorf("%s: %v, want ErrUnknownToken", name, err)
 		}
+	}
+
+	// Garbage costs no review; tokens shaped as the crawler's with other
+	// signatures are reviewed at most a burst's worth at once (the rest
+	// throttled: 503, retried) and evict no identity.
+	before := reviews.Load()
+	var unknown, throttled int
+	for i := range 500 {
+		for _, tok := range []string{"garbage-" + strconv.Itoa(i), crawler[:strings.LastIndexByte(crawler, '.')+1] + "forged" + strconv.Itoa(i)} {
+			_, err := k.Authenticate(ctx, tok)
+			switch {
+			case errors.Is(err, discovery.ErrUnknownToken):
+				unknown++
+			case errors.Is(err, discovery.ErrReviewsThrottled):
+				throttled++
+			default:
+				t.Fatalf("a forged token: %v", err)
+			}
+		}
+	}
+	if n := reviews.Load() - before; n > 100 || unknown+throttled != 1000 || throttled < 400 {
+		t.Errorf("1,000 unknown tokens: %d TokenReviews (want at most 100), %d refused unknown, %d throttled", n, unknown, throttled)
+	}
+	before = reviews.Load()
+	if _, err := k.Authenticate(ctx, crawler); err != nil || reviews.Load() != before {
+		t.Errorf("the crawler after the flood: %v, %d TokenReviews; want its cached identity", err, reviews.Load()-before)
 	}
 
 	// Cached for the TTL: the binding's removal shows after it.
@@ -90,3 +136,7 @@ func TestServiceAccountTokens(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
