@@ -59,14 +59,22 @@ func testKeyring(t testing.TB) *proxyauth.Keyring {
 	return k
 }
 
+// authSquidAndOrigin starts squid checking credentials under a test keyring,
+// and an origin answering "origin".
+func authSquidAndOrigin(t *testing.T) (k *proxyauth.Keyring, addr string, origin *httptest.Server) {
+	t.Helper()
+	k = testKeyring(t)
+	addr = startAuthSquid(t, k)
+	origin = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("origin")) }))
+	t.Cleanup(origin.Close)
+	return k, addr, origin
+}
+
 // With an auth config, squid runs our helper and serves a lease's
 // credentials of its own proxy only (407 otherwise); the config the agent
 // renders is the one every proxy of the operator runs.
 func TestSquidChecksCredentials(t *testing.T) {
-	k := testKeyring(t)
-	addr := startAuthSquid(t, k)
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("origin")) }))
-	defer origin.Close()
+	k, addr, origin := authSquidAndOrigin(t)
 	now := time.Now()
 	good := k.LeaseCredentials(authProxy, "l1", now, now.Add(time.Minute))
 	expired := k.LeaseCredentials(authProxy, "l2", now.Add(-time.Hour), now.Add(-time.Minute))
@@ -95,10 +103,7 @@ func TestSquidChecksCredentials(t *testing.T) {
 // malformed headers and forged signatures. Every one is refused and a
 // lease's request is served after them.
 func TestSquidKeepsServingUnderHostileAuthentication(t *testing.T) {
-	k := testKeyring(t)
-	addr := startAuthSquid(t, k)
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("origin")) }))
-	defer origin.Close()
+	k, addr, origin := authSquidAndOrigin(t)
 	now := time.Now()
 	good := k.LeaseCredentials(authProxy, "l1", now, now.Add(time.Hour))
 	basic := func(user, pass string) string {
