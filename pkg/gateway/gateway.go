@@ -188,7 +188,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	// Clients' spare connections (dialed, never used) would hold the
 	// shutdown, and so a handover, for net/http's 5 s: the tracker closes them.
 	unused := httpdrain.New(time.Now)
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: g.opts.IdleTimeout,
 		ConnState: unused.ConnState, BaseContext: func(net.Listener) context.Context { return ctx }}
 	log.FromContext(ctx).Info("gateway serving", "addr", ln.Addr().String(), "leaseAPI", g.opts.LeaseAPIURL)
 	errc := make(chan error, 1)

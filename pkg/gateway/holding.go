@@ -66,6 +66,9 @@ type leases struct {
 	// perToken counts each token's sessions (by the token's hash).
 	perToken map[[32]byte]int
 	inFlight int
+	// inFlightOf counts the requests and tunnels in flight of each token
+	// (by its hash) and of each session (by its key).
+	inFlightOf map[string]int
 }
 
 type session struct {
@@ -75,21 +78,18 @@ type session struct {
 }
 
 func newLeases(l Leaser, o *Options, now func() time.Time) *leases {
-	return &leases{leaser: l, opts: o, now: now, held: map[*holding]struct{}{}, sessions: map[string]*session{}, perToken: map[[32]byte]int{}}
+	return &leases{leaser: l, opts: o, now: now, held: map[*holding]struct{}{}, sessions: map[string]*session{}, perToken: map[[32]byte]int{},
+		inFlightOf: map[string]int{}}
 }
 
 // acquire returns a holding for one request of token to host with o, and
 // done, which the caller calls when the request ends.
 func (ls *leases) acquire(ctx context.Context, token, username string, o UsernameOptions, host string) (*holding, func(), error) {
-	ls.mu.Lock()
-	if ls.inFlight >= ls.opts.MaxInFlight {
-		ls.mu.Unlock()
-		return nil, nil, &Error{Reason: ReasonBusy, Message: fmt.Sprintf("the gateway serves %d requests and tunnels, its maximum (--gateway-max-in-flight)", ls.opts.MaxInFlight), RetryAfter: defaultRetryAfter}
+	slots, err := ls.takeSlots(token, username, o.Session != "")
+	if err != nil {
+		return nil, nil, err
 	}
-	ls.inFlight++
-	ls.mu.Unlock()
 	var h *holding
-	var err error
 	if o.Session == "" {
 		h, err = ls.lease(ctx, token, o, host)
 		if err == nil {
@@ -102,20 +102,58 @@ func (ls *leases) acquire(ctx context.Context, token, username string, o Usernam
 		h, err = ls.sessionHolding(ctx, token, username, o, host)
 	}
 	if err != nil {
-		ls.mu.Lock()
-		ls.inFlight--
-		ls.mu.Unlock()
+		ls.freeSlots(slots)
 		return nil, nil, err
 	}
 	var once sync.Once
 	return h, func() {
 		once.Do(func() {
-			ls.mu.Lock()
-			ls.inFlight--
-			ls.mu.Unlock()
+			ls.freeSlots(slots)
 			ls.unref(h)
 		})
 	}, nil
+}
+
+// takeSlots counts one more request in flight in the gateway, of token and,
+// with session, of its session, unless one of them is at its bound (busy).
+// It returns the keys to give to freeSlots when the request ends.
+func (ls *leases) takeSlots(token, username string, session bool) ([]string, error) {
+	tokenSum := sha256.Sum256([]byte(token))
+	keys := []string{"t" + string(tokenSum[:])}
+	bounds := []int{ls.opts.inFlightPerToken()}
+	if session {
+		key, _ := sessionKey(token, username)
+		keys, bounds = append(keys, "s"+key), append(bounds, ls.opts.MaxInFlightPerSession)
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.inFlight >= ls.opts.MaxInFlight {
+		return nil, &Error{Reason: ReasonBusy, Message: fmt.Sprintf("the gateway serves %d requests and tunnels, its maximum (--gateway-max-in-flight)", ls.opts.MaxInFlight), RetryAfter: defaultRetryAfter}
+	}
+	for i, k := range keys {
+		if ls.inFlightOf[k] >= bounds[i] {
+			flag := [...]string{"--gateway-max-in-flight-per-token", "--gateway-max-in-flight-per-session"}[i]
+			who := [...]string{"this token", "this session"}[i]
+			return nil, &Error{Reason: ReasonBusy, Message: fmt.Sprintf("%s has %d requests and tunnels in flight, its maximum (%s)", who, bounds[i], flag), RetryAfter: defaultRetryAfter}
+		}
+	}
+	ls.inFlight++
+	for _, k := range keys {
+		ls.inFlightOf[k]++
+	}
+	return keys, nil
+}
+
+// freeSlots ends what takeSlots counted.
+func (ls *leases) freeSlots(keys []string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.inFlight--
+	for _, k := range keys {
+		if ls.inFlightOf[k]--; ls.inFlightOf[k] == 0 {
+			delete(ls.inFlightOf, k)
+		}
+	}
 }
 
 // lease asks the Leaser for a lease for host.

@@ -24,6 +24,7 @@ func testLeases(t *testing.T) (*leases, *fakeLeaser, *clocktesting.FakeClock) {
 	o := DefaultOptions()
 	o.MaxSessionsPerToken = 2
 	o.MaxInFlight = 3
+	o.MaxInFlightPerToken, o.MaxInFlightPerSession = 3, 3
 	return newLeases(f, &o, clk.Now), f, clk
 }
 
@@ -153,6 +154,51 @@ func TestBounds(t *testing.T) {
 	}
 }
 
+// No token, and no session, holds the gateway: one sticky session of one
+// token took every in-flight slot, and every other client got 429. By
+// default a token has a quarter of --gateway-max-in-flight.
+func TestInFlightBoundsPerTokenAndSession(t *testing.T) {
+	ctx := context.Background()
+	acquireUntilBusy := func(ls *leases, token, session string) (int, error) {
+		for n := 0; ; n++ {
+			_, _, err := ls.acquire(ctx, token, "session-"+session, UsernameOptions{Session: session}, "x")
+			if err != nil || n > 100 {
+				return n, err
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name                           string
+		max, perToken, perSession      int
+		sessionGets, secondSessionGets int
+		busyFlag                       string
+	}{
+		{name: "the default share of a token", max: 8, perToken: 0, perSession: DefaultMaxInFlightPerSession,
+			sessionGets: 2, secondSessionGets: 0, busyFlag: "--gateway-max-in-flight-per-token"},
+		{name: "a session's bound", max: 100, perToken: 10, perSession: 4,
+			sessionGets: 4, secondSessionGets: 4, busyFlag: "--gateway-max-in-flight-per-session"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC))
+			o := DefaultOptions()
+			o.MaxInFlight, o.MaxInFlightPerToken, o.MaxInFlightPerSession = tc.max, tc.perToken, tc.perSession
+			ls := newLeases(newFakeLeaser(clk.Now), &o, clk.Now)
+			n, err := acquireUntilBusy(ls, "tok", "a")
+			if n != tc.sessionGets || !IsBusy(err) || !strings.Contains(err.Error(), tc.busyFlag) {
+				t.Fatalf("one session: %d in flight, then %v; want %d, then busy naming %s", n, err, tc.sessionGets, tc.busyFlag)
+			}
+			if n, _ := acquireUntilBusy(ls, "tok", "b"); n != tc.secondSessionGets {
+				t.Errorf("the token's second session: %d in flight, want %d", n, tc.secondSessionGets)
+			}
+			if _, done, err := ls.acquire(ctx, "other", "", UsernameOptions{}, "x"); err != nil {
+				t.Errorf("another token while the first is at its bound: %v", err)
+			} else {
+				done()
+			}
+		})
+	}
+}
+
 func TestAcquireErrorsKeepNothing(t *testing.T) {
 	ls, f, _ := testLeases(t)
 	f.nextErr = &client.APIError{StatusCode: 409, Code: wire.CodeNoMatch, NoMatch: &client.NoMatch{Considered: 2, InCooldown: 2}}
@@ -211,11 +257,14 @@ func TestOptionsValidate(t *testing.T) {
 		t.Fatalf("the default is off and valid: %v", err)
 	}
 	for name, mod := range map[string]func(*Options){
-		"--gateway-bind-address":           func(o *Options) { o.Addr = "nohostport" },
-		"--gateway-lease-api-url":          func(o *Options) { o.LeaseAPIURL = "" },
-		"--gateway-lease-ttl":              func(o *Options) { o.LeaseTTL = time.Second },
-		"--gateway-report-statuses":        func(o *Options) { o.ReportStatuses = []int{42} },
-		"--gateway-max-sessions-per-token": func(o *Options) { o.MaxSessionsPerToken = 0 },
+		"--gateway-bind-address":              func(o *Options) { o.Addr = "nohostport" },
+		"--gateway-lease-api-url":             func(o *Options) { o.LeaseAPIURL = "" },
+		"--gateway-lease-ttl":                 func(o *Options) { o.LeaseTTL = time.Second },
+		"--gateway-report-statuses":           func(o *Options) { o.ReportStatuses = []int{42} },
+		"--gateway-max-sessions-per-token":    func(o *Options) { o.MaxSessionsPerToken = 0 },
+		"--gateway-max-in-flight-per-token":   func(o *Options) { o.MaxInFlightPerToken = -1 },
+		"--gateway-max-in-flight-per-session": func(o *Options) { o.MaxInFlightPerSession = 0 },
+		"--gateway-idle-timeout":              func(o *Options) { o.IdleTimeout = 0 },
 	} {
 		o := good
 		mod(&o)

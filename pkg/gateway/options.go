@@ -22,8 +22,14 @@ const (
 	DefaultSessionIdle         = 2 * time.Minute
 	DefaultMaxInFlight         = 20000
 	DefaultMaxSessionsPerToken = 1000
-	DefaultAPITimeout          = 10 * time.Second
-	DefaultDialTimeout         = 10 * time.Second
+	// DefaultMaxInFlightPerSession bounds one sticky session's requests and
+	// tunnels at once (all through one proxy).
+	DefaultMaxInFlightPerSession = 256
+	// DefaultIdleTimeout closes a client's keep-alive connection idle this
+	// long between requests (tunnels are not idle connections).
+	DefaultIdleTimeout = 60 * time.Second
+	DefaultAPITimeout  = 10 * time.Second
+	DefaultDialTimeout = 10 * time.Second
 )
 
 // DefaultReportStatuses are the origin statuses reported rate_limited for
@@ -54,6 +60,14 @@ type Options struct {
 	MaxInFlight int
 	// MaxSessionsPerToken bounds each token's sessions.
 	MaxSessionsPerToken int
+	// MaxInFlightPerToken bounds one token's requests and tunnels at once
+	// (0: a quarter of MaxInFlight), so that no token holds the gateway;
+	// MaxInFlightPerSession one sticky session's.
+	MaxInFlightPerToken   int
+	MaxInFlightPerSession int
+	// IdleTimeout closes a client connection idle this long between
+	// requests, answered or refused.
+	IdleTimeout time.Duration
 	// APITimeout bounds a call to the lease API that does not wait (release,
 	// report, renew); DialTimeout the dial and CONNECT to a proxy.
 	APITimeout  time.Duration
@@ -63,7 +77,8 @@ type Options struct {
 // DefaultOptions returns the defaults (the gateway off).
 func DefaultOptions() Options {
 	return Options{LeaseInProcess: true, LeaseTTL: DefaultLeaseTTL, SessionIdle: DefaultSessionIdle, ReportStatuses: DefaultReportStatuses(),
-		MaxInFlight: DefaultMaxInFlight, MaxSessionsPerToken: DefaultMaxSessionsPerToken, APITimeout: DefaultAPITimeout, DialTimeout: DefaultDialTimeout}
+		MaxInFlight: DefaultMaxInFlight, MaxSessionsPerToken: DefaultMaxSessionsPerToken, MaxInFlightPerSession: DefaultMaxInFlightPerSession,
+		IdleTimeout: DefaultIdleTimeout, APITimeout: DefaultAPITimeout, DialTimeout: DefaultDialTimeout}
 }
 
 // Enabled reports whether the gateway is served.
@@ -80,6 +95,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntSliceVar(&o.ReportStatuses, "gateway-report-statuses", o.ReportStatuses, "Origin status codes of plain HTTP responses reported rate_limited for the proxy and host.")
 	fs.IntVar(&o.MaxInFlight, "gateway-max-in-flight", o.MaxInFlight, "Most requests and tunnels the gateway serves at once; past it, 429.")
 	fs.IntVar(&o.MaxSessionsPerToken, "gateway-max-sessions-per-token", o.MaxSessionsPerToken, "Most sticky sessions one token may hold; past it, 429.")
+	fs.IntVar(&o.MaxInFlightPerToken, "gateway-max-in-flight-per-token", o.MaxInFlightPerToken, "Most requests and tunnels one token may have at once; past it, 429. 0: a quarter of --gateway-max-in-flight.")
+	fs.IntVar(&o.MaxInFlightPerSession, "gateway-max-in-flight-per-session", o.MaxInFlightPerSession, "Most requests and tunnels one sticky session may have at once; past it, 429.")
+	fs.DurationVar(&o.IdleTimeout, "gateway-idle-timeout", o.IdleTimeout, "A client connection idle this long between requests is closed.")
 }
 
 // Validate reports every invalid option.
@@ -107,10 +125,24 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--gateway-report-statuses: %d is not an HTTP status", s))
 		}
 	}
-	if o.MaxInFlight < 1 || o.MaxSessionsPerToken < 1 {
-		errs = append(errs, errors.New("--gateway-max-in-flight and --gateway-max-sessions-per-token: at least 1"))
+	if o.MaxInFlight < 1 || o.MaxSessionsPerToken < 1 || o.MaxInFlightPerSession < 1 {
+		errs = append(errs, errors.New("--gateway-max-in-flight, --gateway-max-sessions-per-token and --gateway-max-in-flight-per-session: at least 1"))
+	}
+	if o.MaxInFlightPerToken < 0 {
+		errs = append(errs, errors.New("--gateway-max-in-flight-per-token: at least 1, or 0 for a quarter of --gateway-max-in-flight"))
+	}
+	if o.IdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--gateway-idle-timeout %s: must be positive", o.IdleTimeout))
 	}
 	return errors.Join(errs...)
+}
+
+// inFlightPerToken is MaxInFlightPerToken, or its default.
+func (o *Options) inFlightPerToken() int {
+	if o.MaxInFlightPerToken > 0 {
+		return o.MaxInFlightPerToken
+	}
+	return max(1, o.MaxInFlight/4)
 }
 
 // Leaser is the APILeaser of o: LeaseAPIURL verified with LeaseAPICAFile
