@@ -38,6 +38,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, token, usernam
 		return
 	}
 	defer done()
+	authenticatedConn(r)
 	_, proxyURL, _ := g.leases.snapshot(h)
 	out := r.Clone(context.WithValue(r.Context(), proxyURLKey{}, proxyURL))
 	out.RequestURI = ""

@@ -189,7 +189,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	// shutdown, and so a handover, for net/http's 5 s: the tracker closes them.
 	unused := httpdrain.New(time.Now)
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10, IdleTimeout: g.opts.IdleTimeout,
-		ConnState: unused.ConnState, BaseContext: func(net.Listener) context.Context { return ctx }}
+		ConnState: unused.ConnState, BaseContext: func(net.Listener) context.Context { return ctx }, ConnContext: withSourceConn}
+	ln = (&sourceLimit{max: g.opts.MaxUnauthenticatedPerSource, pending: map[string]int{}}).listen(ln)
 	log.FromContext(ctx).Info("gateway serving", "addr", ln.Addr().String(), "leaseAPI", g.opts.LeaseAPIURL)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"net"
@@ -71,5 +72,84 @@ func TestIdleConnectionsClose(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("closed after %s idle, want about the idle timeout (300ms)", d)
+	}
+}
+
+// A source address holds at most --gateway-max-unauthenticated-per-source
+// connections on which nothing has leased: past it, new ones are closed as
+// they are accepted; one that leases, or closes, frees its place.
+func TestUnauthenticatedConnectionsPerSource(t *testing.T) {
+	o := DefaultOptions()
+	o.MaxUnauthenticatedPerSource = 3
+	g, err := New(o, Deps{Leaser: newFakeLeaser(time.Now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	// status sends a request on c (auth: a Proxy-Authorization value, or
+	// none) and returns its answer's status, or 0 if c was closed.
+	status := func(c net.Conn, auth string) int {
+		t.Helper()
+		req := "GET http://origin.invalid/ HTTP/1.1\r\nHost: origin.invalid\r\n"
+		if auth != "" {
+			req += "Proxy-Authorization: " + auth + "\r\n"
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte(req + "\r\n")); err != nil {
+			return 0
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return 0
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	var pending []net.Conn
+	for range 3 {
+		c := dial()
+		if got := status(c, ""); got != http.StatusProxyAuthRequired {
+			t.Fatalf("a connection within the bound: %d, want 407", got)
+		}
+		pending = append(pending, c)
+	}
+	if got := status(dial(), ""); got != 0 {
+		t.Fatalf("a fourth connection without a lease: answered %d, want it closed", got)
+	}
+	// One leases (its token is the fake's to accept): a place is free.
+	if got := status(pending[0], "Basic "+base64.StdEncoding.EncodeToString([]byte("u:tok"))); got == 0 || got == http.StatusProxyAuthRequired {
+		t.Fatalf("a request that leases: %d", got)
+	}
+	if got := status(dial(), ""); got != http.StatusProxyAuthRequired {
+		t.Fatalf("after a connection leased: %d, want a new connection answered 407", got)
+	}
+	// One closes: a place is free.
+	_ = pending[1].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for status(dial(), "") != http.StatusProxyAuthRequired {
+		if time.Now().After(deadline) {
+			t.Fatal("after a pending connection closed, new ones are still refused")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -28,8 +28,11 @@ const (
 	// DefaultIdleTimeout closes a client's keep-alive connection idle this
 	// long between requests (tunnels are not idle connections).
 	DefaultIdleTimeout = 60 * time.Second
-	DefaultAPITimeout  = 10 * time.Second
-	DefaultDialTimeout = 10 * time.Second
+	// DefaultMaxUnauthenticatedPerSource bounds one source address's
+	// connections on which nothing has leased yet.
+	DefaultMaxUnauthenticatedPerSource = 256
+	DefaultAPITimeout                  = 10 * time.Second
+	DefaultDialTimeout                 = 10 * time.Second
 )
 
 // DefaultReportStatuses are the origin statuses reported rate_limited for
@@ -68,6 +71,10 @@ type Options struct {
 	// IdleTimeout closes a client connection idle this long between
 	// requests, answered or refused.
 	IdleTimeout time.Duration
+	// MaxUnauthenticatedPerSource bounds the connections of one source
+	// address on which no request has leased yet; past it, new ones are
+	// closed as they are accepted.
+	MaxUnauthenticatedPerSource int
 	// APITimeout bounds a call to the lease API that does not wait (release,
 	// report, renew); DialTimeout the dial and CONNECT to a proxy.
 	APITimeout  time.Duration
@@ -78,7 +85,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{LeaseInProcess: true, LeaseTTL: DefaultLeaseTTL, SessionIdle: DefaultSessionIdle, ReportStatuses: DefaultReportStatuses(),
 		MaxInFlight: DefaultMaxInFlight, MaxSessionsPerToken: DefaultMaxSessionsPerToken, MaxInFlightPerSession: DefaultMaxInFlightPerSession,
-		IdleTimeout: DefaultIdleTimeout, APITimeout: DefaultAPITimeout, DialTimeout: DefaultDialTimeout}
+		IdleTimeout: DefaultIdleTimeout, MaxUnauthenticatedPerSource: DefaultMaxUnauthenticatedPerSource, APITimeout: DefaultAPITimeout, DialTimeout: DefaultDialTimeout}
 }
 
 // Enabled reports whether the gateway is served.
@@ -98,6 +105,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxInFlightPerToken, "gateway-max-in-flight-per-token", o.MaxInFlightPerToken, "Most requests and tunnels one token may have at once; past it, 429. 0: a quarter of --gateway-max-in-flight.")
 	fs.IntVar(&o.MaxInFlightPerSession, "gateway-max-in-flight-per-session", o.MaxInFlightPerSession, "Most requests and tunnels one sticky session may have at once; past it, 429.")
 	fs.DurationVar(&o.IdleTimeout, "gateway-idle-timeout", o.IdleTimeout, "A client connection idle this long between requests is closed.")
+	fs.IntVar(&o.MaxUnauthenticatedPerSource, "gateway-max-unauthenticated-per-source", o.MaxUnauthenticatedPerSource, "Most connections one source address may hold on which nothing has leased yet; past it, new ones are closed at once.")
 }
 
 // Validate reports every invalid option.
@@ -127,6 +135,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxInFlight < 1 || o.MaxSessionsPerToken < 1 || o.MaxInFlightPerSession < 1 {
 		errs = append(errs, errors.New("--gateway-max-in-flight, --gateway-max-sessions-per-token and --gateway-max-in-flight-per-session: at least 1"))
+	}
+	if o.MaxUnauthenticatedPerSource < 1 {
+		errs = append(errs, errors.New("--gateway-max-unauthenticated-per-source: at least 1"))
 	}
 	if o.MaxInFlightPerToken < 0 {
 		errs = append(errs, errors.New("--gateway-max-in-flight-per-token: at least 1, or 0 for a quarter of --gateway-max-in-flight"))

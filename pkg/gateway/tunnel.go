@@ -29,6 +29,7 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, token, username
 		return
 	}
 	defer done()
+	authenticatedConn(r)
 	addr, _, auth := g.leases.snapshot(h)
 	up, br, gerr, siteRefused := g.connect(r.Context(), addr, auth, authority)
 	if gerr != nil {
@@ -118,8 +119,8 @@ func pipe(dst, src net.Conn, pool *sync.Pool) int64 {
 			break
 		}
 	}
-	if tc, ok := dst.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
 	} else {
 		_ = dst.Close()
 	}

@@ -87,6 +87,8 @@ func startRig(b *testing.B, n, perProxy int) *rig {
 	// other replica's gateway leases through the API (plain HTTP here).
 	o := gateway.DefaultOptions()
 	o.Addr, o.LeaseAPIURL = "127.0.0.1:0", apiSrv.URL
+	// One token from one address holds every tunnel of the benchmark.
+	o.MaxInFlightPerToken, o.MaxInFlightPerSession, o.MaxUnauthenticatedPerSource = o.MaxInFlight, o.MaxInFlight, o.MaxInFlight
 	leader, err := o.Leaser(nil, &gateway.LocalAPI{Handler: api.Handler(), Serving: l.Ready})
 	if err != nil {
 		b.Fatal(err)
