@@ -26,6 +26,9 @@ func (r *ProxyReconciler) reconcileExternal(_ context.Context, rc *reconcileCtx)
 		clearHealth(p)
 		p.Status.IP = p.Spec.Endpoint.Host
 	}
+	if !p.HealthIsAboutThisAddress() {
+		clearHealth(p) // the port changed: a verdict about another address is not about this one
+	}
 	r.setProvisioned(p, metav1.ConditionTrue, crawlv1alpha1.ReasonExternalEndpoint, "external endpoint "+p.ProxyURL())
 	r.applyHealth(rc)
 	return ctrl.Result{}, nil

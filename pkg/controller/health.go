@@ -27,7 +27,7 @@ type HealthSource interface {
 }
 
 // applyHealth stages the engine's verdict, if any, into the Healthy
-// condition, latencyMillis and lastHealthCheckTime, and emits Unhealthy /
+// condition, probedURL, latencyMillis and lastHealthCheckTime, and emits Unhealthy /
 // Recovered events on verdict flips. A nil Health or a missing snapshot
 // leaves status as it is.
 func (r *ProxyReconciler) applyHealth(rc *reconcileCtx) {
@@ -55,6 +55,7 @@ func (r *ProxyReconciler) applyHealth(rc *reconcileCtx) {
 		msg = fmt.Sprintf("probe through %s %s", p.ProxyURL(), map[bool]string{true: "succeeded", false: "failed"}[snap.Healthy])
 	}
 	r.setCondition(p, crawlv1alpha1.ConditionHealthy, status, reason, msg)
+	p.Status.ProbedURL = p.ProxyURL()
 	if snap.Latency > 0 {
 		ms := snap.Latency.Milliseconds()
 		p.Status.LatencyMillis = &ms

@@ -144,6 +144,7 @@ func clearInstance(p *crawlv1alpha1.Proxy) {
 
 func clearHealth(p *crawlv1alpha1.Proxy) {
 	meta.RemoveStatusCondition(&p.Status.Conditions, crawlv1alpha1.ConditionHealthy)
+	p.Status.ProbedURL = ""
 	p.Status.LatencyMillis = nil
 	p.Status.LastHealthCheckTime = nil
 }

@@ -370,7 +370,7 @@ func (e *Engine) schedule(st *proxyState, now time.Time) {
 }
 
 // newState starts tracking a proxy. A Healthy condition already in status
-// (leader handover, operator restart) seeds the verdict and the reported
+// about its current address (leader handover, operator restart) seeds the verdict and the reported
 // markers with counters zeroed, so a healthy fleet does not flap on restart
 // yet a real transition still needs a full threshold run; its first probe
 // is jittered across the interval to spread the restart. A never-probed
@@ -378,8 +378,8 @@ func (e *Engine) schedule(st *proxyState, now time.Time) {
 func (e *Engine) newState(p *crawlv1alpha1.Proxy, id identity, now time.Time) *proxyState {
 	st := &proxyState{id: id, due: now, spread: true}
 	c := p.Condition(crawlv1alpha1.ConditionHealthy)
-	if c == nil || (c.Status != metav1.ConditionTrue && c.Status != metav1.ConditionFalse) {
-		return st
+	if c == nil || (c.Status != metav1.ConditionTrue && c.Status != metav1.ConditionFalse) || !p.HealthIsAboutThisAddress() {
+		return st // nothing to seed from, or a verdict about another address
 	}
 	st.spread = false
 	st.hasVerdict, st.healthy = true, c.Status == metav1.ConditionTrue

@@ -317,6 +317,20 @@ func TestSeedingOnHandover(t *testing.T) {
 			t.Fatalf("recovery not reported: %+v", snap)
 		}
 	})
+	t.Run("a verdict about another address is not seeded", func(t *testing.T) {
+		h := newHarness(t, Options{})
+		h.e.jitter = func(d time.Duration) time.Duration { return 7 * time.Second }
+		p := newProxy("a", healthyCond(metav1.ConditionTrue, 50, t0))
+		p.Status.ProbedURL = "http://10.0.0.1:6443" // the endpoint's port changed since
+		h.reader.set(p)
+		h.prober.push(key("a"), ok(10))
+		if got := h.round(); len(got) != 1 {
+			t.Fatalf("probed %v at the first tick, want the proxy at once", got)
+		}
+		if snap, _ := h.e.Snapshot(key("a")); len(h.events()) != 1 || !snap.Healthy || snap.ProxyURL != "http://10.0.0.1:3128" {
+			t.Fatalf("first verdict at the new address not reported: %+v", snap)
+		}
+	})
 	t.Run("Unknown condition counts as never probed", func(t *testing.T) {
 		h := newHarness(t, Options{})
 		h.e.jitter = func(d time.Duration) time.Duration { return 7 * time.Second }

@@ -47,6 +47,20 @@ func TestProxyInfoFromProxy(t *testing.T) {
 			func(i ProxyInfo) ProxyInfo { i.Healthy, i.URL, i.Host, i.Port = false, "", "", 0; return i }},
 		{"no latency", func(p *crawlv1alpha1.Proxy) { p.Status.LatencyMillis = nil },
 			func(i ProxyInfo) ProxyInfo { i.LatencyMillis = 0; return i }},
+		{"probed at this address", func(p *crawlv1alpha1.Proxy) { p.Status.ProbedURL = "http://10.0.0.7:3128" },
+			func(i ProxyInfo) ProxyInfo { return i }},
+		// The verdict does not follow the proxy to another address: not
+		// offered until a probe through the new one passes.
+		{"probed at another address", func(p *crawlv1alpha1.Proxy) { p.Status.ProbedURL = "http://10.0.0.7:6443" },
+			func(i ProxyInfo) ProxyInfo { i.Healthy = false; return i }},
+		{"external endpoint moved to another port", func(p *crawlv1alpha1.Proxy) {
+			p.Spec.Mode = crawlv1alpha1.ModeExternal
+			p.Spec.Endpoint = &crawlv1alpha1.Endpoint{Host: "proxy.example.net", Port: 6443}
+			p.Status.ProbedURL = "http://proxy.example.net:8080"
+		}, func(i ProxyInfo) ProxyInfo {
+			i.URL, i.Host, i.Port, i.External, i.Healthy = "http://proxy.example.net:6443", "proxy.example.net", 6443, true, false
+			return i
+		}},
 		{"external endpoint", func(p *crawlv1alpha1.Proxy) {
 			p.Spec.Mode = crawlv1alpha1.ModeExternal
 			p.Spec.Endpoint = &crawlv1alpha1.Endpoint{Host: "proxy.example.net", Port: 8080}

@@ -62,9 +62,17 @@ func (p *Proxy) Condition(condType string) *metav1.Condition {
 	return meta.FindStatusCondition(p.Status.Conditions, condType)
 }
 
-// IsHealthy reports whether the Healthy condition is True.
+// IsHealthy reports whether the Healthy condition is True and about the
+// proxy's current address (status.probedURL).
 func (p *Proxy) IsHealthy() bool {
-	return p != nil && meta.IsStatusConditionTrue(p.Status.Conditions, ConditionHealthy)
+	return p != nil && meta.IsStatusConditionTrue(p.Status.Conditions, ConditionHealthy) && p.HealthIsAboutThisAddress()
+}
+
+// HealthIsAboutThisAddress reports whether the Healthy condition, if any, was
+// probed at the proxy's current URL (or by an operator that did not record
+// where: status.probedURL empty).
+func (p *Proxy) HealthIsAboutThisAddress() bool {
+	return p.Status.ProbedURL == "" || p.Status.ProbedURL == p.ProxyURL()
 }
 
 // IsProvisioned reports whether the Provisioned condition is True.

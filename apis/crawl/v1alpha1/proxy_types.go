@@ -425,6 +425,15 @@ type ProxyStatus struct {
 	// +optional
 	IP string `json:"ip,omitempty"`
 
+	// probedURL is the proxy URL the Healthy condition is about. A verdict
+	// does not follow the proxy to another address: while probedURL is not
+	// the proxy's URL, it is not leased out, until a probe through the new
+	// address passes. Empty on objects an older operator wrote (their
+	// condition is trusted until the next verdict).
+	// +kubebuilder:validation:MaxLength=300
+	// +optional
+	ProbedURL string `json:"probedURL,omitempty"`
+
 	// latencyMillis is the last reported probe latency through the proxy, in
 	// milliseconds.
 	// +kubebuilder:validation:Minimum=0

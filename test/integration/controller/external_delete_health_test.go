@@ -13,6 +13,7 @@ import (
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/health"
+	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 )
 
@@ -197,5 +198,58 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	})
 	if got := e.get("steady"); got.Status.IP != "192.0.2.77" {
 		t.Errorf("ip = %q after the change", got.Status.IP)
+	}
+}
+
+// A verdict does not follow a proxy to another address (an External
+// proxy's port patched to kube-apiserver's was leased at once with the new
+// URL): from the moment the endpoint changes, the lease store does not offer
+// the proxy, and the Healthy condition is cleared, until a verdict about the
+// new address comes.
+func TestEndpointChangeResetsHealth(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	e.create(&crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "moves"},
+		Spec: crawlv1alpha1.ProxySpec{
+			Mode:     crawlv1alpha1.ModeExternal,
+			Endpoint: &crawlv1alpha1.Endpoint{Host: "127.0.0.7", Port: 8888},
+		},
+	})
+	e.waitCondition("moves", crawlv1alpha1.ConditionProvisioned, metav1.ConditionTrue, crawlv1alpha1.ReasonExternalEndpoint)
+	e.health.set(e.key("moves"), health.Snapshot{Healthy: true, CheckedAt: time.Now(), ProxyURL: "http://127.0.0.7:8888"})
+	e.notify("moves")
+	p := e.waitProxy("moves", "Ready", func(p *crawlv1alpha1.Proxy) bool { return p.Status.Phase == crawlv1alpha1.PhaseReady })
+	if p.Status.ProbedURL != "http://127.0.0.7:8888" || !lease.ProxyInfoFromProxy(p).Healthy {
+		t.Fatalf("healthy at its address: probedURL %q, offered %v", p.Status.ProbedURL, lease.ProxyInfoFromProxy(p).Healthy)
+	}
+
+	p.Spec.Endpoint.Port = 6443
+	if err := e.c.Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	// What the store's informer sees first: the spec changed, the status not
+	// yet.
+	if lease.ProxyInfoFromProxy(p).Healthy {
+		t.Error("the moved proxy is offered with the verdict about its old address")
+	}
+	p = e.waitProxy("moves", "health cleared", func(p *crawlv1alpha1.Proxy) bool {
+		return meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionHealthy) == nil
+	})
+	if p.Status.Phase == crawlv1alpha1.PhaseReady || p.Status.ProbedURL != "" || lease.ProxyInfoFromProxy(p).Healthy {
+		t.Errorf("after the move: %s, probedURL %q, offered %v", describe(p), p.Status.ProbedURL, lease.ProxyInfoFromProxy(p).Healthy)
+	}
+
+	// The old verdict is still the engine's last word: not applied.
+	e.notify("moves")
+	time.Sleep(500 * time.Millisecond)
+	if got := e.get("moves"); meta.FindStatusCondition(got.Status.Conditions, crawlv1alpha1.ConditionHealthy) != nil {
+		t.Fatalf("the verdict about the old address was applied again: %s", describe(got))
+	}
+	e.health.set(e.key("moves"), health.Snapshot{Healthy: true, CheckedAt: time.Now(), ProxyURL: "http://127.0.0.7:6443"})
+	e.notify("moves")
+	p = e.waitProxy("moves", "Ready at the new address", func(p *crawlv1alpha1.Proxy) bool { return p.Status.Phase == crawlv1alpha1.PhaseReady })
+	if p.Status.ProbedURL != "http://127.0.0.7:6443" || !lease.ProxyInfoFromProxy(p).Healthy {
+		t.Errorf("healthy at its new address: probedURL %q, offered %v", p.Status.ProbedURL, lease.ProxyInfoFromProxy(p).Healthy)
 	}
 }
