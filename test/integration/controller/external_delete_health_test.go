@@ -22,13 +22,7 @@ import (
 func TestExternalMode(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
-	e.create(&crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "ext"},
-		Spec: crawlv1alpha1.ProxySpec{
-			Mode:     crawlv1alpha1.ModeExternal,
-			Endpoint: &crawlv1alpha1.Endpoint{Host: "127.0.0.7", Port: 8888},
-		},
-	})
+	e.create(e.external("ext", "127.0.0.7", 8888))
 	p := e.waitCondition("ext", crawlv1alpha1.ConditionProvisioned, metav1.ConditionTrue, crawlv1alpha1.ReasonExternalEndpoint)
 	if p.Status.IP != "127.0.0.7" || p.Status.ProviderID != "" {
 		t.Errorf("status ip=%q providerID=%q, want 127.0.0.7 and none", p.Status.IP, p.Status.ProviderID)
@@ -209,13 +203,7 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 func TestEndpointChangeResetsHealth(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
-	e.create(&crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "moves"},
-		Spec: crawlv1alpha1.ProxySpec{
-			Mode:     crawlv1alpha1.ModeExternal,
-			Endpoint: &crawlv1alpha1.Endpoint{Host: "127.0.0.7", Port: 8888},
-		},
-	})
+	e.create(e.external("moves", "127.0.0.7", 8888))
 	e.waitCondition("moves", crawlv1alpha1.ConditionProvisioned, metav1.ConditionTrue, crawlv1alpha1.ReasonExternalEndpoint)
 	e.health.set(e.key("moves"), health.Snapshot{Healthy: true, CheckedAt: time.Now(), ProxyURL: "http://127.0.0.7:8888"})
 	e.notify("moves")

@@ -235,6 +235,17 @@ func (e *env) managed(name string) *crawlv1alpha1.Proxy {
 	}
 }
 
+// external returns an External Proxy at host:port.
+func (e *env) external(name, host string, port int32) *crawlv1alpha1.Proxy {
+	return &crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name},
+		Spec: crawlv1alpha1.ProxySpec{
+			Mode:     crawlv1alpha1.ModeExternal,
+			Endpoint: &crawlv1alpha1.Endpoint{Host: host, Port: port},
+		},
+	}
+}
+
 func (e *env) create(obj client.Object) {
 	e.t.Helper()
 	if err := e.c.Create(context.Background(), obj); err != nil {
