@@ -198,11 +198,13 @@ func TestAgentRunsPodsAsProcesses(t *testing.T) {
 	roPod := waitPod(t, cs, "app-ro", func(p *corev1.Pod) bool { return p.Spec.NodeName == "pods-node" && podIsReady(p) })
 	roLoop, _ := nodeagent.PodLoopback(netip.MustParseAddr(roPod.Status.PodIP))
 	roBase := "http://" + net.JoinHostPort(roLoop.String(), "9000")
-	cwd, err := os.Getwd() // on the root file system, outside /tmp
-	if err != nil {
-		t.Fatal(err)
+	// A directory of the root file system that no volume covers (the
+	// checkout may lie under /tmp, which the emptyDir does).
+	rootDir := "/var/tmp"
+	if _, err := os.Stat(rootDir); err != nil {
+		rootDir = "/"
 	}
-	onRoot := filepath.Join(cwd, "podapp-"+string(roPod.UID))
+	onRoot := filepath.Join(rootDir, "podapp-"+string(roPod.UID))
 	if code, msg := write(roBase, onRoot); code != http.StatusInternalServerError || !strings.Contains(msg, "read-only file system") {
 		t.Errorf("a pod with a read-only root wrote to its root: %d %q, want 500 read-only file system", code, msg)
 		_ = os.Remove(onRoot)
