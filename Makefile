@@ -64,15 +64,21 @@ auth-helper: ## build bin/proxy-auth-helper, the Squid auth helper every proxy r
 test: tools squid python prometheus ## everything: unit, then integration and e2e (installs tools and squid first)
 	$(MAKE) test-unit
 	$(MAKE) test-integration
+	$(MAKE) test-realnode
 
 .PHONY: test-unit
-test-unit: tools prometheus python ## unit tests with the race detector (hack/image runs the built operator on a control plane), and the Python client's and middleware's (pytest, both Twisted reactors)
+test-unit: tools prometheus python image-deps ## unit tests with the race detector (hack/image runs the built operator on a control plane), and the Python client's and middleware's (pytest, both Twisted reactors)
 	$(GO) test -race ./apis/... ./artifacts/... ./pkg/... ./cmd/... ./examples/... ./hack/...
 	$(PYTHON) -m pytest -p no:cacheprovider -v clients/python
 
 .PHONY: test-integration
 test-integration: tools squid python auth-helper ## tests under test/ against real control planes, one package at a time
 	$(GO) test -p $(INTEGRATION_P) -timeout $(INTEGRATION_TIMEOUT) $(INTEGRATION_FLAGS) ./test/...
+
+.PHONY: test-realnode
+test-realnode: cluster-images ## the README on a real node: brings up make cluster, runs test/e2e/realnode on it, tears it down (needs root)
+	$(GO) build -o bin/cluster ./hack/cluster
+	hack/test-realnode.sh
 
 # Built and exec'd (not `go run`) so that make waits for the teardown and a
 # SIGTERM sent to make reaches the dev process itself.
@@ -82,12 +88,47 @@ dev: tools squid auth-helper ## run the local environment in the foreground unti
 	$(GO) build -o bin/proxy-operator ./cmd/proxy-operator
 	exec bin/dev -operator-binary bin/proxy-operator $(DEV_ARGS)
 
+IMAGE_VERSION = $$(git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_STAMP = -version "$(IMAGE_VERSION)" -revision "$$(git rev-parse HEAD 2>/dev/null)" -epoch "$$(git log -1 --format=%ct 2>/dev/null || echo 0)"
+# Where `make cluster` and test/e2e/realnode find their images: none is pulled.
+IMAGE_REGISTRY ?= proxy-operator.local
+
 .PHONY: image
-image: ## OCI image of the operator for linux/amd64 and linux/arm64 into bin/image (no Docker; reproducible from the commit)
-	$(GO) run ./hack/image -out bin/image -tar bin/proxy-operator-image.tar \
-		-version "$$(git describe --tags --always --dirty 2>/dev/null || echo dev)" \
-		-revision "$$(git rev-parse HEAD 2>/dev/null)" \
-		-epoch "$$(git log -1 --format=%ct 2>/dev/null || echo 0)"
+image: image-deps ## OCI image of the operator (linux/amd64, linux/arm64) into bin/image, and this machine's Squid (Debian's package, UID 13) and test toolbox (busybox, curl) images as tarballs in bin/ (no Docker; reproducible from the commit and the packages)
+	$(GO) run ./hack/image -out bin/image -tar bin/proxy-operator-image.tar $(IMAGE_STAMP)
+	$(GO) run ./hack/image -image squid -tar bin/squid-image.tar -ref $(IMAGE_REGISTRY)/squid:$(IMAGE_VERSION) $(IMAGE_STAMP)
+	$(GO) run ./hack/image -image toolbox -tar bin/toolbox-image.tar -ref $(IMAGE_REGISTRY)/toolbox:$(IMAGE_VERSION) $(IMAGE_STAMP)
+
+.PHONY: image-deps
+image-deps: squid ## apt-get install what the Squid and toolbox images are made of (squid, busybox-static, curl) if missing
+	hack/install-image-deps.sh
+
+# `make cluster`'s images, for this machine's architecture only: the three
+# of `make image`, and the node's own (pause, CoreDNS, kube-network-policies).
+.PHONY: cluster-images
+cluster-images: image-deps cluster-tools
+	@mkdir -p bin/cluster-images
+	$(GO) build -o bin/image ./hack/image
+	$(GO) build -trimpath -ldflags "-s -w" -o bin/pause ./hack/cluster/pause
+	bin/image -platforms linux/$$($(GO) env GOARCH) -out bin/cluster-images/operator-layout -tar bin/cluster-images/operator.tar -ref $(IMAGE_REGISTRY)/proxy-operator:$(IMAGE_VERSION) $(IMAGE_STAMP)
+	rm -rf bin/cluster-images/operator-layout
+	bin/image -image squid -tar bin/cluster-images/squid.tar -ref $(IMAGE_REGISTRY)/squid:$(IMAGE_VERSION) $(IMAGE_STAMP)
+	bin/image -image toolbox -tar bin/cluster-images/toolbox.tar -ref $(IMAGE_REGISTRY)/toolbox:$(IMAGE_VERSION) $(IMAGE_STAMP)
+	bin/image -image binary -binary bin/pause -tar bin/cluster-images/pause.tar -ref $(IMAGE_REGISTRY)/pause:$(IMAGE_VERSION) $(IMAGE_STAMP)
+	bin/image -image binary -binary bin/coredns -user 65532:65532 -tar bin/cluster-images/coredns.tar -ref $(IMAGE_REGISTRY)/coredns:$$(cat bin/.coredns.version) $(IMAGE_STAMP)
+	bin/image -image binary -binary bin/kube-network-policies -tar bin/cluster-images/kube-network-policies.tar -ref $(IMAGE_REGISTRY)/kube-network-policies:$$(cat bin/.kube-network-policies.version) $(IMAGE_STAMP)
+
+.PHONY: cluster-tools
+cluster-tools: tools ## build the node's pinned parts into bin/ (kubelet, kube-scheduler, kube-proxy, CoreDNS, kube-network-policies) and apt-get install containerd, runc and the CNI plugins if missing
+	hack/tools/install.sh cluster
+	hack/install-cluster-deps.sh
+
+# Built and exec'd, as dev is: Ctrl-C (or SIGTERM to make) reaches it, and
+# make waits for the teardown.
+.PHONY: cluster
+cluster: cluster-images ## a one-node cluster (kubelet, containerd, runc, kube-proxy, CoreDNS, kube-network-policies) in the foreground until Ctrl-C; writes .cluster/kubeconfig, .cluster/images, .cluster/ready (needs root)
+	$(GO) build -o bin/cluster ./hack/cluster
+	exec bin/cluster $(CLUSTER_ARGS)
 
 .PHONY: bench
 bench: ## Go benchmarks (speed and memory targets)
@@ -115,4 +156,4 @@ checkpoint-faults: tools ## the lease checkpoint (3 shards) under CHECKPOINT_FAU
 
 .PHONY: clean
 clean: ## remove build outputs and .dev/ (keeps the slow bin/ tool builds)
-	rm -rf .dev bin/proxy-operator bin/dev bin/proxy-auth-helper
+	rm -rf .dev bin/proxy-operator bin/dev bin/proxy-auth-helper bin/cluster bin/cluster-images

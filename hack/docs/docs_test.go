@@ -17,7 +17,7 @@ import (
 const root = "../.."
 
 // toolFlags are the flags of other programs the docs show (kubectl, helm,
-// curl, pip, go, skopeo, scrapy, the auth helper's Go flags).
+// curl, pip, go, skopeo, scrapy, nsenter, ctr, the auth helper's Go flags).
 var toolFlags = []string{
 	// kubectl
 	"--all", "--cache-dir", "--dry-run", "--for", "--image", "--kubeconfig", "--namespace", "--restart", "--rm",
@@ -34,6 +34,8 @@ var toolFlags = []string{
 	"--target", "--user", "--break-system-packages", "--version", "--help",
 	// cmd/proxy-auth-helper
 	"--config", "--install-to",
+	// nsenter, ctr (make cluster's debugging)
+	"--net", "--address",
 }
 
 // documents are the files the test reads, relative to the repository root.

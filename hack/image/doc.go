@@ -9,6 +9,15 @@
 //
 //	go run ./hack/image -out bin/image -version v0.4.0 -epoch 1700000000
 //
+// With -image it builds, for this machine's architecture and from its own
+// files, one of the images besides the operator's, as a tarball named by
+// -ref: "squid" (Debian's squid package and the libraries it loads, the
+// user proxy (13), a configuration of its own that the operator's pods
+// replace with their Secret's), "toolbox" (busybox-static and curl, for the
+// tests' pods) and "binary" (one static binary: the pause, CoreDNS and
+// NetworkPolicy agent images of make cluster). The same packages and epoch
+// give the same digest; the Debian versions are labels.
+//
 // It builds the binary with the go command and imports nothing of the
 // module but test/controlplane and test/framework in its tests; nothing may
 // import it.

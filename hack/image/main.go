@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -63,6 +64,10 @@ func main() {
 	flag.Int64Var(&epoch, "epoch", 0, "Unix time of every timestamp in the image (default: $SOURCE_DATE_EPOCH, else 0)")
 	flag.StringVar(&o.CACerts, "ca-certs", "/etc/ssl/certs/ca-certificates.crt", "CA bundle to put into the image")
 	flag.StringVar(&o.Package, "package", "./cmd/proxy-operator", "main package to build")
+	kind := flag.String("image", "operator", "which image: operator, or one for this machine's architecture from its files: "+strings.Join(hostImageNames(), ", "))
+	binary := flag.String("binary", "", "-image binary: the static binary the image runs")
+	user := flag.String("user", "0:0", "-image binary: the user it runs as")
+	ref := flag.String("ref", "", "image reference written into the -tar tarball (what `ctr images import` names it)")
 	flag.Parse()
 	if epoch == 0 {
 		if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
@@ -73,6 +78,12 @@ func main() {
 	}
 	o.Epoch = time.Unix(epoch, 0).UTC()
 	o.Platforms = strings.Split(platforms, ",")
+	if *kind != "operator" {
+		if err := writeHostImage(*kind, *binary, *user, *ref, tarPath, o); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	work, err := os.MkdirTemp("", "proxy-operator-image-")
 	if err != nil {
 		fatal(err)
@@ -96,11 +107,63 @@ func main() {
 	}
 	fmt.Printf("%s: OCI image index %s (%s)\n", out, digest, strings.Join(o.Platforms, ", "))
 	if tarPath != "" {
-		if err := tarball.WriteToFile(tarPath, nil, images[0]); err != nil {
-			fatal(fmt.Errorf("writing %s: %w", tarPath, err))
+		if err := writeTarball(tarPath, *ref, images[0]); err != nil {
+			fatal(err)
 		}
 		fmt.Printf("%s: %s image tarball\n", tarPath, o.Platforms[0])
 	}
+}
+
+// writeHostImage builds one of the images from this machine's files into
+// a tarball.
+func writeHostImage(kind, binary, user, ref, tarPath string, o Options) error {
+	var h hostImage
+	switch kind {
+	case "squid":
+		h = squidImage()
+	case "toolbox":
+		h = toolboxImage()
+	case "binary":
+		if binary == "" {
+			return errors.New("-image binary needs -binary")
+		}
+		h = binaryImage(binary, user)
+	default:
+		return fmt.Errorf("-image %q: want operator, %s", kind, strings.Join(hostImageNames(), ", "))
+	}
+	if tarPath == "" {
+		return fmt.Errorf("-image %s needs -tar", kind)
+	}
+	img, err := buildHostImage(h, "/", o.Epoch, o.Version, o.Revision)
+	if err != nil {
+		return err
+	}
+	if err := writeTarball(tarPath, ref, img); err != nil {
+		return err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: %s image %s %s\n", tarPath, kind, ref, digest)
+	return nil
+}
+
+// writeTarball writes img as a docker-loadable tarball, named ref when
+// given.
+func writeTarball(tarPath, ref string, img v1.Image) error {
+	var tag name.Reference
+	if ref != "" {
+		t, err := name.NewTag(ref)
+		if err != nil {
+			return fmt.Errorf("-ref %q: %w", ref, err)
+		}
+		tag = t
+	}
+	if err := tarball.WriteToFile(tarPath, tag, img); err != nil {
+		return fmt.Errorf("writing %s: %w", tarPath, err)
+	}
+	return nil
 }
 
 func fatal(err error) {
@@ -181,6 +244,8 @@ type entry struct {
 	uid, gid int
 	data     []byte
 	dir      bool
+	// link, when set, makes the entry a symlink to it.
+	link string
 }
 
 // layerOf writes entries, in the order given, with every timestamp at epoch.
@@ -192,8 +257,11 @@ func layerOf(entries []entry, epoch time.Time) (v1.Layer, error) {
 			Name: e.name, Mode: e.mode, Uid: e.uid, Gid: e.gid, ModTime: epoch, Format: tar.FormatPAX,
 			Typeflag: tar.TypeReg, Size: int64(len(e.data)),
 		}
-		if e.dir {
+		switch {
+		case e.dir:
 			h.Typeflag, h.Size = tar.TypeDir, 0
+		case e.link != "":
+			h.Typeflag, h.Size, h.Linkname = tar.TypeSymlink, 0, e.link
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err

@@ -3,8 +3,11 @@
 # control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
 # kubectl, pinned in this module) and helm (hack/tools/helm, a module of its own: the chart's tests
 # run it); with "lint" the linters (staticcheck, pinned in hack/tools/lint,
-# a module of its own). A binary whose stamp names the pinned version is
-# kept, so only the first run pays the ~10 minute cold build.
+# a module of its own); with "cluster" the node's parts for `make cluster`
+# (kubelet, kube-scheduler and kube-proxy from this module, CoreDNS and
+# kube-network-policies from modules of their own). A binary whose stamp
+# names the pinned version is kept, so only the first run pays the ~10
+# minute cold build.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,6 +35,17 @@ build() { # name version import-path ldflags [module-dir]
 if [[ ${1:-} == lint ]]; then
 	staticcheck_version=$(cd "$here/lint" && go list -m -f '{{.Version}}' honnef.co/go/tools)
 	build staticcheck "$staticcheck_version" honnef.co/go/tools/cmd/staticcheck "" "$here/lint"
+	exit 0
+fi
+
+if [[ ${1:-} == cluster ]]; then
+	build kube-scheduler "$k8s_version" k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
+	build kube-proxy "$k8s_version" k8s.io/kubernetes/cmd/kube-proxy "$k8s_ldflags"
+	build kubelet "$k8s_version" k8s.io/kubernetes/cmd/kubelet "$k8s_ldflags"
+	coredns_version=$(cd "$here/coredns" && go list -m -f '{{.Version}}' github.com/coredns/coredns)
+	CGO_ENABLED=0 build coredns "$coredns_version" github.com/coredns/coredns "-s -w" "$here/coredns"
+	netpol_version=$(cd "$here/netpol" && go list -m -f '{{.Version}}' sigs.k8s.io/kube-network-policies)
+	CGO_ENABLED=0 build kube-network-policies "$netpol_version" sigs.k8s.io/kube-network-policies/cmd "-s -w" "$here/netpol"
 	exit 0
 fi
 

@@ -74,6 +74,15 @@ type Options struct {
 	// APIServerFlags add to or override kube-apiserver flags (keys without
 	// leading dashes, e.g. "v": "4").
 	APIServerFlags map[string]string
+	// ServingHosts are names and addresses the serving certificate holds
+	// besides loopback and the kubernetes Service's names: a real node's
+	// address and the Service's ClusterIP, when kube-apiserver serves one
+	// (make cluster).
+	ServingHosts []string
+	// KubeletClient makes kube-apiserver present a client certificate
+	// (group system:masters) to kubelets, for logs, exec and port-forward
+	// on a real node.
+	KubeletClient bool
 	// EtcdFlags add to or override etcd flags.
 	EtcdFlags map[string]string
 	// ControllerManager also runs kube-controller-manager with
@@ -301,12 +310,21 @@ func (cp *ControlPlane) writeCerts() error {
 	if err != nil {
 		return err
 	}
-	serving, err := cp.servingCA.issue("kube-apiserver", nil, x509.ExtKeyUsageServerAuth, []string{
+	serving, err := cp.servingCA.issue("kube-apiserver", nil, x509.ExtKeyUsageServerAuth, append([]string{
 		"127.0.0.1", "::1", "10.0.0.1", "localhost",
 		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
-	})
+	}, cp.opts.ServingHosts...))
 	if err != nil {
 		return err
+	}
+	if cp.opts.KubeletClient {
+		kubeletClient, err := cp.clientCA.issue("kube-apiserver-kubelet-client", []string{"system:masters"}, x509.ExtKeyUsageClientAuth, nil)
+		if err != nil {
+			return err
+		}
+		if _, _, err := kubeletClient.write(dir, "kubelet-client"); err != nil {
+			return err
+		}
 	}
 	if cp.admin, err = cp.clientCA.issue(AdminUser, []string{"system:masters"}, x509.ExtKeyUsageClientAuth, nil); err != nil {
 		return err
@@ -415,6 +433,11 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, port int) error {
 		// Exit promptly on SIGTERM; Stop kills after a grace period anyway.
 		"shutdown-delay-duration": "0s",
 		"profiling":               "false",
+	}
+	if cp.opts.KubeletClient {
+		flags["kubelet-client-certificate"] = filepath.Join(pki, "kubelet-client.crt")
+		flags["kubelet-client-key"] = filepath.Join(pki, "kubelet-client.key")
+		flags["kubelet-preferred-address-types"] = "InternalIP"
 	}
 	mergeFlags(flags, cp.opts.APIServerFlags)
 	p, err := startProcess("kube-apiserver", filepath.Join(cp.opts.BinDir, "kube-apiserver"), flagArgs(flags), cp.APIServerLogPath, cp.opts.Out)

@@ -25,6 +25,14 @@ app.kubernetes.io/name: proxy-operator
 {{- end -}}
 {{- end }}
 
+{{- define "proxy-operator.squidImage" -}}
+{{- if .Values.squidImage.digest -}}
+{{ .Values.squidImage.repository }}@{{ .Values.squidImage.digest }}
+{{- else -}}
+{{ .Values.squidImage.repository }}:{{ .Values.squidImage.tag }}
+{{- end -}}
+{{- end }}
+
 {{/* The Secret holding tls.crt, tls.key and ca.crt when the operator does not issue its own. */}}
 {{- define "proxy-operator.tlsSecret" -}}
 {{- if eq .Values.tls.mode "certManager" -}}
