@@ -2,6 +2,8 @@ package proxies_test
 
 import (
 	"net"
+
+	"github.com/google/go-cmp/cmp"
 	"slices"
 	"testing"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/artifacts/proxies"
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // The policy selects every Squid pod the provider makes (whatever the
@@ -80,5 +83,26 @@ func TestNetworkPolicy(t *testing.T) {
 		if got := allowed(ip); got != want {
 			t.Errorf("egress to %s allowed = %v, want %v", ip, got, want)
 		}
+	}
+}
+
+// The manifest is the policy the operator keeps in each namespace of Squid
+// pods (--kubernetes-network-policy) with no --proxy-*-cidrs flag: applying
+// it by hand changes nothing the operator made.
+func TestNetworkPolicyIsTheOperators(t *testing.T) {
+	b, err := proxies.FS.ReadFile("networkpolicy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var np networkingv1.NetworkPolicy
+	if err := yaml.UnmarshalStrict(b, &np); err != nil {
+		t.Fatal(err)
+	}
+	want := kubernetes.NetworkPolicy("", "proxy-operator-system", proxyauth.Egress{})
+	if diff := cmp.Diff(want.Spec, np.Spec); diff != "" {
+		t.Errorf("artifacts/proxies differs from the operator's policy (-operator +manifest):\n%s", diff)
+	}
+	if np.Name != kubernetes.NetworkPolicyName {
+		t.Errorf("name %q, want %q", np.Name, kubernetes.NetworkPolicyName)
 	}
 }

@@ -29,3 +29,9 @@ package rbac
 // instance tag (provider.InstallationTag), when --instance-tag is unset.
 //
 // +kubebuilder:rbac:groups="",resources=namespaces,resourceNames=kube-system,verbs=get
+//
+// The kubernetes provider keeps its Squid pods' NetworkPolicy in each
+// namespace that has them (pkg/provider/kubernetes keepNetworkPolicy): it
+// creates it, and adds each pod as an owner.
+//
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;create;update

@@ -18,7 +18,7 @@
 // NetworkPolicy agent images of make cluster). The same packages and epoch
 // give the same digest; the Debian versions are labels.
 //
-// It builds the binary with the go command and imports nothing of the
-// module but test/controlplane and test/framework in its tests; nothing may
-// import it.
+// It builds the binary with the go command. Of the module it imports
+// pkg/proxyauth alone (the Squid image's access rules), and its tests
+// test/controlplane and test/framework; nothing may import it.
 package main

@@ -14,6 +14,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // The images besides the operator's. They are built from this machine's
@@ -32,13 +34,16 @@ const (
 	BusyboxPath = "/bin/busybox"
 )
 
-// squidConf is the image's own configuration: a forward proxy on 3128 for
-// the cluster's private ranges, no cache, logs to the container's streams,
-// and every file Squid writes under the directories the pod mounts
-// writable.
-const squidConf = `http_port 3128
+// squidConf is the image's own configuration, for a pod without
+// credentials: a forward proxy on 3128 for clients of the cluster's private
+// ranges to the public internet only (proxyauth's default Egress, as the
+// operator's own configuration has), no cache, logs to the container's
+// streams, and every file Squid writes under the directories the pod
+// mounts writable.
+func squidConf() string {
+	return `http_port 3128
 acl localnet src 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 fc00::/7 fe80::/10
-http_access allow localnet
+` + proxyauth.Egress{}.SquidRules() + `http_access allow localnet
 http_access deny all
 cache deny all
 access_log stdio:/dev/stdout
@@ -48,6 +53,7 @@ pid_filename /run/squid.pid
 coredump_dir /var/spool/squid
 pinger_enable off
 `
+}
 
 // hostImage describes an image built from this machine's files.
 type hostImage struct {
@@ -79,7 +85,7 @@ func squidImage() hostImage {
 		files: append([]entry{
 			{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nproxy:x:13:13:proxy:/bin:/usr/sbin/nologin\n")},
 			{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nproxy:x:13:\n")},
-			{name: strings.TrimPrefix(SquidConfPath, "/"), mode: 0o644, data: []byte(squidConf)},
+			{name: strings.TrimPrefix(SquidConfPath, "/"), mode: 0o644, data: []byte(squidConf())},
 		}, writable...),
 		collect: func(r *rootfs) error {
 			for _, exe := range []string{"/usr/sbin/squid", "/usr/lib/squid/unlinkd", "/usr/lib/squid/log_file_daemon"} {

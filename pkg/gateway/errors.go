@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/dialpolicy"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 )
@@ -131,4 +132,14 @@ func writeError(w http.ResponseWriter, err *Error, leaseID string) {
 	w.WriteHeader(statusOf(err.Reason))
 	b, _ := json.Marshal(body{Error: err.Reason, Message: err.Message, LeaseID: leaseID})
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// upstreamDialError is the answer when the leased proxy at addr could not
+// be reached, or may not be: an address the dial policy denies (a Proxy's
+// endpoint pointed at the API server, instance metadata) is said so.
+func upstreamDialError(addr string, err error) *Error {
+	if denied, ok := dialpolicy.IsDenied(err); ok {
+		return &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s is at %s, an address the operator may not dial (--health-denied-cidrs, the API server)", addr, denied)}
+	}
+	return &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s is unreachable: %v", addr, err)}
 }

@@ -53,7 +53,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, token, usernam
 		if r.Context().Err() != nil {
 			return // the client left
 		}
-		g.fail(w, KindHTTP, &Error{Reason: ReasonUpstream, Message: "through proxy " + h.proxyAddr + ": " + err.Error()}, h.id)
+		g.fail(w, KindHTTP, upstreamDialError(h.proxyAddr, err), h.id)
 		return
 	}
 	defer resp.Body.Close()

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/proxy-operator/proxy-operator/pkg/dialpolicy"
 	"github.com/proxy-operator/proxy-operator/pkg/httpdrain"
 )
 
@@ -80,6 +81,10 @@ type Deps struct {
 	Recorder Recorder
 	// Clock drives renewals and idle sessions (default: real).
 	Clock clock.WithTicker
+	// Denied are the addresses the gateway never dials, whatever a
+	// lease's proxy address says (the operator's one dial policy, which
+	// its probes obey too): checked on the address actually dialled.
+	Denied dialpolicy.Denylist
 }
 
 // New returns the gateway of o.
@@ -94,7 +99,7 @@ func New(o Options, d Deps) (*Gateway, error) {
 		d.Clock = clock.RealClock{}
 	}
 	g := &Gateway{opts: o, rec: d.Recorder, clock: d.Clock, tunnels: map[net.Conn]struct{}{}, buffers: newBufferPool(),
-		dialer: net.Dialer{Timeout: o.DialTimeout}}
+		dialer: net.Dialer{Timeout: o.DialTimeout, Control: d.Denied.Control}}
 	g.leases = newLeases(d.Leaser, &g.opts, d.Clock.Now)
 	g.transport = &http.Transport{
 		Proxy:                 proxyFromContext,

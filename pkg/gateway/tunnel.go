@@ -187,7 +187,7 @@ func (g *Gateway) connect(ctx context.Context, addr, auth, authority string) (_ 
 	defer cancel()
 	up, err := g.dialer.DialContext(dctx, "tcp", addr)
 	if err != nil {
-		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s is unreachable: %v", addr, err)}, false
+		return nil, nil, upstreamDialError(addr, err), false
 	}
 	_ = up.SetDeadline(time.Now().Add(g.opts.DialTimeout))
 	req := "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n"

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/dialpolicy"
 	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
@@ -90,7 +91,7 @@ type Options struct {
 	// (the proxies refuse requests without; External ones check none).
 	Auth ProbeAuth
 	// Denied is what the default Prober may not reach.
-	Denied Denylist
+	Denied dialpolicy.Denylist
 	// Metrics receives every probe (default none).
 	Metrics ProbeMetrics
 }

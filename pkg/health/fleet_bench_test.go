@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/dialpolicy"
 	"github.com/proxy-operator/proxy-operator/pkg/health/healthtest"
 )
 
@@ -93,7 +94,7 @@ func benchFleet(b *testing.B, https bool) {
 	}
 	reader.set(proxies...)
 
-	rec := &recordingProber{next: NewHTTPProber(nil, Denylist{}), last: map[types.NamespacedName]time.Time{}}
+	rec := &recordingProber{next: NewHTTPProber(nil, dialpolicy.Denylist{}), last: map[types.NamespacedName]time.Time{}}
 	e, err := New(Options{Workers: workers, Clock: clock.RealClock{}, Reader: reader, Prober: rec})
 	if err != nil {
 		b.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/dialpolicy"
 )
 
 // Target is one probe to send: the health check of one Proxy, through its
@@ -61,14 +62,14 @@ const userAgent = "proxy-operator-healthcheck/1"
 // while its old tunnel lived.
 type HTTPProber struct {
 	clock  clock.PassiveClock
-	denied Denylist
+	denied dialpolicy.Denylist
 }
 
 var _ Prober = (*HTTPProber)(nil)
 
 // NewHTTPProber returns the real prober, which reaches nothing denied; a
 // nil clock means the real clock (it only measures latency).
-func NewHTTPProber(c clock.PassiveClock, denied Denylist) *HTTPProber {
+func NewHTTPProber(c clock.PassiveClock, denied dialpolicy.Denylist) *HTTPProber {
 	if c == nil {
 		c = clock.RealClock{}
 	}
@@ -94,7 +95,7 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) (time.Duration, error)
 	timeout := time.Duration(hc.TimeoutSeconds) * time.Second
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := p.denied.checkURLHost(ctx, target); err != nil {
+	if err := checkURLHost(ctx, p.denied, target); err != nil {
 		return 0, err
 	}
 
@@ -103,7 +104,7 @@ func (p *HTTPProber) Probe(ctx context.Context, t Target) (time.Duration, error)
 		// absolute-form GET to the proxy and tunnels https through CONNECT,
 		// then does TLS with the target inside the tunnel.
 		Proxy:             http.ProxyURL(proxyURL),
-		DialContext:       (&net.Dialer{Timeout: timeout, KeepAlive: -1, Control: p.denied.control}).DialContext,
+		DialContext:       (&net.Dialer{Timeout: timeout, KeepAlive: -1, Control: p.denied.Control}).DialContext,
 		TLSClientConfig:   tlsConfig,
 		DisableKeepAlives: true,
 		// Compression would only hide what the proxy returned.

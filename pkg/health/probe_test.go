@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/dialpolicy"
 	"github.com/proxy-operator/proxy-operator/pkg/health"
 	"github.com/proxy-operator/proxy-operator/pkg/health/healthtest"
 )
@@ -78,7 +79,7 @@ func target(proxyURL, url string, tls *crawlv1alpha1.HealthCheckTLS) health.Targ
 func TestProbeHTTPThroughProxy(t *testing.T) {
 	o, srv := newOrigin(t, false)
 	fp := newForwardProxy(t)
-	p := health.NewHTTPProber(nil, health.Denylist{})
+	p := health.NewHTTPProber(nil, dialpolicy.Denylist{})
 	for i := range 3 {
 		lat, err := p.Probe(context.Background(), target(fp.URL, srv.URL+"/", nil))
 		if err != nil {
@@ -98,7 +99,7 @@ func TestProbeHTTPThroughProxy(t *testing.T) {
 func TestProbeHTTPSThroughConnect(t *testing.T) {
 	o, srv := newOrigin(t, true)
 	fp := newForwardProxy(t)
-	p := health.NewHTTPProber(nil, health.Denylist{})
+	p := health.NewHTTPProber(nil, dialpolicy.Denylist{})
 	tests := []struct {
 		name    string
 		url     string
@@ -148,7 +149,7 @@ func TestProbeHTTPSThroughConnect(t *testing.T) {
 func TestProbeStatus(t *testing.T) {
 	o, srv := newOrigin(t, false)
 	fp := newForwardProxy(t)
-	p := health.NewHTTPProber(nil, health.Denylist{})
+	p := health.NewHTTPProber(nil, dialpolicy.Denylist{})
 
 	o.status.Store(http.StatusServiceUnavailable)
 	_, err := p.Probe(context.Background(), target(fp.URL, srv.URL+"/", nil))
@@ -190,7 +191,7 @@ func TestProbeTimeout(t *testing.T) {
 	fp := newForwardProxy(t)
 	tg := target(fp.URL, srv.URL+"/", nil)
 	tg.HealthCheck.TimeoutSeconds = 1
-	lat, err := health.NewHTTPProber(nil, health.Denylist{}).Probe(context.Background(), tg)
+	lat, err := health.NewHTTPProber(nil, dialpolicy.Denylist{}).Probe(context.Background(), tg)
 	if !health.IsTimeout(err) {
 		t.Fatalf("error %v, want a timeout", err)
 	}
@@ -207,14 +208,14 @@ func TestProbeProxyDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The origin is up: only going through the (dead) proxy can fail.
-	_, err := health.NewHTTPProber(nil, health.Denylist{}).Probe(context.Background(), target(url, srv.URL+"/", nil))
+	_, err := health.NewHTTPProber(nil, dialpolicy.Denylist{}).Probe(context.Background(), target(url, srv.URL+"/", nil))
 	if !health.IsTransport(err) || !strings.Contains(err.Error(), "connecting to the proxy: connection refused") {
 		t.Fatalf("error %v, want a transport error reaching the proxy", err)
 	}
 }
 
 func TestProbeInvalidTarget(t *testing.T) {
-	p := health.NewHTTPProber(nil, health.Denylist{})
+	p := health.NewHTTPProber(nil, dialpolicy.Denylist{})
 	for _, tg := range []health.Target{
 		target("", "http://example.com/", nil),
 		target("http://[::1", "http://example.com/", nil),
@@ -258,7 +259,7 @@ func TestProbeErrorsQuoteNothingRemote(t *testing.T) {
 			"the request through the proxy: no valid HTTP answer", true},
 		{"an untrusted certificate", fp.URL, tlsOrigin.URL + "/", "the request through the proxy: TLS certificate not accepted", false},
 	} {
-		_, err := health.NewHTTPProber(nil, health.Denylist{}).Probe(context.Background(), target(tc.proxy, tc.url, nil))
+		_, err := health.NewHTTPProber(nil, dialpolicy.Denylist{}).Probe(context.Background(), target(tc.proxy, tc.url, nil))
 		if !health.IsTransport(err) {
 			t.Errorf("%s: %v, want a transport error", tc.name, err)
 			continue
@@ -289,14 +290,14 @@ func TestProbeReachesNothingDenied(t *testing.T) {
 	loopback := netip.MustParsePrefix("127.0.0.0/8")
 	for _, tc := range []struct {
 		name   string
-		denied health.Denylist
+		denied dialpolicy.Denylist
 		url    string
 	}{
 		// The URL's host (TEST-NET-1) is allowed: the dial to the proxy is
 		// what is refused.
-		{"a proxy in a denied network", health.Denylist{Prefixes: []netip.Prefix{loopback}}, "http://192.0.2.1/"},
-		{"a URL host in a denied network", health.Denylist{Prefixes: []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16")}}, "http://169.254.169.254/latest/meta-data/"},
-		{"a URL host name resolving to a denied endpoint", health.Denylist{Endpoints: []netip.AddrPort{originAddr}},
+		{"a proxy in a denied network", dialpolicy.Denylist{Prefixes: []netip.Prefix{loopback}}, "http://192.0.2.1/"},
+		{"a URL host in a denied network", dialpolicy.Denylist{Prefixes: []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16")}}, "http://169.254.169.254/latest/meta-data/"},
+		{"a URL host name resolving to a denied endpoint", dialpolicy.Denylist{Endpoints: []netip.AddrPort{originAddr}},
 			fmt.Sprintf("http://localhost:%d/", originAddr.Port())},
 	} {
 		conns := fp.Conns()
@@ -309,34 +310,8 @@ func TestProbeReachesNothingDenied(t *testing.T) {
 		}
 	}
 	for _, url := range []string{srv.URL + "/", fmt.Sprintf("http://localhost:%d/", originAddr.Port())} {
-		if _, err := health.NewHTTPProber(nil, health.Denylist{}).Probe(context.Background(), target(fp.URL, url, nil)); err != nil {
+		if _, err := health.NewHTTPProber(nil, dialpolicy.Denylist{}).Probe(context.Background(), target(fp.URL, url, nil)); err != nil {
 			t.Errorf("control: %s with nothing denied: %v", url, err)
-		}
-	}
-}
-
-func TestDenylist(t *testing.T) {
-	var d health.Denylist
-	if err := d.AddServer(context.Background(), "https://127.0.0.1:6443"); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.AddServer(context.Background(), "https://localhost"); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.AddServer(context.Background(), "::not a url"); err == nil {
-		t.Error("a server that is not a URL was taken")
-	}
-	d.Prefixes = []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16")}
-	for ap, want := range map[string]bool{
-		"127.0.0.1:6443":          true,
-		"127.0.0.1:443":           true, // localhost, https's port
-		"127.0.0.1:3128":          false,
-		"[::ffff:127.0.0.1]:6443": true,
-		"169.254.169.254:80":      true,
-		"10.0.0.1:6443":           false,
-	} {
-		if got := d.Denies(netip.MustParseAddrPort(ap)); got != want {
-			t.Errorf("Denies(%s) = %v, want %v", ap, got, want)
 		}
 	}
 }

@@ -42,7 +42,7 @@ func (o *Settings) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.MinReportInterval, "health-min-report-interval", o.MinReportInterval, "Minimum time between two latency-only status updates of a healthy proxy.")
 	fs.IntVar(&o.EventBuffer, "health-event-buffer", o.EventBuffer, "Capacity of the health engine's transition channel (a full channel drops the event; the next probe retries).")
 	fs.StringSliceVar(&o.DeniedCIDRs, "health-denied-cidrs", o.DeniedCIDRs,
-		"Networks that Proxy endpoints and health check URLs may not use: a probe neither connects there nor asks a proxy to fetch from there (the API server's own address is always denied). Empty denies none.")
+		"Networks that Proxy endpoints and health check URLs may not use: neither a probe nor the gateway connects there, and a probe does not ask a proxy to fetch from there (the API server's own address is always denied). Empty denies none.")
 }
 
 // Validate reports every invalid health option.

@@ -8,6 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/spf13/pflag"
+
+	"github.com/proxy-operator/proxy-operator/pkg/dialpolicy"
 )
 
 func TestSettingsFlagsAndApply(t *testing.T) {
@@ -25,7 +27,7 @@ func TestSettingsFlagsAndApply(t *testing.T) {
 	s.Apply(&o)
 	want := Options{Workers: 3, Tick: 250 * time.Millisecond, MinReportInterval: 5 * time.Second, EventBuffer: 7,
 		// A CIDR with host bits denies its whole network.
-		Denied: Denylist{Prefixes: []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("10.0.0.0/8")}}}
+		Denied: dialpolicy.Denylist{Prefixes: []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("10.0.0.0/8")}}}
 	if d := cmp.Diff(want, o, cmpopts.IgnoreFields(Options{}, "Clock", "Reader", "Prober", "Metrics"), cmpopts.EquateComparable(netip.Prefix{})); d != "" {
 		t.Errorf("applied options (-want +got):\n%s", d)
 	}

@@ -86,10 +86,11 @@ const (
 )
 
 // SquidAuthConfig is the squid.conf stanza that makes Squid ask every
-// client for credentials (407 without valid ones) and check them with the
-// helper at helperPath reading the configuration at configPath. Put it
-// before any other http_access line.
-func SquidAuthConfig(helperPath, configPath string) string {
+// client for credentials (407 without valid ones), check them with the
+// helper at helperPath reading the configuration at configPath, and take a
+// lease's requests only where e allows (403 elsewhere). Put it before any
+// other http_access line.
+func SquidAuthConfig(helperPath, configPath string, e Egress) string {
 	lines := []string{
 		fmt.Sprintf("auth_param basic program %s --config %s", helperPath, configPath),
 		// One helper process answering concurrently: one live list, one poll.
@@ -99,8 +100,26 @@ func SquidAuthConfig(helperPath, configPath string) string {
 		"auth_param basic casesensitive on",
 		"acl proxy_operator_lease proxy_auth REQUIRED",
 		"http_access deny !proxy_operator_lease",
+		strings.TrimSuffix(e.SquidRules(), "\n"),
 		"http_access allow proxy_operator_lease",
 		"http_access deny all",
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// SquidAccessRules are the acl and http_access lines of a squid.conf (what
+// SquidAuthConfig wrote there), in order: a stand-in node that renders
+// its own squid.conf takes the operator's access rules from the pod's.
+func SquidAccessRules(squidConf string) string {
+	var out []string
+	for _, l := range strings.Split(squidConf, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "acl ") || strings.HasPrefix(l, "http_access ") {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return strings.Join(out, "\n") + "\n"
 }

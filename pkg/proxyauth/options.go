@@ -26,6 +26,9 @@ type Options struct {
 	// operator's own CA when it makes its certificate, else the proxies'
 	// system roots).
 	CAFile string
+	// AllowedCIDRs, DeniedCIDRs and AllowedPorts are the flags' text of the
+	// proxies' Egress.
+	AllowedCIDRs, DeniedCIDRs, AllowedPorts []string
 }
 
 // DefaultOptions returns the defaults: proxy auth on.
@@ -39,6 +42,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SecretName, "proxy-auth-secret", o.SecretName, "Secret (in the operator's namespace) holding the key proxy credentials derive from, created on first start. Every proxy the operator runs then refuses (407) requests without a live lease's credentials, which each lease answer carries. Replacing the key replaces every proxy. Empty: proxies check nothing (anyone who reaches one may use it).")
 	fs.StringVar(&o.OperatorURL, "proxy-auth-operator-url", o.OperatorURL, "The HTTP discovery API's URL as the proxies reach it (e.g. https://proxy-operator-discovery.proxy-operator-system.svc:8443): their auth helpers poll the leases live on them there, so a released lease's credentials stop working within 30 seconds. Empty: they work until the lease's expiry.")
 	fs.StringVar(&o.CAFile, "proxy-auth-ca-file", o.CAFile, "PEM CA bundle the proxies verify --proxy-auth-operator-url with (empty: the operator's own CA with --serving-cert-secret, else their system roots).")
+	fs.StringSliceVar(&o.AllowedCIDRs, "proxy-allowed-cidrs", o.AllowedCIDRs, "Ranges the proxies may reach for a lease although they are loopback, link-local, private or otherwise internal (comma-separated CIDRs; default none: the proxies reach the public internet only, checked after DNS resolution). For an intranet crawl, or a local origin in tests.")
+	fs.StringSliceVar(&o.DeniedCIDRs, "proxy-denied-cidrs", o.DeniedCIDRs, "Ranges the proxies refuse besides the internal ones (comma-separated CIDRs): the cluster's pod and Service ranges where they are not private.")
+	fs.StringSliceVar(&o.AllowedPorts, "proxy-allowed-ports", o.AllowedPorts, "Ports the proxies may reach for a lease besides 443 (CONNECT) and 80 and 443 (plain HTTP): comma-separated ports or ranges (8080,8000-8999).")
+}
+
+// Egress is the proxies' Egress the flags say.
+func (o *Options) Egress() (Egress, error) {
+	return ParseEgress(o.AllowedCIDRs, o.DeniedCIDRs, o.AllowedPorts)
 }
 
 // Validate reports every invalid option.
@@ -57,6 +68,9 @@ func (o *Options) Validate() error {
 	}
 	if o.CAFile != "" && o.OperatorURL == "" {
 		errs = append(errs, errors.New("--proxy-auth-ca-file: only with --proxy-auth-operator-url"))
+	}
+	if _, err := o.Egress(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

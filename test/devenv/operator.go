@@ -215,7 +215,7 @@ func reservePorts(r *ports.Reservation, p Ports) (Ports, error) {
 // second), and the proxies' auth helpers polling the discovery API at the
 // front port discoveryPort (the Service's) with the operator's own CA.
 func OperatorArgs(e *Env, p Ports, discoveryPort int) []string {
-	return []string{
+	args := []string{
 		"--kubeconfig=" + e.KubeconfigPath,
 		"--namespace=" + apiserver.DefaultServiceNamespace,
 		"--serving-cert-secret=" + ServingCertSecret, "--serving-cert-hosts=localhost,127.0.0.1",
@@ -234,6 +234,9 @@ func OperatorArgs(e *Env, p Ports, discoveryPort int) []string {
 		"--gateway-bind-address=" + hostPort(p.Gateway),
 		"--gateway-lease-api-url=https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(discoveryPort)),
 	}
+	// The local origin (and any site a dev fetches on loopback) is opened
+	// to the proxies, which refuse internal ranges by default.
+	return append(args, framework.LocalOriginArgs()...)
 }
 
 // checkOperatorArgs parses and validates args as the binary will.

@@ -237,6 +237,7 @@ func operatorOptions() *app.Options {
 	opts.Discovery.Addr = "0"
 	opts.APIServer.SecureServing.BindPort = 0
 	opts.Kubernetes.NodeName = nodeName
+	framework.AllowLocalOrigins(&opts.ProxyAuth)
 	opts.Intervals.ProvisioningPoll = 250 * time.Millisecond
 	opts.Intervals.DeletionPoll = 250 * time.Millisecond
 	opts.Intervals.RequeueNow = 50 * time.Millisecond

@@ -27,3 +27,21 @@ func OperatorKeyring(ctx context.Context, secrets corev1client.SecretsGetter, na
 func ProbeURL(k *proxyauth.Keyring, namespace, name, proxyURL string) string {
 	return k.ProbeCredentials(proxyauth.ProxyRef{Namespace: namespace, Name: name}).WithURL(proxyURL)
 }
+
+// Local origins: the tests' sites listen on loopback, on any port, which
+// the proxies refuse by default (they reach the public internet only, on
+// web ports: proxyauth.Egress). A test operator opens them explicitly.
+const (
+	localOriginCIDR  = "127.0.0.0/8"
+	localOriginPorts = "1-65535"
+)
+
+// AllowLocalOrigins opens loopback, on any port, to o's proxies.
+func AllowLocalOrigins(o *proxyauth.Options) {
+	o.AllowedCIDRs, o.AllowedPorts = []string{localOriginCIDR}, []string{localOriginPorts}
+}
+
+// LocalOriginArgs are AllowLocalOrigins as an operator's flags.
+func LocalOriginArgs() []string {
+	return []string{"--proxy-allowed-cidrs=" + localOriginCIDR, "--proxy-allowed-ports=" + localOriginPorts}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
@@ -146,6 +147,10 @@ func (b *SquidBackend) Start(ctx context.Context, instance string, metadata map[
 	cfg := nodeagent.SquidConfig{Addr: addr, Dir: dir, VisibleHostname: instance[strings.LastIndex(instance, "/")+1:]}
 	if auth != "" {
 		cfg.AuthConfig, cfg.AuthHelper = []byte(auth), b.authHelper
+		// A VM runs its cloud-init's squid.conf: the example's rules,
+		// widened for the tests' origins on loopback (any port), as
+		// --proxy-allowed-cidrs and --proxy-allowed-ports widen a pod's.
+		cfg.AccessRules = proxyauth.SquidAccessRules(proxyauth.SquidAuthConfig("", "", vmEgress()))
 	}
 	sq, err := nodeagent.StartSquid(b.squidPath, cfg, os.Environ())
 	if err != nil {
@@ -165,4 +170,12 @@ func (b *SquidBackend) Start(ctx context.Context, instance string, metadata map[
 		return "", nil, err
 	}
 	return cfg.ListenAddr(), stop, nil
+}
+
+// vmEgress is where the fake's VMs take a lease's requests.
+func vmEgress() proxyauth.Egress {
+	return proxyauth.Egress{
+		AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		AllowedPorts: []proxyauth.PortRange{{From: 1, To: 65535}},
+	}
 }

@@ -588,7 +588,7 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod) *instance {
 		return fail(ReasonStartError, err)
 	}
 	cfg := SquidConfig{Addr: addr, Port: inst.port, Dir: inst.dir, VisibleHostname: pod.Name}
-	if cfg.AuthConfig, err = a.authConfig(ctx, pod); err != nil {
+	if cfg.AuthConfig, cfg.AccessRules, err = a.authConfig(ctx, pod); err != nil {
 		return fail(ReasonStartError, err)
 	}
 	if len(cfg.AuthConfig) > 0 {

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	k8sprovider "github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // AuthHelperName is the helper binary's name (cmd/proxy-auth-helper).
@@ -89,11 +90,12 @@ func InstallAuthHelper(src, dir string) (string, error) {
 
 // authConfig does what a kubelet does for the kubernetes provider's proxy
 // auth Secret volume (mounted at k8sprovider.AuthDir): it returns the
-// helper configuration the Secret holds, or nil when the pod mounts none.
-func (a *Agent) authConfig(ctx context.Context, pod *corev1.Pod) ([]byte, error) {
+// helper configuration the Secret holds and the access rules of its
+// squid.conf, or nil when the pod mounts none.
+func (a *Agent) authConfig(ctx context.Context, pod *corev1.Pod) ([]byte, string, error) {
 	c := proxyContainer(pod)
 	if c == nil {
-		return nil, nil
+		return nil, "", nil
 	}
 	for _, m := range c.VolumeMounts {
 		if m.MountPath != k8sprovider.AuthDir {
@@ -105,16 +107,16 @@ func (a *Agent) authConfig(ctx context.Context, pod *corev1.Pod) ([]byte, error)
 			}
 			s, err := a.client.CoreV1().Secrets(pod.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
 			if err != nil {
-				return nil, fmt.Errorf("reading the proxy auth Secret %s: %w", v.Secret.SecretName, err)
+				return nil, "", fmt.Errorf("reading the proxy auth Secret %s: %w", v.Secret.SecretName, err)
 			}
 			data, ok := s.Data[k8sprovider.AuthConfigFile]
 			if !ok || len(data) == 0 {
-				return nil, fmt.Errorf("the proxy auth Secret %s has no key %q", v.Secret.SecretName, k8sprovider.AuthConfigFile)
+				return nil, "", fmt.Errorf("the proxy auth Secret %s has no key %q", v.Secret.SecretName, k8sprovider.AuthConfigFile)
 			}
-			return data, nil
+			return data, proxyauth.SquidAccessRules(string(s.Data[k8sprovider.AuthSquidConfFile])), nil
 		}
 	}
-	return nil, nil
+	return nil, "", nil
 }
 
 // StatusThrough GETs target through the proxy at proxyAddr ("ip:port") with

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -146,6 +147,7 @@ func (r *podRunner) start(ctx context.Context, pod *corev1.Pod) (*podProc, error
 	}
 	// The binary replaces the command's first word (the image's program).
 	args := append(append([]string(nil), c.Command[min(1, len(c.Command)):]...), c.Args...)
+	args = expandArgs(args, p.env)
 	args = BindArgs(args, loop, r.opts.AddArgs)
 	mounts, err := emptyDirMounts(pod, &c, filepath.Join(p.dir, "volumes"))
 	if err != nil {
@@ -186,6 +188,47 @@ func emptyDirMounts(pod *corev1.Pod, c *corev1.Container, dir string) ([]string,
 		pairs = append(pairs, src, m.MountPath)
 	}
 	return pairs, nil
+}
+
+// expandArgs replaces $(NAME) in args with NAME's value in env, as a
+// kubelet does for command and args: $$ is a literal $, and a reference to
+// a name env lacks stays as written.
+func expandArgs(args, env []string) []string {
+	vars := map[string]string{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	out := make([]string, len(args))
+	for i, a := range args {
+		var b strings.Builder
+		for j := 0; j < len(a); j++ {
+			switch {
+			case a[j] == '$' && j+1 < len(a) && a[j+1] == '$':
+				b.WriteByte('$')
+				j++
+			case a[j] == '$' && j+1 < len(a) && a[j+1] == '(':
+				end := strings.IndexByte(a[j:], ')')
+				if end < 0 {
+					b.WriteString(a[j:])
+					j = len(a)
+					continue
+				}
+				name := a[j+2 : j+end]
+				if v, ok := vars[name]; ok {
+					b.WriteString(v)
+				} else {
+					b.WriteString(a[j : j+end+1])
+				}
+				j += end
+			default:
+				b.WriteByte(a[j])
+			}
+		}
+		out[i] = b.String()
+	}
+	return out
 }
 
 // containerEnv is what a kubelet puts in the container's environment.

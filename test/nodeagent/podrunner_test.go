@@ -100,3 +100,12 @@ func TestPickNode(t *testing.T) {
 		t.Errorf("a pod tolerating the taint: PickNode = %q, want c", got)
 	}
 }
+
+func TestExpandArgs(t *testing.T) {
+	env := []string{"SQUID_IMAGE=registry.example/squid:v1", "EMPTY="}
+	got := expandArgs([]string{"--kubernetes-pod-image=$(SQUID_IMAGE)", "$(EMPTY)x", "$$(SQUID_IMAGE)", "$(MISSING)", "$(UNCLOSED", "a$b"}, env)
+	want := []string{"--kubernetes-pod-image=registry.example/squid:v1", "x", "$(SQUID_IMAGE)", "$(MISSING)", "$(UNCLOSED", "a$b"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("expandArgs (-want +got):\n%s", diff)
+	}
+}

@@ -42,6 +42,11 @@ type SquidConfig struct {
 	AuthConfig []byte
 	// AuthHelper is the proxy-auth-helper binary (required with AuthConfig).
 	AuthHelper string
+	// AccessRules, with AuthConfig, are the acl and http_access lines of
+	// the squid.conf the operator rendered for the pod (its auth Secret's),
+	// which this squid runs as the pod's would: where a lease's requests
+	// may go. Empty: proxyauth's default Egress (the public internet only).
+	AccessRules string
 }
 
 // AuthConfigPath is where StartSquid writes AuthConfig.
@@ -103,7 +108,18 @@ func RenderSquidConfig(c SquidConfig) string {
 	}
 	access := "http_access allow all"
 	if len(c.AuthConfig) > 0 {
-		access = strings.TrimSuffix(proxyauth.SquidAuthConfig(c.AuthHelper, c.AuthConfigPath()), "\n")
+		rendered := proxyauth.SquidAuthConfig(c.AuthHelper, c.AuthConfigPath(), proxyauth.Egress{})
+		if c.AccessRules != "" {
+			// This squid's auth_param lines (its paths), the pod's rules.
+			var params []string
+			for _, l := range strings.Split(rendered, "\n") {
+				if strings.HasPrefix(l, "auth_param ") {
+					params = append(params, l)
+				}
+			}
+			rendered = strings.Join(params, "\n") + "\n" + c.AccessRules
+		}
+		access = strings.TrimSuffix(rendered, "\n")
 	}
 	lines := []string{
 		"# Rendered by the proxy-operator node agent.",

@@ -23,6 +23,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/apiserver"
 	"github.com/proxy-operator/proxy-operator/pkg/certs"
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
+	"github.com/proxy-operator/proxy-operator/pkg/dialpolicy"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/gateway"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
@@ -45,7 +46,7 @@ import (
 // (leasing.Takeover, which then writes the checkpoint); a standby answers
 // 503 naming the leader and is not ready. reg receives the store's and the
 // queue's collectors.
-func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics *metrics.Metrics, keyring *proxyauth.Keyring, instances *proxyauth.Instances) (*leasing.Leasing, *leasing.Takeover, error) {
+func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o *Options, reg prometheus.Registerer, leaseMetrics *metrics.Metrics, keyring *proxyauth.Keyring, instances *proxyauth.Instances, denied dialpolicy.Denylist) (*leasing.Leasing, *leasing.Takeover, error) {
 	logger := log.FromContext(ctx)
 	// Uncached: the operator must not cache every Secret of the cluster.
 	kube, err := kubernetes.NewForConfig(cfg)
@@ -164,7 +165,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		logger.Info("HTTP discovery API disabled (--discovery-bind-address=0)")
 	}
 
-	if err := setupGateway(addServing, &o.Gateway, servingCert, leaseMetrics, localAPI); err != nil {
+	if err := setupGateway(addServing, &o.Gateway, servingCert, leaseMetrics, localAPI, denied); err != nil {
 		return nil, nil, err
 	}
 
@@ -270,8 +271,9 @@ func leaderLock(cfg *rest.Config, o *Options) (resourcelock.Interface, error) {
 
 // setupGateway adds the forward-proxy gateway when --gateway-bind-address is
 // set: every replica serves it, leasing through --gateway-lease-api-url, or
-// through local (nil: none) while this replica serves leases.
-func setupGateway(add func(manager.Runnable) error, o *gateway.Options, servingCert *certs.Manager, rec gateway.Recorder, local *gateway.LocalAPI) error {
+// through local (nil: none) while this replica serves leases. It dials no
+// leased proxy that denied (the probes' dial policy) refuses.
+func setupGateway(add func(manager.Runnable) error, o *gateway.Options, servingCert *certs.Manager, rec gateway.Recorder, local *gateway.LocalAPI, denied dialpolicy.Denylist) error {
 	if !o.Enabled() {
 		return nil
 	}
@@ -283,7 +285,7 @@ func setupGateway(add func(manager.Runnable) error, o *gateway.Options, servingC
 	if err != nil {
 		return err
 	}
-	g, err := gateway.New(*o, gateway.Deps{Leaser: leaser, Recorder: rec})
+	g, err := gateway.New(*o, gateway.Deps{Leaser: leaser, Recorder: rec, Denied: denied})
 	if err != nil {
 		return err
 	}

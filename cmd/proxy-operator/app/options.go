@@ -141,6 +141,7 @@ func NewOptions() *Options {
 		Checkpoint:       checkpoint.DefaultOptions(),
 		Pool:             pool.DefaultOptions(),
 		ProxyAuth:        proxyauth.DefaultOptions(),
+		Kubernetes:       kubernetes.DefaultOptions(),
 		APIServer:        apiserver.NewOptions(),
 		Zap:              zap.Options{Development: false},
 	}

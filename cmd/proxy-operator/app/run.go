@@ -141,6 +141,11 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 			if err := kopts.DefaultHelperImageFrom(ctx, direct, o.Namespace, os.Getenv(kubernetes.PodNameEnv), OperatorContainer); err != nil {
 				return nil, err
 			}
+			egress, err := o.ProxyAuth.Egress()
+			if err != nil {
+				return nil, err
+			}
+			kopts.Egress, kopts.OperatorNamespace = egress, o.Namespace
 			return kubernetes.New(direct, kopts)
 		},
 		gcp.Name: func(ctx context.Context) (provider.Provider, error) {
@@ -182,9 +187,10 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	if keyring != nil {
 		hopts.Auth = keyring
 	}
-	// Probes never reach the API server on a Proxy author's behalf.
+	// Probes and the gateway never reach the API server on a Proxy
+	// author's behalf: one dial policy for both.
 	if err := hopts.Denied.AddServer(ctx, cfg.Host); err != nil {
-		return fmt.Errorf("denying the API server to health probes: %w", err)
+		return fmt.Errorf("denying the API server to health probes and the gateway: %w", err)
 	}
 	engine, err := health.New(hopts)
 	if err != nil {
@@ -194,7 +200,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("adding health engine: %w", err)
 	}
 
-	leases, takeover, err := setupLeasing(ctx, mgr, cfg, o, ctrlmetrics.Registry, m, keyring, instances)
+	leases, takeover, err := setupLeasing(ctx, mgr, cfg, o, ctrlmetrics.Registry, m, keyring, instances, hopts.Denied)
 	if err != nil {
 		return err
 	}

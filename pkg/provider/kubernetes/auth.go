@@ -47,9 +47,9 @@ func AuthSecretName(podName string) string { return podName + authSecretSuffix }
 // squidConf is the squid.conf of a pod that checks credentials: the auth
 // stanza first, then what the stock configuration would do for a forward
 // proxy, with every file in a writable emptyDir.
-func squidConf() string {
+func squidConf(e proxyauth.Egress) string {
 	return "http_port " + fmt.Sprint(Port) + "\n" +
-		proxyauth.SquidAuthConfig(path.Join(HelperDir, HelperBinary), path.Join(AuthDir, AuthConfigFile)) +
+		proxyauth.SquidAuthConfig(path.Join(HelperDir, HelperBinary), path.Join(AuthDir, AuthConfigFile), e) +
 		strings.Join([]string{
 			"cache deny all",
 			"access_log stdio:/dev/stdout",
@@ -62,7 +62,7 @@ func squidConf() string {
 }
 
 // authSecret is the Secret of req's pod in namespace ns.
-func authSecret(req provider.CreateRequest, ns string) *corev1.Secret {
+func authSecret(req provider.CreateRequest, ns string, e proxyauth.Egress) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      AuthSecretName(req.Name),
@@ -72,7 +72,7 @@ func authSecret(req provider.CreateRequest, ns string) *corev1.Secret {
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{
 			AuthConfigFile:    req.ProxyAuth,
-			AuthSquidConfFile: []byte(squidConf()),
+			AuthSquidConfFile: []byte(squidConf(e)),
 		},
 	}
 }
@@ -106,7 +106,7 @@ func addAuth(pod *corev1.Pod, helperImage string) {
 // ensureAuthSecret creates (or, left by an earlier attempt, updates) the
 // Secret of req's pod.
 func (p *Provider) ensureAuthSecret(ctx context.Context, req provider.CreateRequest, ns string) error {
-	s := authSecret(req, ns)
+	s := authSecret(req, ns, p.opts.Egress)
 	err := p.c.Create(ctx, s)
 	if apierrors.IsAlreadyExists(err) {
 		err = p.c.Update(ctx, s)

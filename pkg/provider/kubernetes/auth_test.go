@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // A pod whose request carries proxy auth runs Squid on the squid.conf of
@@ -48,7 +49,7 @@ func TestBuildPodWithProxyAuth(t *testing.T) {
 		t.Errorf("pod (-want +got):\n%s", d)
 	}
 
-	s := authSecret(req, "team")
+	s := authSecret(req, "team", proxyauth.Egress{})
 	if s.Name != AuthSecretName(pod.Name) || s.Namespace != "team" || string(s.Data[AuthConfigFile]) != string(req.ProxyAuth) {
 		t.Errorf("secret %s/%s holds %q, want the request's configuration in %s", s.Namespace, s.Name, s.Data[AuthConfigFile], AuthSecretName(pod.Name))
 	}
@@ -60,6 +61,8 @@ func TestBuildPodWithProxyAuth(t *testing.T) {
 		"http_port 3128",
 		"auth_param basic program /opt/proxy-operator/bin/proxy-auth-helper --config /etc/proxy-operator/auth/config.json",
 		"http_access deny !proxy_operator_lease",
+		"http_access deny manager",
+		"http_access deny proxy_operator_blocked_dst",
 		"http_access deny all",
 	} {
 		if !strings.Contains(conf, line+"\n") {

@@ -16,6 +16,11 @@
 // manager's cache: a cached client would start a cluster-wide pod informer
 // just for these reads.
 //
+// It also keeps the NetworkPolicy of its Squid pods in each namespace
+// that has them (NetworkPolicy, owned by the pods), and writes into each
+// pod's squid.conf where a lease's requests may go (proxyauth.Egress).
+//
 // Must not import: pkg/controller, pkg/metrics, or other providers. It
-// imports pkg/provider (the contract) and the API types only.
+// imports pkg/provider (the contract), pkg/proxyauth (the Squid rules) and
+// the API types only.
 package kubernetes

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
 )
 
 // Options configure the provider.
@@ -35,7 +37,22 @@ type Options struct {
 	// HelperImage holds the proxy auth helper at /proxy-auth-helper (the
 	// operator's image). Default DefaultHelperImage.
 	HelperImage string
+	// Egress is where the pods that check credentials take a lease's
+	// requests (the --proxy-allowed-* flags, proxyauth.Options.Egress):
+	// written into each pod's squid.conf, and opened in the NetworkPolicy.
+	Egress proxyauth.Egress
+	// NetworkPolicy keeps the NetworkPolicy of the Squid pods
+	// (NetworkPolicyName) in each namespace that has them.
+	NetworkPolicy bool
+	// OperatorNamespace is where the operator's discovery API runs, which
+	// the policy lets the pods' auth helpers reach (set by the composition
+	// root; required with NetworkPolicy).
+	OperatorNamespace string
 }
+
+// DefaultOptions are the defaults: the pinned image, the pods' NetworkPolicy
+// kept.
+func DefaultOptions() Options { return Options{NetworkPolicy: true} }
 
 func (o *Options) helperImage() string {
 	if o.HelperImage == "" {
@@ -51,6 +68,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.AllowedImages, "kubernetes-allowed-images", o.AllowedImages, "Images a Proxy's spec.kubernetes.image may name besides --kubernetes-pod-image and the pinned Squid image (comma-separated; default none: any other image fails the Proxy).")
 	fs.StringVar(&o.NodeName, "kubernetes-pod-node-name", o.NodeName, "Set spec.nodeName of the kubernetes provider's pods (bypasses the scheduler; e.g. the local node agent's node).")
 	fs.StringVar(&o.HelperImage, "kubernetes-auth-helper-image", o.HelperImage, "Image whose /proxy-auth-helper an init container copies into each Squid pod (default: the operator's own image, read from its pod $"+PodNameEnv+", else "+DefaultHelperImage+").")
+	fs.BoolVar(&o.NetworkPolicy, "kubernetes-network-policy", o.NetworkPolicy, "Keep the NetworkPolicy "+NetworkPolicyName+" of the Squid pods in each namespace that has them (ingress to the proxy port only; egress to DNS, the operator's discovery API and public addresses only, plus --proxy-allowed-cidrs), deleted with the namespace's last Squid pod. An existing policy's spec is left as it is.")
 	fs.BoolVar(&o.AllowProxyNodeName, "kubernetes-allow-proxy-node-name", o.AllowProxyNodeName, "Let a Proxy's spec.kubernetes.nodeName place its pod on a node, bypassing the scheduler (default: such a Proxy fails).")
 }
 

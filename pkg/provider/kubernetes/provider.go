@@ -33,6 +33,9 @@ func New(c client.Client, opts Options) (*Provider, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("kubernetes provider: %w", err)
 	}
+	if opts.NetworkPolicy && opts.OperatorNamespace == "" {
+		return nil, errors.New("kubernetes provider: the pods' NetworkPolicy needs the operator's namespace")
+	}
 	if opts.Image == "" {
 		opts.Image = DefaultImage
 	}
@@ -65,12 +68,25 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (stri
 	switch {
 	case err == nil:
 		log.FromContext(ctx).V(1).Info("pod created", "providerID", id)
-		return id, nil
 	case apierrors.IsAlreadyExists(err):
-		return id, nil
+		if !p.opts.NetworkPolicy {
+			return id, nil
+		}
+		// An earlier attempt's pod: it owns the policy too.
+		if err := p.c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return "", classify(provider.OpCreate, fmt.Errorf("reading %s: %w", describe(ns, req.Name), err))
+		}
 	default:
 		return "", classify(provider.OpCreate, fmt.Errorf("creating %s: %w", describe(ns, req.Name), err))
 	}
+	if p.opts.NetworkPolicy {
+		// After the pod, which owns it: a pod is not leased before it is
+		// Ready, and the policy is there long before.
+		if err := p.keepNetworkPolicy(ctx, pod); err != nil {
+			return "", err
+		}
+	}
+	return id, nil
 }
 
 // Get reads the pod behind providerID.

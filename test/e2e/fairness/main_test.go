@@ -297,6 +297,7 @@ func (e *env) operatorOptions() (*app.Options, error) {
 	opts.Intervals.RequeueNow = 50 * time.Millisecond
 	opts.Health.Tick = 100 * time.Millisecond
 	opts.Discovery.Addr = fmt.Sprintf("127.0.0.1:%d", discoveryPort)
+	framework.AllowLocalOrigins(&opts.ProxyAuth)
 	opts.Discovery.TokenFile = tokenFile
 	// Plain HTTP, asked for: this test is about the lease path, on loopback;
 	// TLS on the HTTP API is covered by test/e2e/dev and pkg/discovery.

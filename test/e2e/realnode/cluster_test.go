@@ -36,8 +36,9 @@ const (
 	originNS   = "origin"
 	apiService = "v1alpha1.leasing.crawl.example.com"
 	// sitePort is where the site (a host-network pod on the node's public
-	// stand-in address) listens.
-	sitePort = 18080
+	// stand-in address) listens: a web port, the only kind a proxy takes a
+	// lease's requests to by default.
+	sitePort = 80
 )
 
 var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}

@@ -123,6 +123,8 @@ func (c *cluster) origins(t *testing.T) {
 		}
 		if hostNetwork {
 			pod.Spec.Containers[0].ReadinessProbe.TCPSocket.Host = c.site
+			// Port 80: root (the origin namespace is not restricted).
+			pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](0)}
 		}
 		if _, err := c.kube.CoreV1().Pods(originNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -253,17 +255,17 @@ func (c *cluster) firstLease(t *testing.T) {
 
 	// From another pod: the page through the lease, 407 without its
 	// credentials, the same page through the gateway by its DNS name with
-	// the pod's ServiceAccount token, and (before any NetworkPolicy) the
-	// in-cluster origin through the lease.
+	// the pod's ServiceAccount token; and, before any NetworkPolicy, the
+	// in-cluster origin (a private address) refused by the proxy itself.
 	script := `sa=/var/run/secrets/kubernetes.io/serviceaccount
 echo "lease: $(curl -sS --max-time 20 -x "$LEASE_URL" "$SITE")"
 echo "bare: $(curl -s --max-time 20 -o /dev/null -w '%{http_code}' -x "$BARE_URL" "$SITE")"
 echo "gateway: $(curl -sS --max-time 20 -x "http://crawler:$(cat $sa/token)@proxy-operator-gateway.proxy-operator-system.svc:8888" "$SITE")"
-echo "web: $(curl -sS --max-time 20 -x "$LEASE_URL" "$WEB")"`
+echo "web: $(curl -s --max-time 20 -o /dev/null -w '%{http_code}' -x "$LEASE_URL" "$WEB")"`
 	res = c.runToolbox(t, crawlNS, "fetch", "crawler", map[string]string{
 		"LEASE_URL": pl.Status.Proxy.URL, "BARE_URL": bare.String(), "SITE": c.siteURL(), "WEB": webURL,
 	}, script)
-	want := map[string]string{"lease": siteMarker, "bare": "407", "gateway": siteMarker, "web": webMarker}
+	want := map[string]string{"lease": siteMarker, "bare": "407", "gateway": siteMarker, "web": "403"}
 	got := lines(res.logs)
 	for k, v := range want {
 		if got[k] != v {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 func (c *cluster) uninstallKustomize(t *testing.T) {
@@ -66,8 +68,16 @@ func (c *cluster) nothingLeft(t *testing.T) {
 			}
 		}
 	}
-	// The fleet's pods and their Secrets go with the Proxies.
+	// The fleet's pods and their Secrets go with the Proxies, and the
+	// pods' NetworkPolicy with the last of them (the garbage collector:
+	// within moments).
 	add(c.kubectl(ctx, nil, "get", "pods,secrets", "-A", "-o", "name", "-l", "crawl.example.com/managed-by"))
+	if err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		out, err := c.kubectl(ctx, nil, "get", "networkpolicy", "-n", crawlNS, "-o", "name", "--ignore-not-found")
+		return err == nil && !strings.Contains(out, "proxy-operator-squid"), nil
+	}); err != nil {
+		left = append(left, "networkpolicy "+crawlNS+"/proxy-operator-squid")
+	}
 	if len(left) > 0 {
 		t.Errorf("left after uninstall: %v", left)
 	}

@@ -173,6 +173,7 @@ func start(ctx context.Context) (_ *env, err error) {
 	opts.MetricsAddr = "0"
 	opts.HealthProbeAddr = "0"
 	opts.Kubernetes.NodeName = nodeName
+	framework.AllowLocalOrigins(&opts.ProxyAuth)
 	opts.Intervals.ProvisioningPoll = 250 * time.Millisecond
 	opts.Intervals.DeletionPoll = 250 * time.Millisecond
 	opts.Intervals.RequeueNow = 50 * time.Millisecond
