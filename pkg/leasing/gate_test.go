@@ -49,7 +49,7 @@ func TestGateRefusesUntilOpen(t *testing.T) {
 		"Update":  func() error { _, err := closed.Update("http:a", granted.ID, time.Minute, nil); return err },
 		"Reclaim": func() error { _, err := closed.Reclaim("http:a", "", granted.ID); return err },
 		"ReportByName": func() error {
-			return closed.ReportByName(granted.Namespace, granted.Name, lease.ResultBanned, "site.example")
+			return closed.ReportByName(lease.AnyHolder, granted.Namespace, granted.Name, lease.ResultBanned, "site.example")
 		},
 		"GetByName":  func() error { _, _, err := closed.GetByName(ctx, granted.Namespace, granted.Name); return err },
 		"Reportable": func() error { _, err := closed.Reportable(ctx, granted.Namespace, granted.Name); return err },

@@ -167,7 +167,7 @@ func TestLateReportDoesNotResurrectAReleasedLease(t *testing.T) {
 	// lost[0] was released before the crash: a late report arrives after.
 	for _, report := range []func() error{
 		func() error { return svc.Report("http:a", lost[0].ID, lease.ResultRateLimited, "") },
-		func() error { return svc.ReportByName("ns", lost[0].ID, lease.ResultRateLimited, "") },
+		func() error { return svc.ReportByName(lease.AnyHolder, "ns", lost[0].ID, lease.ResultRateLimited, "") },
 	} {
 		if err := report(); err != nil {
 			t.Fatalf("late report on a released lost lease: %v", err)
@@ -186,7 +186,7 @@ func TestLateReportDoesNotResurrectAReleasedLease(t *testing.T) {
 	if err := svc.Report("http:b", lost[1].ID, lease.ResultBanned, ""); !IsForbidden(err) {
 		t.Errorf("report by another holder: %v, want forbidden", err)
 	}
-	if err := svc.ReportByName("other", lost[1].ID, lease.ResultBanned, ""); !IsNotFound(err) {
+	if err := svc.ReportByName(lease.AnyHolder, "other", lost[1].ID, lease.ResultBanned, ""); !IsNotFound(err) {
 		t.Errorf("report in another namespace: %v, want not found", err)
 	}
 	if err := svc.Report("http:a", "0123456789abcdef0123456789abcdef", lease.ResultBanned, ""); !IsNotFound(err) {

@@ -319,15 +319,16 @@ func (s *Service) Report(holder, id, result, target string) error {
 
 // ReportByName is Report on the lease namespace/name (live, ended within
 // the cooldown window, or lost in a crash: name is then its signed ID or a
-// prefix and it), on behalf of whoever the front door authorized.
-func (s *Service) ReportByName(namespace, name, result, target string) error {
+// prefix and it) by holder (lease.AnyHolder: whoever the front door
+// authorized); another holder's lease is ReasonForbidden.
+func (s *Service) ReportByName(holder, namespace, name, result, target string) error {
 	if id, _, ok := s.store.LookupName(namespace, name); ok {
-		return s.Report(lease.AnyHolder, id, result, target)
+		return s.Report(holder, id, result, target)
 	}
 	if err := s.checkReport(name, result, target); err != nil {
 		return err
 	}
-	return s.reportLost(lease.AnyHolder, namespace, name, result, target)
+	return s.reportLost(holder, namespace, name, result, target)
 }
 
 // checkReport refuses a report this replica does not serve, whose result

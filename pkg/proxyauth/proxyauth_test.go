@@ -72,6 +72,8 @@ func TestVerifierAcceptsOnlyItsProxysCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	probe := k.ProbeCredentials(proxyA)
+	longProbe := mint(k.ProxyKey(proxyA), kindProbe, proxyA, ProbeUsername, start, time.Unix(1<<32-1, 0))
+	futureProbe := mint(k.ProxyKey(proxyA), kindProbe, proxyA, ProbeUsername, start.Add(time.Hour), start.Add(2*time.Hour))
 	cases := []struct {
 		name       string
 		user, pass string
@@ -91,6 +93,11 @@ func TestVerifierAcceptsOnlyItsProxysCredentials(t *testing.T) {
 		{"another encoding of the same bytes", lease.Username, spareBits(lease.Password), 0, ErrMalformed},
 		{"a probe", probe.Username, probe.Password, 0, nil},
 		{"a probe after a minute", probe.Username, probe.Password, ProbeTTL, ErrExpired},
+		// Minted with the proxy's key (from its Secret) to expire in 2106:
+		// refused once older than a probe's life.
+		{"a long-lived probe, fresh", ProbeUsername, longProbe, 0, nil},
+		{"a long-lived probe, a day later", ProbeUsername, longProbe, 24 * time.Hour, ErrExpired},
+		{"a probe issued an hour ahead", ProbeUsername, futureProbe, 0, ErrExpired},
 		{"a probe's password for a lease", lease.Username, probe.Password, 0, ErrBadSignature},
 		{"a lease's password for a probe", ProbeUsername, lease.Password, 0, ErrBadSignature},
 		{"a list token as credentials", listUsername, ListToken(k.ProxyKey(proxyA), proxyA, start), 0, ErrBadSignature},

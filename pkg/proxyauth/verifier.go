@@ -1,6 +1,7 @@
 package proxyauth
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -58,6 +59,10 @@ func (v *Verifier) SetLive(l LiveList) {
 	v.live, v.asOf, v.fetched = live, time.Unix(l.AsOf, 0), v.clock.Now()
 }
 
+// probeSkew is how far a probe credential's issue time may be from the
+// helper's clock beyond ProbeTTL (the operator's clock and the proxy's).
+const probeSkew = time.Minute
+
 // Check decides whether username and password may use the proxy. Probe
 // credentials need a valid signature and expiry; a lease's also need the
 // lease in the live list, unless the list is older than the credential (a
@@ -66,8 +71,17 @@ func (v *Verifier) SetLive(l LiveList) {
 func (v *Verifier) Check(username, password string) error {
 	now := v.clock.Now()
 	if username == ProbeUsername {
-		_, err := check(v.key, kindProbe, v.proxy, username, password, now)
-		return err
+		issued, err := check(v.key, kindProbe, v.proxy, username, password, now)
+		if err != nil {
+			return err
+		}
+		// The operator mints a probe's credentials for ProbeTTL: any
+		// issued longer ago (whatever expiry they claim, up to 2106) or in
+		// the future are refused, so leaked ones die within minutes.
+		if age := now.Sub(issued); age > ProbeTTL+probeSkew || age < -probeSkew {
+			return fmt.Errorf("%w: probe credentials issued %s, more than %s from now", ErrExpired, issued.UTC().Format(time.RFC3339), ProbeTTL+probeSkew)
+		}
+		return nil
 	}
 	issued, err := check(v.key, kindLease, v.proxy, username, password, now)
 	if err != nil {

@@ -66,9 +66,14 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		}
 		return reportStatus(name, rep, true), nil
 	}
-	// RBAC decides who may report on a ProxyLease. A lease lost in an
-	// operator crash (name proves it) gets the cooldown, and stays lost.
-	if err := r.svc.ReportByName(namespace, name, string(rep.Result), rep.Target); err != nil {
+	// RBAC decides who may report on ProxyLeases, and of those only the
+	// holder on its own (403 for another's). A lease lost in an operator
+	// crash (name proves it) gets the cooldown, and stays lost.
+	holder, err := actingHolder(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.svc.ReportByName(holder, namespace, name, string(rep.Result), rep.Target); err != nil {
 		return nil, statusFor(reportKind, name, nil, err, nil)
 	}
 	return reportStatus(name, rep, false), nil

@@ -221,7 +221,7 @@ func (r *REST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runt
 	if !ok {
 		return nil, apierrors.NewNotFound(proxyLeaseResource, name)
 	}
-	return obj, nil
+	return forViewer(ctx, obj), nil
 }
 
 // List returns the live leases of the request's namespace (all namespaces
@@ -242,6 +242,11 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 			return nil, apierrors.NewResourceExpired(fmt.Sprintf("resourceVersion %d is not kept; the newest is %d", want, rev))
 		}
 	}
+	for i := range items {
+		if v := forViewer(ctx, &items[i]); v != &items[i] {
+			items[i] = *v
+		}
+	}
 	list := &leasingv1alpha1.ProxyLeaseList{Items: items}
 	list.ResourceVersion = fmt.Sprint(rev)
 	if list.Items == nil {
@@ -256,7 +261,7 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 	if err != nil {
 		return nil, statusFor(proxyLeaseKind, "", nil, err, nil)
 	}
-	return w, nil
+	return viewerWatch(ctx, w), nil
 }
 
 // Update renews the lease for spec.ttlSeconds from now; labels and
@@ -283,6 +288,12 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 		return r.createFromUpdate(ctx, name, objInfo, createValidation, options)
 	}
 	defer r.updateMu.Unlock()
+	// Only the holder renews (another user RBAC lets update ProxyLeases
+	// gets 403, a dry run included).
+	holder, err := holderOf(ctx, name, cur)
+	if err != nil {
+		return nil, false, err
+	}
 	newObj, err := objInfo.UpdatedObject(ctx, old.DeepCopy())
 	if err != nil {
 		return nil, false, err
@@ -325,10 +336,9 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	if options != nil && dryrun.IsDryRun(options.DryRun) {
 		return pl, false, nil
 	}
-	// RBAC decides who may update a ProxyLease, so any holder's may be
-	// renewed; the new labels and annotations land in the same change.
+	// The new labels and annotations land in the same change.
 	meta := metadataOf(pl)
-	l, err := r.svc.Update(leasing.AnyHolder, cur.ID, leasing.Seconds(int64(*pl.Spec.TTLSeconds)), &meta)
+	l, err := r.svc.Update(holder, cur.ID, leasing.Seconds(int64(*pl.Spec.TTLSeconds)), &meta)
 	if err != nil {
 		return nil, false, leaseStatus(pl, err)
 	}
@@ -400,6 +410,12 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 				fmt.Errorf("precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p, obj.ResourceVersion))
 		}
 	}
+	// Only the holder releases (another user RBAC lets delete ProxyLeases
+	// gets 403, a dry run included).
+	holder, err := holderOf(ctx, name, cur)
+	if err != nil {
+		return nil, false, err
+	}
 	if deleteValidation != nil {
 		if err := deleteValidation(ctx, obj); err != nil {
 			return nil, false, err
@@ -408,8 +424,7 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 	if options != nil && dryrun.IsDryRun(options.DryRun) {
 		return obj, true, nil
 	}
-	// RBAC decides who may delete a ProxyLease, so any holder's may be released.
-	released, err := r.svc.Release(leasing.AnyHolder, cur.ID)
+	released, err := r.svc.Release(holder, cur.ID)
 	if err != nil {
 		return nil, false, leaseStatus(obj, err)
 	}
@@ -419,7 +434,8 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 	return obj, true, nil
 }
 
-// DeleteCollection releases every lease the list options select.
+// DeleteCollection releases every lease of the request's user that the list
+// options select; other holders' leases are left alone.
 func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions,
 	listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
 	items, rev, err := r.cache.list(ctx, genericapirequest.NamespaceValue(ctx), predicateFor(listOptions))
@@ -428,7 +444,11 @@ func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.Valid
 	}
 	out := &leasingv1alpha1.ProxyLeaseList{Items: []leasingv1alpha1.ProxyLease{}}
 	out.ResourceVersion = fmt.Sprint(rev)
+	holder, ok := requester(ctx)
 	for i := range items {
+		if !ok || items[i].Status.HolderIdentity != holder {
+			continue
+		}
 		obj, _, err := r.Delete(genericapirequest.WithNamespace(ctx, items[i].Namespace), items[i].Name, deleteValidation, options)
 		if apierrors.IsNotFound(err) {
 			continue // ended meanwhile

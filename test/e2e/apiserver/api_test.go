@@ -229,10 +229,13 @@ func TestHTTPAndKubernetesShareOneStore(t *testing.T) {
 	if err := shared.leasing.LeasingV1alpha1().ProxyLeases(ns).Delete(ctx, viaKube.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// And deleted with kubectl, gone for HTTP.
-	mustKubectl(t, "delete", "proxylease", viaHTTP.LeaseID, "-n", ns)
-	if _, err := http.Renew(ctx, viaHTTP.LeaseID, time.Minute); err == nil {
-		t.Error("the HTTP API still renews a lease kubectl deleted")
+	// Nor may a Kubernetes user (the admin, with kubectl) end the token's
+	// lease: 403, and the token still renews it.
+	if _, errOut, err := kubectl(t, "delete", "proxylease", viaHTTP.LeaseID, "-n", ns); err == nil || !strings.Contains(errOut, "Forbidden") {
+		t.Errorf("kubectl delete of the token's lease: %v %s, want Forbidden", err, errOut)
+	}
+	if _, err := http.Renew(ctx, viaHTTP.LeaseID, time.Minute); err != nil {
+		t.Errorf("the token's renewal after the refused kubectl delete: %v", err)
 	}
 }
 

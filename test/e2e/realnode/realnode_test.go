@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -236,7 +237,8 @@ func (c *cluster) firstLease(t *testing.T) {
 		t.Fatalf("creating the ProxyLease from the crawler pod: exit %d: %s", res.exitCode, res.logs)
 	}
 	var pl struct {
-		Status struct {
+		Metadata struct{ Name string }
+		Status   struct {
 			Proxy struct{ Name, URL string }
 		}
 	}
@@ -247,6 +249,18 @@ func (c *cluster) firstLease(t *testing.T) {
 		t.Errorf("leased %s, want proxy-b (tier premium)", pl.Status.Proxy.Name)
 	}
 	c.leaseURL = pl.Status.Proxy.URL
+	// Another user (the admin) sees the lease without its credentials and
+	// may not release it: it is the crawler's.
+	seen, err := c.leasing.LeasingV1alpha1().ProxyLeases(crawlNS).Get(context.Background(), pl.Metadata.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen.Status.Credentials != nil || seen.Status.Proxy == nil || strings.Contains(seen.Status.Proxy.URL, "@") {
+		t.Errorf("another user sees the crawler's credentials: %+v, %+v", seen.Status.Credentials, seen.Status.Proxy)
+	}
+	if err := c.leasing.LeasingV1alpha1().ProxyLeases(crawlNS).Delete(context.Background(), pl.Metadata.Name, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("another user's delete of the crawler's lease: %v, want 403", err)
+	}
 	bare, err := url.Parse(pl.Status.Proxy.URL)
 	if err != nil {
 		t.Fatal(err)
