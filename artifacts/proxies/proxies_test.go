@@ -23,14 +23,7 @@ import (
 // installation's tag), admits only the proxy port, and lets the pods reach
 // public addresses but no private one.
 func TestNetworkPolicy(t *testing.T) {
-	b, err := proxies.FS.ReadFile("networkpolicy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var np networkingv1.NetworkPolicy
-	if err := yaml.UnmarshalStrict(b, &np); err != nil {
-		t.Fatal(err)
-	}
+	np := manifest(t)
 	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +83,19 @@ func TestNetworkPolicy(t *testing.T) {
 // pods (--kubernetes-network-policy) with no --proxy-*-cidrs flag: applying
 // it by hand changes nothing the operator made.
 func TestNetworkPolicyIsTheOperators(t *testing.T) {
+	np := manifest(t)
+	want := kubernetes.NetworkPolicy("", "proxy-operator-system", proxyauth.Egress{})
+	if diff := cmp.Diff(want.Spec, np.Spec); diff != "" {
+		t.Errorf("artifacts/proxies differs from the operator's policy (-operator +manifest):\n%s", diff)
+	}
+	if np.Name != kubernetes.NetworkPolicyName {
+		t.Errorf("name %q, want %q", np.Name, kubernetes.NetworkPolicyName)
+	}
+}
+
+// manifest is networkpolicy.yaml, decoded strictly.
+func manifest(t *testing.T) networkingv1.NetworkPolicy {
+	t.Helper()
 	b, err := proxies.FS.ReadFile("networkpolicy.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -98,11 +104,5 @@ func TestNetworkPolicyIsTheOperators(t *testing.T) {
 	if err := yaml.UnmarshalStrict(b, &np); err != nil {
 		t.Fatal(err)
 	}
-	want := kubernetes.NetworkPolicy("", "proxy-operator-system", proxyauth.Egress{})
-	if diff := cmp.Diff(want.Spec, np.Spec); diff != "" {
-		t.Errorf("artifacts/proxies differs from the operator's policy (-operator +manifest):\n%s", diff)
-	}
-	if np.Name != kubernetes.NetworkPolicyName {
-		t.Errorf("name %q, want %q", np.Name, kubernetes.NetworkPolicyName)
-	}
+	return np
 }

@@ -193,13 +193,7 @@ func buildHostImage(h hostImage, hostRoot string, epoch time.Time, version, revi
 	cf.OS, cf.Architecture, cf.Created = "linux", runtime.GOARCH, created
 	cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.User = h.entrypoint, h.cmd, h.user
 	cf.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/usr/sbin:/bin:/sbin"}
-	cf.Config.Labels = map[string]string{
-		"org.opencontainers.image.title":    h.title,
-		"org.opencontainers.image.source":   sourceURL,
-		"org.opencontainers.image.version":  version,
-		"org.opencontainers.image.revision": revision,
-		"org.opencontainers.image.created":  epoch.Format(time.RFC3339),
-	}
+	cf.Config.Labels = ociLabels(h.title, version, revision, epoch)
 	for _, p := range h.packages {
 		if v := debianVersion(p); v != "" {
 			cf.Config.Labels["org.debian.package."+p] = v

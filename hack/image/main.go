@@ -334,12 +334,17 @@ func image(o Options, goarch string, base v1.Layer, binPath, helperPath string) 
 	cf.Config.User = NonRootUser + ":" + NonRootUser
 	cf.Config.WorkingDir = "/home/nonroot"
 	cf.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SSL_CERT_FILE=" + CertsPath}
-	cf.Config.Labels = map[string]string{
-		"org.opencontainers.image.title":    "proxy-operator",
-		"org.opencontainers.image.source":   sourceURL,
-		"org.opencontainers.image.version":  o.Version,
-		"org.opencontainers.image.revision": o.Revision,
-		"org.opencontainers.image.created":  o.Epoch.Format(time.RFC3339),
-	}
+	cf.Config.Labels = ociLabels("proxy-operator", o.Version, o.Revision, o.Epoch)
 	return mutate.ConfigFile(img, cf)
+}
+
+// ociLabels are the OCI annotations of every image this command builds.
+func ociLabels(title, version, revision string, epoch time.Time) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.title":    title,
+		"org.opencontainers.image.source":   sourceURL,
+		"org.opencontainers.image.version":  version,
+		"org.opencontainers.image.revision": revision,
+		"org.opencontainers.image.created":  epoch.Format(time.RFC3339),
+	}
 }

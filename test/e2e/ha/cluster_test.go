@@ -19,9 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -51,8 +49,6 @@ const (
 	// install's default), fewer than the clients so that they contend.
 	proxies = 6
 )
-
-var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
 // serviceMonitorCRD stands for the Prometheus Operator's CRD, which a
 // platform with the production overlay's ServiceMonitor has installed.
@@ -230,18 +226,7 @@ func (c *cluster) apiServiceAvailable(ctx context.Context) bool {
 // apiServiceCondition reads the APIService's Available condition and, when
 // it is not True, why.
 func (c *cluster) apiServiceCondition(ctx context.Context) (bool, string) {
-	u, err := c.dyn.Resource(apiServiceGVR).Get(ctx, apiService, metav1.GetOptions{})
-	if err != nil {
-		return false, err.Error()
-	}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, cond := range conds {
-		m, _ := cond.(map[string]any)
-		if m["type"] == "Available" {
-			return m["status"] == "True", fmt.Sprint(m["reason"], ": ", m["message"])
-		}
-	}
-	return false, "no Available condition"
+	return framework.APIServiceAvailable(ctx, c.dyn, apiService)
 }
 
 // fleet starts proxies squids on loopback, an origin for their health

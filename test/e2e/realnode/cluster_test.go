@@ -14,8 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
 // clusterEnv names the environment variable holding make cluster's state
@@ -40,8 +39,6 @@ const (
 	// lease's requests to by default.
 	sitePort = 80
 )
-
-var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
 // cluster is make cluster's cluster, as its contract files describe it.
 type cluster struct {
@@ -142,23 +139,6 @@ func (c *cluster) must(t *testing.T, timeout time.Duration, stdin []byte, args .
 	return out
 }
 
-// apiServiceAvailable reads the APIService's Available condition and,
-// when it is not True, why.
-func (c *cluster) apiServiceAvailable(ctx context.Context) (bool, string) {
-	u, err := c.dyn.Resource(apiServiceGVR).Get(ctx, apiService, metav1.GetOptions{})
-	if err != nil {
-		return false, err.Error()
-	}
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, cond := range conds {
-		m, _ := cond.(map[string]any)
-		if m["type"] == "Available" {
-			return m["status"] == "True", fmt.Sprint(m["reason"], ": ", m["message"])
-		}
-	}
-	return false, "no Available condition"
-}
-
 // waitInstalled waits for both replicas Ready and the APIService
 // Available.
 func (c *cluster) waitInstalled(t *testing.T) {
@@ -183,7 +163,7 @@ func (c *cluster) waitInstalled(t *testing.T) {
 			return false, nil
 		}
 		var ok bool
-		ok, why = c.apiServiceAvailable(ctx)
+		ok, why = framework.APIServiceAvailable(ctx, c.dyn, apiService)
 		return ok, nil
 	})
 	if err != nil {
