@@ -36,6 +36,13 @@ func startAuthSquid(t testing.TB, k *proxyauth.Keyring) string {
 			t.Fatal(err)
 		}
 		cfg.AuthConfig = k.HelperConfig(authProxy, "", "").Marshal()
+		// The tests' origins are on loopback, any port: opened as the
+		// operator's --proxy-allowed-* flags would.
+		local, err := proxyauth.ParseEgress([]string{"127.0.0.0/8"}, nil, []string{"1-65535"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.AccessRules = proxyauth.SquidAccessRules(proxyauth.SquidAuthConfig("", "", local))
 	}
 	sq, err := StartSquid(testSquidPath(t), cfg, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"})
 	if err != nil {
