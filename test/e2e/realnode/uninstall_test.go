@@ -94,8 +94,10 @@ func (c *cluster) helm(t *testing.T) {
 	t.Setenv("HELM_DATA_HOME", home)
 	if out, err := c.run(ctx, nil, filepath.Join(c.root, "bin", "helm"), "install", "proxy-operator", "artifacts/charts/proxy-operator",
 		"-n", operatorNS, "--create-namespace",
-		"--set", "image.repository="+opName, "--set", "image.tag="+opTag,
-		"--set", "squidImage.repository="+sqName, "--set", "squidImage.tag="+sqTag); err != nil {
+		// --set-string: a tag of digits only (a commit's short hash can
+		// be) would be a number to --set, which the chart's schema refuses.
+		"--set", "image.repository="+opName, "--set-string", "image.tag="+opTag,
+		"--set", "squidImage.repository="+sqName, "--set-string", "squidImage.tag="+sqTag); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	c.waitInstalled(t)
