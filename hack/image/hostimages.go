@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path"
 	"runtime"
-	"sort"
 	"strings"
 	"time"
 
@@ -213,8 +212,4 @@ func debianVersion(p string) string {
 }
 
 // hostImageNames are the -image values besides "operator".
-func hostImageNames() []string {
-	names := []string{"squid", "toolbox", "binary"}
-	sort.Strings(names)
-	return names
-}
+func hostImageNames() []string { return []string{"binary", "squid", "toolbox"} }

@@ -88,9 +88,16 @@ const (
 // SquidAuthConfig is the squid.conf stanza that makes Squid ask every
 // client for credentials (407 without valid ones), check them with the
 // helper at helperPath reading the configuration at configPath, and take a
-// lease's requests only where e allows (403 elsewhere). Put it before any
-// other http_access line.
+// lease's requests only where e allows (403 elsewhere): SquidAuthParams and
+// SquidLeaseRules. Put it before any other http_access line.
 func SquidAuthConfig(helperPath, configPath string, e Egress) string {
+	return SquidAuthParams(helperPath, configPath) + SquidLeaseRules(e)
+}
+
+// SquidAuthParams are the auth_param lines: the helper at helperPath
+// reading the configuration at configPath checks every client's
+// credentials.
+func SquidAuthParams(helperPath, configPath string) string {
 	lines := []string{
 		fmt.Sprintf("auth_param basic program %s --config %s", helperPath, configPath),
 		// One helper process answering concurrently: one live list, one poll.
@@ -98,13 +105,19 @@ func SquidAuthConfig(helperPath, configPath string, e Egress) string {
 		"auth_param basic realm proxy-operator",
 		fmt.Sprintf("auth_param basic credentialsttl %d seconds", int(CredentialsTTL.Seconds())),
 		"auth_param basic casesensitive on",
-		"acl proxy_operator_lease proxy_auth REQUIRED",
-		"http_access deny !proxy_operator_lease",
-		strings.TrimSuffix(e.SquidRules(), "\n"),
-		"http_access allow proxy_operator_lease",
-		"http_access deny all",
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// SquidLeaseRules are the acl and http_access lines after the auth_param
+// ones: no lease's credentials, no access (407); a lease's requests only
+// where e allows (403 elsewhere); nothing else.
+func SquidLeaseRules(e Egress) string {
+	return "acl proxy_operator_lease proxy_auth REQUIRED\n" +
+		"http_access deny !proxy_operator_lease\n" +
+		e.SquidRules() +
+		"http_access allow proxy_operator_lease\n" +
+		"http_access deny all\n"
 }
 
 // SquidAccessRules are the acl and http_access lines of a squid.conf (what

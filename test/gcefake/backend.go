@@ -150,7 +150,7 @@ func (b *SquidBackend) Start(ctx context.Context, instance string, metadata map[
 		// A VM runs its cloud-init's squid.conf: the example's rules,
 		// widened for the tests' origins on loopback (any port), as
 		// --proxy-allowed-cidrs and --proxy-allowed-ports widen a pod's.
-		cfg.AccessRules = proxyauth.SquidAccessRules(proxyauth.SquidAuthConfig("", "", vmEgress()))
+		cfg.AccessRules = proxyauth.SquidLeaseRules(vmEgress())
 	}
 	sq, err := nodeagent.StartSquid(b.squidPath, cfg, os.Environ())
 	if err != nil {

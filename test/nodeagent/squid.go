@@ -108,18 +108,12 @@ func RenderSquidConfig(c SquidConfig) string {
 	}
 	access := "http_access allow all"
 	if len(c.AuthConfig) > 0 {
-		rendered := proxyauth.SquidAuthConfig(c.AuthHelper, c.AuthConfigPath(), proxyauth.Egress{})
-		if c.AccessRules != "" {
-			// This squid's auth_param lines (its paths), the pod's rules.
-			var params []string
-			for _, l := range strings.Split(rendered, "\n") {
-				if strings.HasPrefix(l, "auth_param ") {
-					params = append(params, l)
-				}
-			}
-			rendered = strings.Join(params, "\n") + "\n" + c.AccessRules
+		// This squid's auth_param lines (its paths), the pod's rules.
+		rules := c.AccessRules
+		if rules == "" {
+			rules = proxyauth.SquidLeaseRules(proxyauth.Egress{})
 		}
-		access = strings.TrimSuffix(rendered, "\n")
+		access = strings.TrimSuffix(proxyauth.SquidAuthParams(c.AuthHelper, c.AuthConfigPath())+rules, "\n")
 	}
 	lines := []string{
 		"# Rendered by the proxy-operator node agent.",

@@ -42,7 +42,7 @@ func startAuthSquid(t testing.TB, k *proxyauth.Keyring) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.AccessRules = proxyauth.SquidAccessRules(proxyauth.SquidAuthConfig("", "", local))
+		cfg.AccessRules = proxyauth.SquidLeaseRules(local)
 	}
 	sq, err := StartSquid(testSquidPath(t), cfg, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"})
 	if err != nil {

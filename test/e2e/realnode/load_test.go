@@ -40,7 +40,6 @@ type leaseLoad struct {
 var retriedReasons = map[metav1.StatusReason]bool{
 	metav1.StatusReasonServiceUnavailable: true, metav1.StatusReasonTooManyRequests: true,
 	metav1.StatusReasonTimeout: true, metav1.StatusReasonConflict: true, metav1.StatusReasonUnknown: true,
-	metav1.StatusReasonInternalError: false,
 }
 
 func (l *leaseLoad) failed(op string, err error) {
