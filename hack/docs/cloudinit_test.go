@@ -40,16 +40,18 @@ func TestCloudInitExampleHasTheOperatorsSquidRules(t *testing.T) {
 			conf = f.Content
 		}
 	}
+	// The directives proxyauth.SquidAuthConfig writes.
+	stanza := map[string]bool{"auth_param": true, "acl": true, "http_access": true, "cache_peer": true, "never_direct": true, "client_idle_pconn_timeout": true}
 	lines := func(s string) []string {
 		var out []string
 		for _, l := range strings.Split(s, "\n") {
-			if strings.HasPrefix(l, "auth_param ") || strings.HasPrefix(l, "acl ") || strings.HasPrefix(l, "http_access ") {
+			if f := strings.Fields(l); len(f) > 0 && stanza[f[0]] {
 				out = append(out, l)
 			}
 		}
 		return out
 	}
-	want := lines(proxyauth.SquidAuthConfig("/usr/local/bin/proxy-auth-helper", "/etc/proxy-operator/auth.json", proxyauth.Egress{}))
+	want := lines(proxyauth.SquidAuthConfig("/usr/local/bin/proxy-auth-helper", "/etc/proxy-operator/auth.json", proxyauth.DefaultRelayAddr, proxyauth.Egress{}))
 	if diff := cmp.Diff(want, lines(conf)); diff != "" {
 		t.Errorf("the example's squid.conf rules differ from the operator's (-want +got):\n%s", diff)
 	}

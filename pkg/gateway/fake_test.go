@@ -18,6 +18,10 @@ type fakeLeaser struct {
 	calls   []string
 	live    map[string]bool
 	nextErr error
+	// proxyAddr is where its leases' proxy is ("": 127.0.0.1:3128).
+	proxyAddr string
+	// renewErr fails every renewal of a lease.
+	renewErr map[string]error
 }
 
 var _ Leaser = (*fakeLeaser)(nil)
@@ -34,7 +38,11 @@ func (f *fakeLeaser) record(call string) error {
 }
 
 func (f *fakeLeaser) lease(id string, ttl time.Duration) *wire.Lease {
-	return &wire.Lease{LeaseID: id, Proxy: wire.Proxy{URL: "http://u-" + id + ":p@127.0.0.1:3128", Port: 3128},
+	addr := f.proxyAddr
+	if addr == "" {
+		addr = "127.0.0.1:3128"
+	}
+	return &wire.Lease{LeaseID: id, Proxy: wire.Proxy{URL: "http://u-" + id + ":p@" + addr, Port: 3128},
 		Credentials: &wire.Credentials{Username: "u-" + id, Password: "p"}, ExpiresAt: f.now().Add(ttl)}
 }
 
@@ -69,6 +77,9 @@ func (f *fakeLeaser) Renew(_ context.Context, token, id string, ttl time.Duratio
 	if err := f.record("renew " + id); err != nil {
 		return nil, err
 	}
+	if err := f.renewErr[id]; err != nil {
+		return nil, err
+	}
 	return f.lease(id, ttl), nil
 }
 
@@ -93,4 +104,14 @@ func (f *fakeLeaser) count(prefix string) int {
 		}
 	}
 	return n
+}
+
+// failRenewOf makes the renewals of lease id fail with err.
+func (f *fakeLeaser) failRenewOf(id string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.renewErr == nil {
+		f.renewErr = map[string]error{}
+	}
+	f.renewErr[id] = err
 }

@@ -40,7 +40,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, token, usernam
 	defer done()
 	authenticatedConn(r)
 	_, proxyURL, _ := g.leases.snapshot(h)
-	out := r.Clone(context.WithValue(r.Context(), proxyURLKey{}, proxyURL))
+	// The lease's end ends the request (holding.traffic).
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(h.traffic, cancel)
+	defer stop()
+	out := r.Clone(context.WithValue(ctx, proxyURLKey{}, proxyURL))
 	out.RequestURI = ""
 	for _, k := range hopHeaders {
 		out.Header.Del(k)
@@ -52,6 +57,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, token, usernam
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client left
+		}
+		if h.traffic.Err() != nil {
+			g.fail(w, KindHTTP, &Error{Reason: ReasonUpstream, Message: "the lease " + h.id + " ended during the request"}, h.id)
+			return
 		}
 		g.fail(w, KindHTTP, upstreamDialError(h.proxyAddr, err), h.id)
 		return
@@ -75,8 +84,13 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, token, usernam
 	}
 	hdr.Set(LeaseIDHeader, h.id)
 	w.WriteHeader(resp.StatusCode)
-	n, _ := io.Copy(w, resp.Body)
+	n, err := io.Copy(w, resp.Body)
 	g.rec.GatewayBytes("down", n)
+	if err != nil && h.traffic.Err() != nil {
+		// Cut, not finished: the client must not take it for the whole
+		// response (net/http closes the connection).
+		panic(http.ErrAbortHandler)
+	}
 	if r.ContentLength > 0 {
 		g.rec.GatewayBytes("up", r.ContentLength)
 	}

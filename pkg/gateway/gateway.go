@@ -199,7 +199,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	log.FromContext(ctx).Info("gateway serving", "addr", ln.Addr().String(), "leaseAPI", g.opts.LeaseAPIURL)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	ticker := g.clock.NewTicker(min(g.opts.LeaseTTL, g.opts.SessionIdle) / 4)
+	ticker := g.clock.NewTicker(g.opts.tickEvery())
 	defer ticker.Stop()
 	for {
 		select {

@@ -20,6 +20,10 @@ import (
 // leases' mutex.
 type holding struct {
 	token, id string
+	// traffic ends when the lease does (ended elsewhere, or expired
+	// unrenewed): the tunnels and requests on it stop with it.
+	traffic    context.Context
+	endTraffic context.CancelFunc
 	// sessionKey is set while a session holds it.
 	sessionKey string
 
@@ -169,7 +173,8 @@ func (ls *leases) lease(ctx context.Context, token string, o UsernameOptions, ho
 		ls.release(token, l.LeaseID)
 		return nil, &Error{Reason: ReasonUpstream, Message: err.Error()}
 	}
-	return &holding{token: token, id: l.LeaseID, proxyAddr: addr, proxyURL: u, auth: auth, expires: l.ExpiresAt}, nil
+	traffic, end := context.WithCancel(context.Background())
+	return &holding{token: token, id: l.LeaseID, traffic: traffic, endTraffic: end, proxyAddr: addr, proxyURL: u, auth: auth, expires: l.ExpiresAt}, nil
 }
 
 func sessionKey(token, username string) (string, [32]byte) {
@@ -214,6 +219,7 @@ func (ls *leases) sessionHolding(ctx context.Context, token, username string, o 
 		ls.perToken[sum]--
 		h.refs = 0
 		ls.dropLocked(h)
+		h.endTraffic()
 		s.h.refs++
 		s.lastUsed = ls.now()
 		return s.h, nil
@@ -254,6 +260,7 @@ func (ls *leases) dropLocked(h *holding) {
 		return
 	}
 	delete(ls.held, h)
+	h.endTraffic()
 	go ls.release(h.token, h.id)
 }
 
@@ -288,8 +295,21 @@ func (ls *leases) snapshot(h *holding) (addr string, u *url.URL, auth string) {
 	return h.proxyAddr, h.proxyURL, h.auth
 }
 
-// tick renews the leases that expire within half a TTL and ends the
-// sessions idle for SessionIdle; Run calls it every TTL/4.
+// trafficCheck is how often the gateway renews a lease that carries
+// tunnels or requests (at least): a renewal is how it learns that the lease
+// ended elsewhere (deleted by its holder through the API, its proxy gone),
+// and then it ends that traffic (endLocked). With the tick, within 30 s.
+const trafficCheck = 20 * time.Second
+
+// tickEvery is how often Run calls tick: a quarter of the shortest of the
+// lease TTL and the session idle time, and at most trafficCheck/4.
+func (o *Options) tickEvery() time.Duration {
+	return min(o.LeaseTTL/4, o.SessionIdle/4, trafficCheck/4)
+}
+
+// tick renews the leases that expire within half a TTL (those carrying
+// traffic every trafficCheck), ends the sessions idle for SessionIdle, and
+// ends the traffic of leases that ended or expired.
 func (ls *leases) tick(ctx context.Context) {
 	now := ls.now()
 	var due []*holding
@@ -300,7 +320,13 @@ func (ls *leases) tick(ctx context.Context) {
 		}
 	}
 	for h := range ls.held {
-		if h.expires.Sub(now) <= ls.opts.LeaseTTL/2 {
+		left := h.expires.Sub(now)
+		switch {
+		case left <= 0:
+			// Renewals failed until it expired (the API unreachable): it
+			// is over.
+			ls.endLocked(h)
+		case left <= ls.opts.LeaseTTL/2, h.inFlight() > 0 && left <= ls.opts.LeaseTTL-trafficCheck:
 			due = append(due, h)
 		}
 	}
@@ -317,13 +343,34 @@ func (ls *leases) tick(ctx context.Context) {
 			}
 			h.expires = l.ExpiresAt
 		case client.IsLeaseEnded(err) || client.IsUnknownLease(err):
-			// Gone (expired during an outage): a session leases anew.
-			if s := ls.sessions[h.sessionKey]; s != nil && s.h == h {
-				ls.endSessionLocked(h.sessionKey, s)
-			}
+			// Gone (released through the API, expired during an outage):
+			// its traffic ends, a session leases anew.
+			ls.endLocked(h)
+		case client.IsUnauthorized(err) || client.IsForbidden(err):
+			// The token no longer holds it (revoked, its rights removed):
+			// its traffic ends now, not at the lease's expiry.
+			ls.endLocked(h)
 		}
 		ls.mu.Unlock()
 	}
+}
+
+// inFlight is the requests and tunnels using h (refs less the session's).
+func (h *holding) inFlight() int {
+	if h.sessionKey != "" {
+		return h.refs - 1
+	}
+	return h.refs
+}
+
+// endLocked forgets h, whose lease is over, without releasing it: its
+// session ends and its tunnels and requests stop.
+func (ls *leases) endLocked(h *holding) {
+	delete(ls.held, h) // first: ending the session then releases nothing
+	if s := ls.sessions[h.sessionKey]; h.sessionKey != "" && s != nil && s.h == h {
+		ls.endSessionLocked(h.sessionKey, s)
+	}
+	h.endTraffic()
 }
 
 // releaseAll ends every session and releases every lease (shutdown).

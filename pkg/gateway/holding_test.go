@@ -111,7 +111,7 @@ func TestSessionEndsWhenItsLeaseEnded(t *testing.T) {
 	}
 	done()
 	f.nextErr = &client.APIError{StatusCode: 410, Code: wire.CodeLeaseEnded}
-	clk.Step(DefaultLeaseTTL)
+	clk.Step(DefaultLeaseTTL / 2)
 	ls.tick(ctx)
 	h2, done2, err := ls.acquire(ctx, "tok", "session-a", UsernameOptions{Session: "a"}, "x")
 	if err != nil || h2 == h {

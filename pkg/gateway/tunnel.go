@@ -51,6 +51,12 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, token, username
 		return
 	}
 	defer conn.Close()
+	// The lease's end ends the tunnel (holding.traffic).
+	stop := context.AfterFunc(h.traffic, func() {
+		_ = conn.Close()
+		_ = up.Close()
+	})
+	defer stop()
 	_ = conn.SetDeadline(time.Time{})
 	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n"+LeaseIDHeader+": "+h.id+"\r\n\r\n"); err != nil {
 		return

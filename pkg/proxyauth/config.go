@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -25,6 +26,9 @@ type HelperConfig struct {
 	// CAPEM verifies the operator's serving certificate (empty: the
 	// system's roots).
 	CAPEM string `json:"caPEM,omitempty"`
+	// Egress is where the helper's relay takes a lease's traffic (the same
+	// rules as the squid.conf's, checked again on the address it dials).
+	Egress Egress `json:"egress"`
 }
 
 // HelperConfig returns the helper configuration of p.
@@ -85,19 +89,29 @@ const (
 	StaleAfter = time.Minute
 )
 
+// DefaultRelayAddr is where a pod's or a VM's helper relays Squid's
+// traffic: loopback of the pod's own network namespace, or of the VM.
+const DefaultRelayAddr = "127.0.0.1:3129"
+
 // SquidAuthConfig is the squid.conf stanza that makes Squid ask every
 // client for credentials (407 without valid ones), check them with the
-// helper at helperPath reading the configuration at configPath, and take a
-// lease's requests only where e allows (403 elsewhere): SquidAuthParams and
+// helper at helperPath reading the configuration at configPath, send what
+// it accepts through the helper's relay on relayAddr, and take a lease's
+// requests only where e allows (403 elsewhere): SquidAuthParams and
 // SquidLeaseRules. Put it before any other http_access line.
-func SquidAuthConfig(helperPath, configPath string, e Egress) string {
-	return SquidAuthParams(helperPath, configPath) + SquidLeaseRules(e)
+func SquidAuthConfig(helperPath, configPath, relayAddr string, e Egress) string {
+	return SquidAuthParams(helperPath, configPath, relayAddr) + SquidLeaseRules(e)
 }
 
-// SquidAuthParams are the auth_param lines: the helper at helperPath
-// reading the configuration at configPath checks every client's
-// credentials.
-func SquidAuthParams(helperPath, configPath string) string {
+// SquidAuthParams are the lines that run the helper: the helper at
+// helperPath reading the configuration at configPath checks every client's
+// credentials, and every request Squid takes goes through the relay on
+// relayAddr ("ip:port", loopback; RelayCommand), which ends a lease's
+// traffic when the lease ends.
+// Idle client connections close after CredentialsTTL + PollInterval, so a
+// released lease's keep-alive connections go with it.
+func SquidAuthParams(helperPath, configPath, relayAddr string) string {
+	host, port, _ := net.SplitHostPort(relayAddr)
 	lines := []string{
 		fmt.Sprintf("auth_param basic program %s --config %s", helperPath, configPath),
 		// One helper process answering concurrently: one live list, one poll.
@@ -105,8 +119,20 @@ func SquidAuthParams(helperPath, configPath string) string {
 		"auth_param basic realm proxy-operator",
 		fmt.Sprintf("auth_param basic credentialsttl %d seconds", int(CredentialsTTL.Seconds())),
 		"auth_param basic casesensitive on",
+		// Every request through the relay, with its credentials; never
+		// straight to the destination.
+		fmt.Sprintf("cache_peer %s parent %s 0 no-query no-digest no-netdb-exchange default login=PASSTHRU name=proxy_operator_relay", host, port),
+		"never_direct allow all",
+		fmt.Sprintf("client_idle_pconn_timeout %d seconds", int((CredentialsTTL + PollInterval).Seconds())),
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// RelayCommand is the command line that runs Squid (squid: its command
+// line) behind the relay: the helper at helperPath relays on relayAddr with
+// the configuration at configPath, and starts Squid once it listens.
+func RelayCommand(helperPath, configPath, relayAddr string, squid ...string) []string {
+	return append([]string{helperPath, "relay", "--config", configPath, "--listen", relayAddr, "--"}, squid...)
 }
 
 // SquidLeaseRules are the acl and http_access lines after the auth_param

@@ -134,17 +134,17 @@ func parse(password string) (parsed, error) {
 }
 
 // check verifies password as (kind, p, username) under key at now; it
-// returns the issue time.
-func check(key []byte, kind string, p ProxyRef, username, password string, now time.Time) (time.Time, error) {
+// returns the password taken apart.
+func check(key []byte, kind string, p ProxyRef, username, password string, now time.Time) (parsed, error) {
 	pw, err := parse(password)
 	if err != nil {
-		return time.Time{}, err
+		return parsed{}, err
 	}
 	if !hmac.Equal(pw.mac, mac(key, kind, p, username, pw.times)) {
-		return time.Time{}, ErrBadSignature
+		return parsed{}, ErrBadSignature
 	}
 	if !now.Before(pw.expires) {
-		return time.Time{}, fmt.Errorf("%w at %s", ErrExpired, pw.expires.UTC().Format(time.RFC3339))
+		return parsed{}, fmt.Errorf("%w at %s", ErrExpired, pw.expires.UTC().Format(time.RFC3339))
 	}
-	return pw.issued, nil
+	return pw, nil
 }

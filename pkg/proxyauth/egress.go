@@ -18,14 +18,14 @@ type Egress struct {
 	// AllowedCIDRs are internal ranges opened on purpose
 	// (--proxy-allowed-cidrs): an intranet crawl, a local origin in tests.
 	// They win over BlockedCIDRs and DeniedCIDRs.
-	AllowedCIDRs []netip.Prefix
+	AllowedCIDRs []netip.Prefix `json:"allowedCIDRs,omitempty"`
 	// DeniedCIDRs are refused besides BlockedCIDRs (--proxy-denied-cidrs):
 	// the cluster's pod and Service ranges where they are not private.
-	DeniedCIDRs []netip.Prefix
+	DeniedCIDRs []netip.Prefix `json:"deniedCIDRs,omitempty"`
 	// AllowedPorts widen where a lease's requests may go
 	// (--proxy-allowed-ports): CONNECT only to 443 and plain HTTP only to
 	// 80 and 443 otherwise.
-	AllowedPorts []PortRange
+	AllowedPorts []PortRange `json:"allowedPorts,omitempty"`
 }
 
 // BlockedCIDRs are never a proxy's destination unless allowed: this
@@ -57,6 +57,20 @@ func (r PortRange) String() string {
 		return strconv.Itoa(int(r.From))
 	}
 	return fmt.Sprintf("%d-%d", r.From, r.To)
+}
+
+// MarshalText writes r as ParsePortRange reads it (the helper's
+// configuration carries its proxy's Egress).
+func (r PortRange) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText reads what MarshalText wrote.
+func (r *PortRange) UnmarshalText(b []byte) error {
+	pr, err := ParsePortRange(string(b))
+	if err != nil {
+		return err
+	}
+	*r = pr
+	return nil
 }
 
 // ParsePortRange reads "443" or "8000-8999".
@@ -160,4 +174,58 @@ func (e Egress) SquidRules() string {
 		lines = append(lines, "http_access deny "+aclBlocked)
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// EgressError is a destination the Egress refuses.
+type EgressError struct {
+	Addr   netip.AddrPort
+	Reason string
+}
+
+func (e *EgressError) Error() string { return fmt.Sprintf("%s: %s", e.Addr, e.Reason) }
+
+// IsEgressRefused reports whether err is (or wraps) a refusal of the
+// Egress.
+func IsEgressRefused(err error) bool {
+	var ee *EgressError
+	return errors.As(err, &ee)
+}
+
+// Permits reports why a lease's traffic may not go to ap (nil: it may), as
+// SquidRules decides it: connect is a CONNECT tunnel's, else a plain HTTP
+// request's.
+func (e Egress) Permits(ap netip.AddrPort, connect bool) error {
+	ports, kind := defaultHTTPPorts, "plain HTTP"
+	if connect {
+		ports, kind = defaultConnectPorts, "CONNECT"
+	}
+	if !inRanges(ap.Port(), ports) && !inRanges(ap.Port(), e.AllowedPorts) {
+		return &EgressError{Addr: ap, Reason: fmt.Sprintf("%s to port %d is not allowed (--proxy-allowed-ports)", kind, ap.Port())}
+	}
+	addr := ap.Addr().Unmap()
+	if inPrefixes(addr, e.AllowedCIDRs) {
+		return nil
+	}
+	if inPrefixes(addr, BlockedCIDRs()) || inPrefixes(addr, e.DeniedCIDRs) {
+		return &EgressError{Addr: ap, Reason: "an internal address (--proxy-allowed-cidrs opens one)"}
+	}
+	return nil
+}
+
+func inRanges(p uint16, rs []PortRange) bool {
+	for _, r := range rs {
+		if r.From <= p && p <= r.To {
+			return true
+		}
+	}
+	return false
+}
+
+func inPrefixes(a netip.Addr, ps []netip.Prefix) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }

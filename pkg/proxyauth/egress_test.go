@@ -101,7 +101,7 @@ func TestSquidRules(t *testing.T) {
 // TestSquidAuthConfigOrder: no lease, no access; the egress rules come
 // before the lease is allowed, and nothing is allowed after.
 func TestSquidAuthConfigOrder(t *testing.T) {
-	conf := SquidAuthConfig("/helper", "/config.json", Egress{})
+	conf := SquidAuthConfig("/helper", "/config.json", DefaultRelayAddr, Egress{})
 	var access []string
 	for _, l := range strings.Split(conf, "\n") {
 		if strings.HasPrefix(l, "http_access ") {

@@ -202,36 +202,48 @@ func (p *Poller) Poll(ctx context.Context) error {
 // Squid on in and out until in ends. logf receives what a helper writes to
 // Squid's cache.log.
 func RunHelper(ctx context.Context, configPath string, in io.Reader, out io.Writer, logf func(string, ...any)) error {
-	raw, err := os.ReadFile(configPath)
-	if err != nil {
-		return err
-	}
-	cfg, err := ParseHelperConfig(raw)
-	if err != nil {
-		return err
-	}
-	v := NewVerifier(cfg, nil)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	if cfg.OperatorURL != "" {
-		p, err := NewPoller(cfg, v, nil, func(err error) { logf("proxy-auth-helper: %v", err) })
-		if err != nil {
-			return err
-		}
-		// A helper (re)started by Squid knows no released lease until its
-		// first list: it answers nothing before it (Squid queues the
-		// requests), and only an operator that does not answer within the
-		// poll's timeout leaves it trusting signatures alone, as a stale list
-		// does.
-		if err := p.Poll(ctx); err != nil {
-			logf("proxy-auth-helper: first poll: %v; until a poll succeeds, credentials work until they expire", err)
-		}
-		wg.Go(func() { p.Run(ctx) })
-	} else {
-		logf("proxy-auth-helper: no operator URL: a released lease's credentials work until they expire")
+	_, v, err := startVerifier(ctx, configPath, &wg, logf)
+	if err != nil {
+		return err
 	}
+	// Runs before wg.Wait: the poller stops when Squid does.
 	defer cancel()
 	return Serve(in, out, v)
+}
+
+// startVerifier reads the configuration at configPath and returns the
+// verifier of its proxy, with its live list polled (once now, then in wg
+// until ctx ends) when the configuration names the operator.
+func startVerifier(ctx context.Context, configPath string, wg *sync.WaitGroup, logf func(string, ...any)) (HelperConfig, *Verifier, error) {
+	raw, err := os.ReadFile(configPath)
+	if err != nil {
+		return HelperConfig{}, nil, err
+	}
+	cfg, err := ParseHelperConfig(raw)
+	if err != nil {
+		return HelperConfig{}, nil, err
+	}
+	v := NewVerifier(cfg, nil)
+	if cfg.OperatorURL == "" {
+		logf("proxy-auth-helper: no operator URL: a released lease's credentials work until they expire")
+		return cfg, v, nil
+	}
+	p, err := NewPoller(cfg, v, nil, func(err error) { logf("proxy-auth-helper: %v", err) })
+	if err != nil {
+		return HelperConfig{}, nil, err
+	}
+	// A helper (re)started by Squid knows no released lease until its
+	// first list: it answers nothing before it (Squid queues the
+	// requests), and only an operator that does not answer within the
+	// poll's timeout leaves it trusting signatures alone, as a stale list
+	// does.
+	if err := p.Poll(ctx); err != nil {
+		logf("proxy-auth-helper: first poll: %v; until a poll succeeds, credentials work until they expire", err)
+	}
+	wg.Go(func() { p.Run(ctx) })
+	return cfg, v, nil
 }

@@ -82,12 +82,12 @@ func (k *Keyring) ProbeCredentials(p ProxyRef) Credentials {
 // list with (ListToken).
 func (k *Keyring) VerifyListToken(p ProxyRef, token string) error {
 	now := k.clock.Now()
-	issued, err := check(k.ProxyKey(p), kindList, p, listUsername, token, now)
+	pw, err := check(k.ProxyKey(p), kindList, p, listUsername, token, now)
 	if err != nil {
 		return err
 	}
-	if d := issued.Sub(now); d > listTokenSkew || d < -listTokenSkew {
-		return fmt.Errorf("%w: issued %s, more than %s from the operator's clock", ErrExpired, issued.UTC().Format(time.RFC3339), listTokenSkew)
+	if d := pw.issued.Sub(now); d > listTokenSkew || d < -listTokenSkew {
+		return fmt.Errorf("%w: issued %s, more than %s from the operator's clock", ErrExpired, pw.issued.UTC().Format(time.RFC3339), listTokenSkew)
 	}
 	return nil
 }

@@ -78,7 +78,11 @@ func (o *Options) Validate() error {
 // Instances builds the configuration of each instance (controller
 // InstanceAuth) from the keyring and these options.
 func (o *Options) Instances(k *Keyring) (*Instances, error) {
-	in := &Instances{keyring: k, operatorURL: o.OperatorURL}
+	e, err := o.Egress()
+	if err != nil {
+		return nil, err
+	}
+	in := &Instances{keyring: k, operatorURL: o.OperatorURL, egress: e}
 	if o.CAFile != "" {
 		b, err := os.ReadFile(o.CAFile)
 		if err != nil {
@@ -94,6 +98,7 @@ type Instances struct {
 	keyring     *Keyring
 	operatorURL string
 	caPEM       string
+	egress      Egress
 	// defaultCA is the CA bundle when no CA file was given (nil: none).
 	defaultCA func() []byte
 }
@@ -109,5 +114,7 @@ func (i *Instances) InstanceAuth(namespace, name string) []byte {
 	if ca == "" && i.operatorURL != "" && i.defaultCA != nil {
 		ca = string(i.defaultCA())
 	}
-	return i.keyring.HelperConfig(ProxyRef{Namespace: namespace, Name: name}, i.operatorURL, ca).Marshal()
+	c := i.keyring.HelperConfig(ProxyRef{Namespace: namespace, Name: name}, i.operatorURL, ca)
+	c.Egress = i.egress
+	return c.Marshal()
 }

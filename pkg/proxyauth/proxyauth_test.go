@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -387,17 +388,41 @@ func TestVerifyListToken(t *testing.T) {
 func TestHelperConfig(t *testing.T) {
 	k := newKeyring(t, clocktesting.NewFakeClock(start))
 	c := k.HelperConfig(proxyA, "https://operator:8443", "")
+	c.Egress = Egress{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}, DeniedCIDRs: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")},
+		AllowedPorts: []PortRange{{8000, 8999}, {22, 22}}}
 	got, err := ParseHelperConfig(c.Marshal())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(c, got); diff != "" {
+	if diff := cmp.Diff(c, got, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 		t.Fatalf("round trip (-want +got):\n%s", diff)
 	}
 	for _, bad := range []string{`{}`, `{"namespace":"a","name":"b","key":"AAAA"}`, `not json`,
+		`{"namespace":"a","name":"b","key":"` + strings.Repeat("A", 43) + `=","egress":{"allowedPorts":["0-9"]}}`,
 		`{"namespace":"a","name":"b","key":"` + strings.Repeat("A", 43) + `=","operatorURL":"ftp://x"}`} {
 		if _, err := ParseHelperConfig([]byte(bad)); err == nil {
 			t.Errorf("%s: accepted", bad)
 		}
+	}
+}
+
+// The configuration each instance gets carries the operator's egress flags,
+// which its relay enforces.
+func TestInstancesCarryTheEgress(t *testing.T) {
+	k := newKeyring(t, clocktesting.NewFakeClock(start))
+	o := Options{SecretName: DefaultSecretName, Namespace: "ops", AllowedCIDRs: []string{"10.9.0.0/16"}, AllowedPorts: []string{"8443"}}
+	in, err := o.Instances(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseHelperConfig(in.InstanceAuth("crawl", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Egress.Permits(netip.MustParseAddrPort("10.9.1.1:8443"), true); err != nil {
+		t.Errorf("the flags' range and port: %v", err)
+	}
+	if err := c.Egress.Permits(netip.MustParseAddrPort("10.8.1.1:443"), true); err == nil {
+		t.Error("a private range the flags do not open was permitted")
 	}
 }

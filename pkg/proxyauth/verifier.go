@@ -34,8 +34,8 @@ type Verifier struct {
 	clock clock.PassiveClock
 
 	mu sync.Mutex
-	// live is the last list, fetched at fetched (the helper's clock).
-	live    map[string]struct{}
+	// listed is the last list, fetched at fetched (the helper's clock).
+	listed  map[string]struct{}
 	asOf    time.Time
 	fetched time.Time
 }
@@ -56,7 +56,7 @@ func (v *Verifier) SetLive(l LiveList) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.live, v.asOf, v.fetched = live, time.Unix(l.AsOf, 0), v.clock.Now()
+	v.listed, v.asOf, v.fetched = live, time.Unix(l.AsOf, 0), v.clock.Now()
 }
 
 // probeSkew is how far a probe credential's issue time may be from the
@@ -69,31 +69,62 @@ const probeSkew = time.Minute
 // lease granted since) or stale (older than StaleAfter: then the expiry
 // alone decides).
 func (v *Verifier) Check(username, password string) error {
+	_, err := v.verify(username, password)
+	return err
+}
+
+// credential is one that Check accepted: whose it is and its times.
+type credential struct {
+	username        string
+	issued, expires time.Time
+}
+
+// verify is Check, returning the credential it accepted.
+func (v *Verifier) verify(username, password string) (credential, error) {
 	now := v.clock.Now()
 	if username == ProbeUsername {
-		issued, err := check(v.key, kindProbe, v.proxy, username, password, now)
+		pw, err := check(v.key, kindProbe, v.proxy, username, password, now)
 		if err != nil {
-			return err
+			return credential{}, err
 		}
 		// The operator mints a probe's credentials for ProbeTTL: any
 		// issued longer ago (whatever expiry they claim, up to 2106) or in
 		// the future are refused, so leaked ones die within minutes.
-		if age := now.Sub(issued); age > ProbeTTL+probeSkew || age < -probeSkew {
-			return fmt.Errorf("%w: probe credentials issued %s, more than %s from now", ErrExpired, issued.UTC().Format(time.RFC3339), ProbeTTL+probeSkew)
+		if age := now.Sub(pw.issued); age > ProbeTTL+probeSkew || age < -probeSkew {
+			return credential{}, fmt.Errorf("%w: probe credentials issued %s, more than %s from now", ErrExpired, pw.issued.UTC().Format(time.RFC3339), ProbeTTL+probeSkew)
 		}
-		return nil
+		expires := pw.expires
+		if bound := pw.issued.Add(ProbeTTL + probeSkew); bound.Before(expires) {
+			expires = bound
+		}
+		return credential{username: username, issued: pw.issued, expires: expires}, nil
 	}
-	issued, err := check(v.key, kindLease, v.proxy, username, password, now)
+	pw, err := check(v.key, kindLease, v.proxy, username, password, now)
 	if err != nil {
-		return err
+		return credential{}, err
+	}
+	c := credential{username: username, issued: pw.issued, expires: pw.expires}
+	if !v.live(c) {
+		return credential{}, ErrNotLive
+	}
+	return c, nil
+}
+
+// live reports whether traffic opened with c (accepted by verify) may go
+// on: while its lease is in a fresh live list, or the list is older than c;
+// with no fresh list, until c expires. A renewed lease keeps what it opened
+// with its earlier credentials; a released or ended one loses it at the
+// first list without it.
+func (v *Verifier) live(c credential) bool {
+	now := v.clock.Now()
+	if c.username == ProbeUsername {
+		return now.Before(c.expires)
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.live == nil || now.Sub(v.fetched) > StaleAfter {
-		return nil
+	if v.listed == nil || now.Sub(v.fetched) > StaleAfter {
+		return now.Before(c.expires)
 	}
-	if _, ok := v.live[username]; ok || !issued.Before(v.asOf) {
-		return nil
-	}
-	return ErrNotLive
+	_, ok := v.listed[c.username]
+	return ok || !c.issued.Before(v.asOf)
 }

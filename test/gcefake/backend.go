@@ -146,10 +146,17 @@ func (b *SquidBackend) Start(ctx context.Context, instance string, metadata map[
 	// node agent's squids: origins can tell the proxies apart.
 	cfg := nodeagent.SquidConfig{Addr: addr, Dir: dir, VisibleHostname: instance[strings.LastIndex(instance, "/")+1:]}
 	if auth != "" {
-		cfg.AuthConfig, cfg.AuthHelper = []byte(auth), b.authHelper
 		// A VM runs its cloud-init's squid.conf: the example's rules,
 		// widened for the tests' origins on loopback (any port), as
-		// --proxy-allowed-cidrs and --proxy-allowed-ports widen a pod's.
+		// --proxy-allowed-cidrs and --proxy-allowed-ports widen a pod's;
+		// its helper's relay the same.
+		hc, err := proxyauth.ParseHelperConfig([]byte(auth))
+		if err != nil {
+			b.pool.Release(addr)
+			return "", nil, fmt.Errorf("the VM's proxy auth metadata: %w", err)
+		}
+		hc.Egress = vmEgress()
+		cfg.AuthConfig, cfg.AuthHelper = hc.Marshal(), b.authHelper
 		cfg.AccessRules = proxyauth.SquidLeaseRules(vmEgress())
 	}
 	sq, err := nodeagent.StartSquid(b.squidPath, cfg, os.Environ())

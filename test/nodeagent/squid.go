@@ -49,16 +49,30 @@ type SquidConfig struct {
 	AccessRules string
 }
 
+// RelayAddr is where the helper relays the squid's traffic with
+// AuthConfig: the squid's own loopback address (each instance has one),
+// on proxyauth.DefaultRelayAddr's port unless the squid listens there.
+func (c SquidConfig) RelayAddr() string {
+	_, port, _ := net.SplitHostPort(proxyauth.DefaultRelayAddr)
+	if port == strconv.Itoa(c.port()) {
+		port = strconv.Itoa(c.port() + 1)
+	}
+	return net.JoinHostPort(c.Addr.String(), port)
+}
+
+func (c SquidConfig) port() int {
+	if c.Port == 0 {
+		return DefaultSquidPort
+	}
+	return c.Port
+}
+
 // AuthConfigPath is where StartSquid writes AuthConfig.
 func (c SquidConfig) AuthConfigPath() string { return filepath.Join(c.Dir, "proxy-auth.json") }
 
 // ListenAddr returns "Addr:Port".
 func (c SquidConfig) ListenAddr() string {
-	port := c.Port
-	if port == 0 {
-		port = DefaultSquidPort
-	}
-	return net.JoinHostPort(c.Addr.String(), strconv.Itoa(port))
+	return net.JoinHostPort(c.Addr.String(), strconv.Itoa(c.port()))
 }
 
 // ConfigPath is where StartSquid writes the rendered config.
@@ -113,7 +127,7 @@ func RenderSquidConfig(c SquidConfig) string {
 		if rules == "" {
 			rules = proxyauth.SquidLeaseRules(proxyauth.Egress{})
 		}
-		access = strings.TrimSuffix(proxyauth.SquidAuthParams(c.AuthHelper, c.AuthConfigPath())+rules, "\n")
+		access = strings.TrimSuffix(proxyauth.SquidAuthParams(c.AuthHelper, c.AuthConfigPath(), c.RelayAddr())+rules, "\n")
 	}
 	lines := []string{
 		"# Rendered by the proxy-operator node agent.",
@@ -171,6 +185,11 @@ func StartSquid(squidPath string, c SquidConfig, env []string) (*Squid, error) {
 		return nil, fmt.Errorf("opening squid output: %w", err)
 	}
 	cmd := exec.Command(squidPath, "-N", "-f", c.ConfigPath())
+	if len(c.AuthConfig) > 0 {
+		// Behind the helper's relay, as the operator's pods run it.
+		argv := proxyauth.RelayCommand(c.AuthHelper, c.AuthConfigPath(), c.RelayAddr(), squidPath, "-N", "-f", c.ConfigPath())
+		cmd = exec.Command(argv[0], argv[1:]...)
+	}
 	cmd.Dir = c.Dir
 	cmd.Env = env
 	cmd.Stdout = out

@@ -26,6 +26,13 @@ var authProxy = proxyauth.ProxyRef{Namespace: "team", Name: "squid-1"}
 // with k nil, open) and returns its address.
 func startAuthSquid(t testing.TB, k *proxyauth.Keyring) string {
 	t.Helper()
+	return startAuthSquidPolling(t, k, "")
+}
+
+// startAuthSquidPolling is startAuthSquid with a helper that polls its live
+// list at operatorURL ("": none).
+func startAuthSquidPolling(t testing.TB, k *proxyauth.Keyring, operatorURL string) string {
+	t.Helper()
 	cfg := freeTestAddr(t)
 	if k != nil {
 		helper, err := LookAuthHelper("")
@@ -35,20 +42,27 @@ func startAuthSquid(t testing.TB, k *proxyauth.Keyring) string {
 		if cfg.AuthHelper, err = InstallAuthHelper(helper, cfg.Dir); err != nil {
 			t.Fatal(err)
 		}
-		cfg.AuthConfig = k.HelperConfig(authProxy, "", "").Marshal()
 		// The tests' origins are on loopback, any port: opened as the
 		// operator's --proxy-allowed-* flags would.
 		local, err := proxyauth.ParseEgress([]string{"127.0.0.0/8"}, nil, []string{"1-65535"})
 		if err != nil {
 			t.Fatal(err)
 		}
+		hc := k.HelperConfig(authProxy, operatorURL, "")
+		hc.Egress = local
+		cfg.AuthConfig = hc.Marshal()
 		cfg.AccessRules = proxyauth.SquidLeaseRules(local)
 	}
 	sq, err := StartSquid(testSquidPath(t), cfg, []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sq.Stop(5 * time.Second) })
+	t.Cleanup(func() {
+		_ = sq.Stop(5 * time.Second)
+		if t.Failed() {
+			t.Logf("squid's cache.log:\n%s", logtail.File(cfg.CacheLogPath(), 200))
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := WaitListening(ctx, cfg.ListenAddr(), sq.Done()); err != nil {

@@ -49,7 +49,7 @@ func AuthSecretName(podName string) string { return podName + authSecretSuffix }
 // proxy, with every file in a writable emptyDir.
 func squidConf(e proxyauth.Egress) string {
 	return "http_port " + fmt.Sprint(Port) + "\n" +
-		proxyauth.SquidAuthConfig(path.Join(HelperDir, HelperBinary), path.Join(AuthDir, AuthConfigFile), e) +
+		proxyauth.SquidAuthConfig(path.Join(HelperDir, HelperBinary), path.Join(AuthDir, AuthConfigFile), proxyauth.DefaultRelayAddr, e) +
 		strings.Join([]string{
 			"cache deny all",
 			"access_log stdio:/dev/stdout",
@@ -78,7 +78,8 @@ func authSecret(req provider.CreateRequest, ns string, e proxyauth.Egress) *core
 }
 
 // addAuth makes pod check credentials: the Secret volume, the helper
-// copied in by an init container, Squid started on the Secret's squid.conf.
+// copied in by an init container, Squid started on the Secret's squid.conf
+// behind the helper's relay.
 func addAuth(pod *corev1.Pod, helperImage string) {
 	spec := &pod.Spec
 	spec.Volumes = append(spec.Volumes,
@@ -88,7 +89,10 @@ func addAuth(pod *corev1.Pod, helperImage string) {
 		corev1.Volume{Name: helperVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	)
 	squid := &spec.Containers[0]
-	squid.Command = []string{"/usr/sbin/squid", "-NYC", "-f", path.Join(AuthDir, AuthSquidConfFile)}
+	// Squid behind the helper's relay, which ends a lease's tunnels when
+	// the lease ends; the relay listens before Squid starts.
+	squid.Command = proxyauth.RelayCommand(path.Join(HelperDir, HelperBinary), path.Join(AuthDir, AuthConfigFile), proxyauth.DefaultRelayAddr,
+		"/usr/sbin/squid", "-NYC", "-f", path.Join(AuthDir, AuthSquidConfFile))
 	squid.VolumeMounts = append(squid.VolumeMounts,
 		corev1.VolumeMount{Name: authVolume, MountPath: AuthDir, ReadOnly: true},
 		corev1.VolumeMount{Name: helperVolume, MountPath: HelperDir, ReadOnly: true},

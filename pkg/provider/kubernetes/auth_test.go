@@ -29,7 +29,8 @@ func TestBuildPodWithProxyAuth(t *testing.T) {
 	// Everything else is the pod without auth.
 	want := plain.DeepCopy()
 	squid := &want.Spec.Containers[0]
-	squid.Command = []string{"/usr/sbin/squid", "-NYC", "-f", "/etc/proxy-operator/auth/squid.conf"}
+	squid.Command = []string{"/opt/proxy-operator/bin/proxy-auth-helper", "relay", "--config", "/etc/proxy-operator/auth/config.json",
+		"--listen", "127.0.0.1:3129", "--", "/usr/sbin/squid", "-NYC", "-f", "/etc/proxy-operator/auth/squid.conf"}
 	squid.VolumeMounts = append(squid.VolumeMounts,
 		corev1.VolumeMount{Name: "proxy-auth", MountPath: "/etc/proxy-operator/auth", ReadOnly: true},
 		corev1.VolumeMount{Name: "proxy-auth-helper", MountPath: "/opt/proxy-operator/bin", ReadOnly: true})
@@ -60,6 +61,8 @@ func TestBuildPodWithProxyAuth(t *testing.T) {
 	for _, line := range []string{
 		"http_port 3128",
 		"auth_param basic program /opt/proxy-operator/bin/proxy-auth-helper --config /etc/proxy-operator/auth/config.json",
+		"cache_peer 127.0.0.1 parent 3129 0 no-query no-digest no-netdb-exchange default login=PASSTHRU name=proxy_operator_relay",
+		"never_direct allow all",
 		"http_access deny !proxy_operator_lease",
 		"http_access deny manager",
 		"http_access deny proxy_operator_blocked_dst",

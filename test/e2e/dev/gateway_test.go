@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -22,8 +24,10 @@ import (
 
 	dclient "github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/pkg/gateway"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
+	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
 // gatewaySessionIdle is the dev test's --gateway-session-idle: sessions end
@@ -271,6 +275,36 @@ func (h *harness) gateway(t *testing.T) {
 		}
 	})
 
+	t.Run("a tunnel ends within 30 s of its lease's release through the API; another goes on", func(t *testing.T) {
+		awaitNoLeases(t, api, 4*gatewaySessionIdle)
+		echo := nodeagent.EchoServer(t)
+		gone, goneID := gatewayTunnel(t, h.env.GatewayURL, "session-cut", token, echo)
+		kept, _ := gatewayTunnel(t, h.env.GatewayURL, "session-kept", token, echo)
+		if !nodeagent.Relays(gone) || !nodeagent.Relays(kept) {
+			t.Fatal("the tunnels through the gateway do not relay")
+		}
+		// The holder (the same token) releases the lease through the API.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := api.Release(ctx, goneID); err != nil {
+			t.Fatalf("releasing %s: %v", goneID, err)
+		}
+		released := time.Now()
+		for nodeagent.Relays(gone) && time.Since(released) < 45*time.Second {
+			time.Sleep(200 * time.Millisecond)
+		}
+		took := time.Since(released)
+		t.Logf("the released lease's tunnel closed %s after the release", took.Round(100*time.Millisecond))
+		if took > 30*time.Second {
+			t.Errorf("the released lease's tunnel relayed %s after the release; want at most 30s", took)
+		}
+		if !nodeagent.Relays(kept) {
+			t.Error("the other session's tunnel was closed")
+		}
+		_ = kept.Close()
+		awaitNoLeases(t, api, 4*gatewaySessionIdle)
+	})
+
 	t.Run("idle sessions end and release their leases", func(t *testing.T) {
 		awaitNoLeases(t, api, 4*gatewaySessionIdle)
 	})
@@ -383,4 +417,17 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 	case <-done:
 	case <-time.After(d):
 	}
+}
+
+// gatewayTunnel opens a CONNECT tunnel to target through the gateway at
+// gatewayURL with username and token, and returns it and its lease's ID.
+func gatewayTunnel(t *testing.T, gatewayURL, username, token, target string) (net.Conn, string) {
+	t.Helper()
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(username+":"+token))
+	conn, resp, err := nodeagent.Tunnel(strings.TrimPrefix(gatewayURL, "http://"), auth, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn, resp.Header.Get(gateway.LeaseIDHeader)
 }

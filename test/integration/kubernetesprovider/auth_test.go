@@ -76,8 +76,11 @@ func TestPodsCheckProxyCredentials(t *testing.T) {
 			uid := uuid.NewUUID()
 			name := provider.NameFromUID(uid)
 			me := proxyauth.ProxyRef{Namespace: ns, Name: name}
-			req := provider.CreateRequest{Name: name, Tag: provider.DefaultTag, OwnerUID: uid, Namespace: ns,
-				ProxyAuth: keyring.HelperConfig(me, "", "").Marshal()}
+			// The helper's configuration carries the egress its relay
+			// enforces, as the operator's (proxyauth.Instances) does.
+			hc := keyring.HelperConfig(me, "", "")
+			hc.Egress = tc.egress
+			req := provider.CreateRequest{Name: name, Tag: provider.DefaultTag, OwnerUID: uid, Namespace: ns, ProxyAuth: hc.Marshal()}
 			id, err := p.Create(ctx, req)
 			if err != nil {
 				t.Fatalf("a pod with proxy auth in a restricted namespace: %v", err)
