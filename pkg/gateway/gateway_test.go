@@ -34,6 +34,13 @@ func serveGateway(t *testing.T, o Options) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serve(t, g)
+}
+
+// serve serves g on a loopback port until the test ends, and returns its
+// address.
+func serve(t *testing.T, g *Gateway) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

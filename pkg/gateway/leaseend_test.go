@@ -1,11 +1,9 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +13,8 @@ import (
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/proxy-operator/proxy-operator/test/tunneltest"
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
@@ -53,29 +53,13 @@ func streamingProxy(t *testing.T) string {
 // gatewayTunnel opens a tunnel through the gateway at addr in session.
 func gatewayTunnel(t *testing.T, addr, session string) net.Conn {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("session-"+session+":tok"))
+	conn, _, err := tunneltest.Tunnel(addr, auth, "site.example:443")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	auth := base64.StdEncoding.EncodeToString([]byte("session-" + session + ":tok"))
-	fmt.Fprintf(conn, "CONNECT site.example:443 HTTP/1.1\r\nHost: site.example:443\r\nProxy-Authorization: Basic %s\r\n\r\n", auth)
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("CONNECT through the gateway: %v %v", resp, err)
-	}
 	return conn
-}
-
-func relays(conn net.Conn) bool {
-	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := conn.Write([]byte("ping")); err != nil {
-		return false
-	}
-	b := make([]byte, 4)
-	_, err := io.ReadFull(conn, b)
-	return err == nil && string(b) == "ping"
 }
 
 // A lease's end ends its traffic in the gateway: when a renewal finds the
@@ -91,15 +75,8 @@ func TestTrafficEndsWithItsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-served })
-	addr := ln.Addr().String()
+	addr := serve(t, g)
+	ctx := context.Background()
 
 	ended := gatewayTunnel(t, addr, "a")
 	kept := gatewayTunnel(t, addr, "b")
@@ -111,7 +88,7 @@ func TestTrafficEndsWithItsLease(t *testing.T) {
 	defer resp.Body.Close()
 	streamed := make(chan error, 1)
 	go func() { _, err := io.Copy(io.Discard, resp.Body); streamed <- err }()
-	if !relays(ended) || !relays(kept) {
+	if !tunneltest.Relays(ended) || !tunneltest.Relays(kept) {
 		t.Fatal("the tunnels do not relay")
 	}
 	idA, idB := sessionLease(t, g, "session-a"), sessionLease(t, g, "session-b")
@@ -126,7 +103,7 @@ func TestTrafficEndsWithItsLease(t *testing.T) {
 	clk.Step(time.Second)
 	f.failRenewOf(idA, &client.APIError{StatusCode: http.StatusGone, Code: wire.CodeLeaseEnded})
 	g.leases.tick(ctx)
-	if relays(ended) {
+	if tunneltest.Relays(ended) {
 		t.Error("the ended lease's tunnel still relays")
 	}
 	select {
@@ -137,7 +114,7 @@ func TestTrafficEndsWithItsLease(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("the ended lease's stream still runs")
 	}
-	if !relays(kept) {
+	if !tunneltest.Relays(kept) {
 		t.Error("the other session's tunnel was ended")
 	}
 	if f.count("renew "+idB) != 1 {

@@ -147,16 +147,23 @@ func NewPoller(c HelperConfig, v *Verifier, clk clock.WithTicker, errs func(erro
 // Run polls every PollInterval until ctx ends (call Poll first for a list
 // now).
 func (p *Poller) Run(ctx context.Context) {
-	t := p.clock.NewTicker(PollInterval)
+	every(ctx, p.clock, PollInterval, func() {
+		if err := p.Poll(ctx); err != nil {
+			p.errs(err)
+		}
+	})
+}
+
+// every calls f every d on clk until ctx ends.
+func every(ctx context.Context, clk clock.WithTicker, d time.Duration, f func()) {
+	t := clk.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-		}
-		if err := p.Poll(ctx); err != nil {
-			p.errs(err)
+			f()
 		}
 	}
 }

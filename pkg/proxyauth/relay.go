@@ -235,16 +235,7 @@ func (r *Relay) InFlight() int {
 
 // Run sweeps every SweepInterval until ctx ends.
 func (r *Relay) Run(ctx context.Context) {
-	t := r.clock.NewTicker(SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			r.Sweep()
-		}
-	}
+	every(ctx, r.clock, SweepInterval, func() { r.Sweep() })
 }
 
 // Listen binds addr for Serve. An address still held (a relay restarting

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,31 +15,13 @@ import (
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/proxy-operator/proxy-operator/test/tunneltest"
 )
 
 // loopback opens the tests' origins (loopback, any port) as
 // --proxy-allowed-cidrs and --proxy-allowed-ports would.
 var loopback = Egress{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, AllowedPorts: []PortRange{{1, 65535}}}
-
-// echoServer answers every connection with what it reads.
-func echoServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
-	return ln.Addr().String()
-}
 
 // startRelay serves a relay of proxyA under e, with a verifier on clk.
 func startRelay(t *testing.T, clk *clocktesting.FakeClock, e Egress) (*Relay, *Verifier, string) {
@@ -58,35 +39,17 @@ func basic(c Credentials) string {
 
 // connect opens a tunnel to target through the relay at relay as Squid does
 // (CONNECT with the client's Proxy-Authorization), and returns the
-// connection and the relay's status.
+// connection (nil unless 200) and the relay's status.
 func connect(t *testing.T, relay, target string, c Credentials) (net.Conn, int) {
 	t.Helper()
-	conn, err := net.Dial("tcp", relay)
-	if err != nil {
+	conn, resp, err := tunneltest.Tunnel(relay, basic(c), target)
+	if resp == nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = conn.Close() })
-	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", target, target, basic(c))
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode == http.StatusOK && br.Buffered() > 0 {
-		t.Fatalf("%d bytes after the CONNECT answer", br.Buffered())
+	if conn != nil {
+		t.Cleanup(func() { _ = conn.Close() })
 	}
 	return conn, resp.StatusCode
-}
-
-// echoes reports whether a round trip through the tunnel works.
-func echoes(conn net.Conn) bool {
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := conn.Write([]byte("ping")); err != nil {
-		return false
-	}
-	b := make([]byte, 4)
-	_, err := io.ReadFull(conn, b)
-	return err == nil && string(b) == "ping"
 }
 
 // TestRelayEndsTheTrafficOfEndedLeases: a tunnel and a streaming response
@@ -98,7 +61,7 @@ func TestRelayEndsTheTrafficOfEndedLeases(t *testing.T) {
 	clk := clocktesting.NewFakeClock(start)
 	k := newKeyring(t, clk)
 	r, v, addr := startRelay(t, clk, loopback)
-	echo := echoServer(t)
+	echo := tunneltest.EchoServer(t)
 	released := k.LeaseCredentials(proxyA, "released", start, start.Add(time.Minute))
 	kept := k.LeaseCredentials(proxyA, "kept", start, start.Add(time.Minute))
 	renewed := k.LeaseCredentials(proxyA, "renewed", start, start.Add(30*time.Second))
@@ -108,7 +71,7 @@ func TestRelayEndsTheTrafficOfEndedLeases(t *testing.T) {
 	tunnels := map[string]net.Conn{}
 	for name, c := range map[string]Credentials{"released": released, "kept": kept, "renewed": renewed} {
 		conn, code := connect(t, addr, echo, c)
-		if code != http.StatusOK || !echoes(conn) {
+		if code != http.StatusOK || !tunneltest.Relays(conn) {
 			t.Fatalf("%s: CONNECT %d, or no echo", name, code)
 		}
 		tunnels[name] = conn
@@ -146,14 +109,14 @@ func TestRelayEndsTheTrafficOfEndedLeases(t *testing.T) {
 	if n := r.Sweep(); n != 2 {
 		t.Errorf("Sweep ended %d, want 2 (the released tunnel, the stream)", n)
 	}
-	if echoes(tunnels["released"]) {
+	if tunneltest.Relays(tunnels["released"]) {
 		t.Error("the released lease's tunnel still relays")
 	}
 	if _, err := io.ReadAll(body); err == nil {
 		t.Error("the ended lease's stream ended cleanly; want it cut")
 	}
 	for _, name := range []string{"kept", "renewed"} {
-		if !echoes(tunnels[name]) {
+		if !tunneltest.Relays(tunnels[name]) {
 			t.Errorf("the %s lease's tunnel was ended", name)
 		}
 	}
@@ -162,7 +125,7 @@ func TestRelayEndsTheTrafficOfEndedLeases(t *testing.T) {
 	if n := r.Sweep(); n != 2 {
 		t.Errorf("Sweep with a stale list ended %d, want 2 (both past their credentials' expiry)", n)
 	}
-	if echoes(tunnels["kept"]) {
+	if tunneltest.Relays(tunnels["kept"]) {
 		t.Error("a tunnel past its credentials' expiry with no fresh list still relays")
 	}
 }
@@ -174,7 +137,7 @@ func TestRelayRefuses(t *testing.T) {
 	k := newKeyring(t, clk)
 	_, _, open := startRelay(t, clk, loopback)
 	_, _, strict := startRelay(t, clk, Egress{})
-	echo := echoServer(t)
+	echo := tunneltest.EchoServer(t)
 	good := k.LeaseCredentials(proxyA, "l", clk.Now(), clk.Now().Add(time.Minute))
 	forged := good
 	forged.Password = tamper(good.Password, 3)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
+
+	"github.com/proxy-operator/proxy-operator/test/tunneltest"
 )
 
 // liveLists stands in for the operator's live list endpoint: it answers
@@ -37,7 +39,7 @@ func (l *liveLists) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 // tunnelAs opens a tunnel to target through the proxy at proxyAddr with c.
 func tunnelAs(t *testing.T, proxyAddr, target string, c proxyauth.Credentials) net.Conn {
 	t.Helper()
-	conn, _, err := Tunnel(proxyAddr, "Basic "+base64.StdEncoding.EncodeToString([]byte(c.Username+":"+c.Password)), target)
+	conn, _, err := tunneltest.Tunnel(proxyAddr, "Basic "+base64.StdEncoding.EncodeToString([]byte(c.Username+":"+c.Password)), target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +63,11 @@ func TestSquidEndsAReleasedLeasesTraffic(t *testing.T) {
 	kept := k.LeaseCredentials(authProxy, "kept", now, now.Add(time.Hour))
 	lists.set(released.Username, kept.Username)
 	addr := startAuthSquidPolling(t, k, operator.URL)
-	echo := EchoServer(t)
+	echo := tunneltest.EchoServer(t)
 
 	gone := tunnelAs(t, addr, echo, released)
 	stays := tunnelAs(t, addr, echo, kept)
-	if !Relays(gone) || !Relays(stays) {
+	if !tunneltest.Relays(gone) || !tunneltest.Relays(stays) {
 		t.Fatal("the tunnels do not relay")
 	}
 	stream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -122,7 +124,7 @@ func TestSquidEndsAReleasedLeasesTraffic(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("the released lease's stream still runs")
 	}
-	if !Relays(stays) {
+	if !tunneltest.Relays(stays) {
 		t.Error("the kept lease's tunnel was closed")
 	}
 	if code, err := StatusThrough(addr, released.Userinfo(), stream.URL); err != nil || code != http.StatusProxyAuthRequired {

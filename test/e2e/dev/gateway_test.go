@@ -27,7 +27,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/gateway"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
-	"github.com/proxy-operator/proxy-operator/test/nodeagent"
+	"github.com/proxy-operator/proxy-operator/test/tunneltest"
 )
 
 // gatewaySessionIdle is the dev test's --gateway-session-idle: sessions end
@@ -277,10 +277,10 @@ func (h *harness) gateway(t *testing.T) {
 
 	t.Run("a tunnel ends within 30 s of its lease's release through the API; another goes on", func(t *testing.T) {
 		awaitNoLeases(t, api, 4*gatewaySessionIdle)
-		echo := nodeagent.EchoServer(t)
+		echo := tunneltest.EchoServer(t)
 		gone, goneID := gatewayTunnel(t, h.env.GatewayURL, "session-cut", token, echo)
 		kept, _ := gatewayTunnel(t, h.env.GatewayURL, "session-kept", token, echo)
-		if !nodeagent.Relays(gone) || !nodeagent.Relays(kept) {
+		if !tunneltest.Relays(gone) || !tunneltest.Relays(kept) {
 			t.Fatal("the tunnels through the gateway do not relay")
 		}
 		// The holder (the same token) releases the lease through the API.
@@ -290,7 +290,7 @@ func (h *harness) gateway(t *testing.T) {
 			t.Fatalf("releasing %s: %v", goneID, err)
 		}
 		released := time.Now()
-		for nodeagent.Relays(gone) && time.Since(released) < 45*time.Second {
+		for tunneltest.Relays(gone) && time.Since(released) < 45*time.Second {
 			time.Sleep(200 * time.Millisecond)
 		}
 		took := time.Since(released)
@@ -298,7 +298,7 @@ func (h *harness) gateway(t *testing.T) {
 		if took > 30*time.Second {
 			t.Errorf("the released lease's tunnel relayed %s after the release; want at most 30s", took)
 		}
-		if !nodeagent.Relays(kept) {
+		if !tunneltest.Relays(kept) {
 			t.Error("the other session's tunnel was closed")
 		}
 		_ = kept.Close()
@@ -424,7 +424,7 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 func gatewayTunnel(t *testing.T, gatewayURL, username, token, target string) (net.Conn, string) {
 	t.Helper()
 	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(username+":"+token))
-	conn, resp, err := nodeagent.Tunnel(strings.TrimPrefix(gatewayURL, "http://"), auth, target)
+	conn, resp, err := tunneltest.Tunnel(strings.TrimPrefix(gatewayURL, "http://"), auth, target)
 	if err != nil {
 		t.Fatal(err)
 	}
