@@ -33,7 +33,7 @@ var toolFlags = []string{
 	"--cacert", "--data", "--header", "--proxy", "--no-index", "--no-build-isolation", "--no-deps", "--quiet",
 	"--target", "--user", "--break-system-packages", "--version", "--help",
 	// cmd/proxy-auth-helper
-	"--config", "--install-to",
+	"--config", "--install-to", "--listen",
 	// nsenter, ctr (make cluster's debugging)
 	"--net", "--address",
 }
