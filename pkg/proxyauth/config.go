@@ -121,7 +121,7 @@ func SquidAuthParams(helperPath, configPath, relayAddr string) string {
 		"auth_param basic casesensitive on",
 		// Every request through the relay, with its credentials; never
 		// straight to the destination.
-		fmt.Sprintf("cache_peer %s parent %s 0 no-query no-digest no-netdb-exchange default login=PASSTHRU name=proxy_operator_relay", host, port),
+		fmt.Sprintf("cache_peer %s parent %s 0 no-query no-digest no-netdb-exchange default login=PASSTHRU name=proxy-operator-relay", host, port),
 		"never_direct allow all",
 		fmt.Sprintf("client_idle_pconn_timeout %d seconds", int((CredentialsTTL + PollInterval).Seconds())),
 	}

@@ -47,8 +47,10 @@ func DumpLogTails(w io.Writer, dir string, n int, names ...string) {
 }
 
 // SquidChildren lists the squid processes whose parent is this process (a
-// node agent or test running in it started them), as "pid:state". A test
-// binary checks it is empty before exiting: nothing may outlive the tests.
+// node agent or test running in it started them), as "pid:state": squid
+// itself, or the relay that runs a squid checking credentials
+// (proxy-auth-helper relay, whose child it is). A test binary checks it is
+// empty before exiting: nothing may outlive the tests.
 func SquidChildren() []string {
 	entries, _ := os.ReadDir("/proc")
 	me := os.Getpid()
@@ -68,7 +70,8 @@ func SquidChildren() []string {
 			continue
 		}
 		fields := strings.Fields(s[close+1:])
-		if len(fields) < 2 || s[open+1:close] != "squid" {
+		// The kernel keeps 15 bytes of a process's name.
+		if name := s[open+1 : close]; len(fields) < 2 || (name != "squid" && name != "proxy-auth-helper"[:15]) {
 			continue
 		}
 		if ppid, _ := strconv.Atoi(fields[1]); ppid == me {

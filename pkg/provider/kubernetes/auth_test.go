@@ -61,7 +61,7 @@ func TestBuildPodWithProxyAuth(t *testing.T) {
 	for _, line := range []string{
 		"http_port 3128",
 		"auth_param basic program /opt/proxy-operator/bin/proxy-auth-helper --config /etc/proxy-operator/auth/config.json",
-		"cache_peer 127.0.0.1 parent 3129 0 no-query no-digest no-netdb-exchange default login=PASSTHRU name=proxy_operator_relay",
+		"cache_peer 127.0.0.1 parent 3129 0 no-query no-digest no-netdb-exchange default login=PASSTHRU name=proxy-operator-relay",
 		"never_direct allow all",
 		"http_access deny !proxy_operator_lease",
 		"http_access deny manager",
