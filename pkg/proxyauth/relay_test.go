@@ -109,7 +109,7 @@ func TestRelayEndsTheTrafficOfEndedLeases(t *testing.T) {
 	if n := r.Sweep(); n != 2 {
 		t.Errorf("Sweep ended %d, want 2 (the released tunnel, the stream)", n)
 	}
-	if tunneltest.Relays(tunnels["released"]) {
+	if !tunneltest.StopsRelaying(tunnels["released"], 5*time.Second) {
 		t.Error("the released lease's tunnel still relays")
 	}
 	if _, err := io.ReadAll(body); err == nil {
@@ -125,7 +125,7 @@ func TestRelayEndsTheTrafficOfEndedLeases(t *testing.T) {
 	if n := r.Sweep(); n != 2 {
 		t.Errorf("Sweep with a stale list ended %d, want 2 (both past their credentials' expiry)", n)
 	}
-	if tunneltest.Relays(tunnels["kept"]) {
+	if !tunneltest.StopsRelaying(tunnels["kept"], 5*time.Second) {
 		t.Error("a tunnel past its credentials' expiry with no fresh list still relays")
 	}
 }

@@ -66,3 +66,17 @@ func Relays(conn net.Conn) bool {
 	_, err := io.ReadFull(conn, b)
 	return err == nil && string(b) == "ping"
 }
+
+// StopsRelaying reports whether conn stops relaying within d: a tunnel
+// being closed (by another goroutine) stops at once or within a few round
+// trips.
+func StopsRelaying(conn net.Conn, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for Relays(conn) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
