@@ -219,7 +219,6 @@ func (ls *leases) sessionHolding(ctx context.Context, token, username string, o 
 		ls.perToken[sum]--
 		h.refs = 0
 		ls.dropLocked(h)
-		h.endTraffic()
 		s.h.refs++
 		s.lastUsed = ls.now()
 		return s.h, nil

@@ -2,7 +2,6 @@ package proxyauth
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,8 +14,8 @@ import (
 // configPath (polling its live list as the helper does), listens on
 // listenAddr, and relays until ctx ends. With a command (Squid's), it starts
 // it once it listens — so that Squid's first probe of its parent finds it —
-// passes it SIGTERM and SIGINT, and returns when the command exits, with its
-// error; the command dies with the relay (parent-death signal).
+// passes it SIGTERM, SIGINT and SIGHUP, and returns when the command exits,
+// with its error; the command dies with the relay (parent-death signal).
 func RunRelay(ctx context.Context, configPath, listenAddr string, command []string, logf func(string, ...any)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -49,23 +48,23 @@ func RunRelay(ctx context.Context, configPath, listenAddr string, command []stri
 	defer signal.Stop(sigs)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	done := ctx.Done()
 	for {
 		select {
 		case s := <-sigs:
 			_ = cmd.Process.Signal(s)
+		case <-done:
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done = nil // once
 		case err := <-exited:
 			cancel()
 			if serr := <-served; serr != nil {
 				logf("proxy-auth-helper: %v", serr)
 			}
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
+			if err != nil {
 				return fmt.Errorf("%s: %w", command[0], err)
 			}
-			return err
-		case <-ctx.Done():
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			ctx = context.Background()
+			return nil
 		}
 	}
 }
