@@ -59,8 +59,8 @@ func (c *operatorComponent) start(ctx context.Context, e *Env) (retErr error) {
 	n := max(e.opts.Operators, 1)
 	binary := e.opts.OperatorBinary
 	if binary == "" {
-		binary = e.path("bin", "proxy-operator")
-		if err := framework.BuildOperator(binary); err != nil {
+		var err error
+		if binary, err = framework.OperatorBinary(e.path("bin")); err != nil {
 			return err
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/artifacts/crds"
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
@@ -198,13 +199,7 @@ func start() (_ *environment, retErr error) {
 // Proxy (no provider involved) turns Provisioned. Tests then time the
 // operator's work, not its start-up.
 func waitOperatorWorking(ctx context.Context, c client.Client) error {
-	p := &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "warm-up", Namespace: testNamespace},
-		Spec: crawlv1alpha1.ProxySpec{
-			Mode:     crawlv1alpha1.ModeExternal,
-			Endpoint: &crawlv1alpha1.Endpoint{Host: "127.0.0.1", Port: 3128},
-		},
-	}
+	p := builders.Proxy(testNamespace, "warm-up").External("127.0.0.1", 3128).Obj()
 	if err := c.Create(ctx, p); err != nil {
 		return fmt.Errorf("creating the warm-up Proxy: %w", err)
 	}

@@ -4,15 +4,34 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 )
 
-// BuildOperator builds cmd/proxy-operator to path, for tests that run the
-// operator as its own process (to kill or restart it as a kubelet would).
-func BuildOperator(path string) error {
+// OperatorBinaryEnv names a built cmd/proxy-operator for every test to run:
+// `make test-integration` builds bin/proxy-operator once and sets it, so the
+// packages that run the operator as a process share one build per run.
+const OperatorBinaryEnv = "PROXY_OPERATOR_BINARY"
+
+// OperatorBinary is the operator binary tests run as its own process (to kill
+// or restart it as a kubelet would): $PROXY_OPERATOR_BINARY when set, else a
+// build of cmd/proxy-operator into dir (a plain `go test` never runs a stale
+// bin/).
+func OperatorBinary(dir string) (string, error) {
+	if p := os.Getenv(OperatorBinaryEnv); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s: %w", OperatorBinaryEnv, err)
+		}
+		return p, nil
+	}
+	path := filepath.Join(dir, "proxy-operator")
+	return path, buildOperator(path)
+}
+
+func buildOperator(path string) error {
 	root, err := controlplane.RepoRoot()
 	if err != nil {
 		return err

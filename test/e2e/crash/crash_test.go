@@ -29,6 +29,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/gcefake"
 
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
@@ -212,16 +213,7 @@ func mustStart(t testing.TB, logPath string, args []string, probePort int) *fram
 }
 
 func newProxy(ns, name, zone, machineType string) *crawlv1alpha1.Proxy {
-	return &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: crawlv1alpha1.ProxySpec{
-			Provider:   gcp.Name,
-			Attributes: map[string]string{"zone": zone},
-			GCP: &crawlv1alpha1.GCPProviderSpec{Zone: zone, MachineType: machineType,
-				Image: "projects/debian-cloud/global/images/family/debian-12"},
-			HealthCheck: crawlv1alpha1.HealthCheck{URL: "http://127.0.0.1:9/", IntervalSeconds: 5, TimeoutSeconds: 1},
-		},
-	}
+	return builders.Proxy(ns, name).GCP(zone, machineType).Probe("http://127.0.0.1:9/", 5, 1).Obj()
 }
 
 // runWorkload creates fleetSize Proxies, then edits (machine type: a

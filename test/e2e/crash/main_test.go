@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -62,8 +61,8 @@ func start() (*environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &environment{dir: dir, binary: filepath.Join(dir, "proxy-operator")}
-	if err := framework.BuildOperator(env.binary); err != nil {
+	env := &environment{dir: dir}
+	if env.binary, err = framework.OperatorBinary(dir); err != nil {
 		return env, err
 	}
 	ctx := context.Background()

@@ -37,12 +37,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	artifacts "github.com/proxy-operator/proxy-operator/artifacts/apiserver"
 	"github.com/proxy-operator/proxy-operator/artifacts/crds"
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/generated/clientset/versioned"
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
@@ -360,20 +360,10 @@ func (e *env) registerAPIService(ctx context.Context, port int) error {
 // until the lease store offers it (healthy in the discovery API's list).
 func (e *env) createProxy(ctx context.Context) error {
 	addr := e.squid.Config().Addr
-	p := &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: proxyName, Namespace: testNamespace},
-		Spec: crawlv1alpha1.ProxySpec{
-			Mode:       crawlv1alpha1.ModeExternal,
-			Endpoint:   &crawlv1alpha1.Endpoint{Host: addr.String(), Port: nodeagent.DefaultSquidPort},
-			Attributes: map[string]string{"pool": "fairness"},
-			HealthCheck: crawlv1alpha1.HealthCheck{
-				URL: e.target.URL + "/healthz",
-				// Slow probes: the tests need a proxy that stays healthy, not
-				// quick detection, and each probe is work on a busy machine.
-				IntervalSeconds: 5, TimeoutSeconds: 3, FailureThreshold: 5,
-			},
-		},
-	}
+	// Slow probes: the tests need a proxy that stays healthy, not quick
+	// detection, and each probe is work on a busy machine.
+	p := builders.Proxy(testNamespace, proxyName).External(addr.String(), nodeagent.DefaultSquidPort).Attr("pool", "fairness").
+		Probe(e.target.URL+"/healthz", 5, 3).FailureThreshold(5).Obj()
 	if err := e.client.Create(ctx, p); err != nil {
 		return fmt.Errorf("creating Proxy %s: %w", proxyName, err)
 	}

@@ -95,15 +95,14 @@ func startCluster(t *testing.T) *cluster {
 		}
 		t.Logf("logs kept in %s", dir)
 	}
-	binary := filepath.Join(dir, "proxy-operator")
-	if err := framework.BuildOperator(binary); err != nil {
+	binary, err := framework.OperatorBinary(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
 	cp := controlplane.StartForTest(t, controlplane.Options{SkipCRDs: true, ControllerManager: true,
 		APIServerFlags: map[string]string{"service-cluster-ip-range": nodeagent.ServiceNetwork.String()}})
 	cfg := cp.RESTConfig()
 	c := &cluster{cp: cp}
-	var err error
 	if c.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,7 @@ var overlays = []string{"artifacts/install", "artifacts/install/overlays/single"
 
 type env struct {
 	buildOnce sync.Once
+	binDir    string
 	binary    string
 	buildErr  error
 
@@ -91,7 +92,7 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	return &env{cp: cp, root: root, kubectl: filepath.Join(binDir, "kubectl"), kube: kube, dyn: dyn,
-		binary: filepath.Join(t.TempDir(), "proxy-operator")}
+		binDir: t.TempDir()}
 }
 
 // run runs kubectl against the control plane with stdin.
@@ -349,10 +350,11 @@ func (e *env) runAsInstalled(t *testing.T, d appsv1.Deployment, extra []string) 
 	return o, discoveryAddr, op
 }
 
-// operatorBinary builds cmd/proxy-operator, once per env.
+// operatorBinary is the run's operator binary, or cmd/proxy-operator built
+// once per env.
 func (e *env) operatorBinary(t *testing.T) string {
 	t.Helper()
-	e.buildOnce.Do(func() { e.buildErr = framework.BuildOperator(e.binary) })
+	e.buildOnce.Do(func() { e.binary, e.buildErr = framework.OperatorBinary(e.binDir) })
 	if e.buildErr != nil {
 		t.Fatal(e.buildErr)
 	}

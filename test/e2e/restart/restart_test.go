@@ -29,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	artifacts "github.com/proxy-operator/proxy-operator/artifacts/apiserver"
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
 	"github.com/proxy-operator/proxy-operator/pkg/certs"
@@ -39,6 +38,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
@@ -96,12 +96,12 @@ type env struct {
 func setup(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
-	e := &env{dir: dir, binary: filepath.Join(dir, "proxy-operator")}
-	if err := framework.BuildOperator(e.binary); err != nil {
+	e := &env{dir: dir}
+	var err error
+	if e.binary, err = framework.OperatorBinary(dir); err != nil {
 		t.Fatal(err)
 	}
 	e.cp = controlplane.StartForTest(t, controlplane.Options{})
-	var err error
 	if e.kube, err = kubernetes.NewForConfig(e.cp.RESTConfig()); err != nil {
 		t.Fatal(err)
 	}
@@ -160,15 +160,8 @@ func (e *env) register(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range proxies {
-		p := &crawlv1alpha1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%03d", i), Namespace: crawlNS},
-			Spec: crawlv1alpha1.ProxySpec{
-				Mode:        crawlv1alpha1.ModeExternal,
-				Endpoint:    &crawlv1alpha1.Endpoint{Host: e.fwdHost, Port: e.fwdPort},
-				Attributes:  map[string]crawlv1alpha1.AttributeValue{"id": crawlv1alpha1.AttributeValue(fmt.Sprintf("p%03d", i))},
-				HealthCheck: crawlv1alpha1.HealthCheck{URL: e.origin},
-			},
-		}
+		name := fmt.Sprintf("p%03d", i)
+		p := builders.Proxy(crawlNS, name).External(e.fwdHost, e.fwdPort).Attr("id", name).Probe(e.origin, 0, 0).Obj()
 		if err := c.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}

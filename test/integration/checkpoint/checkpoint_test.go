@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +14,6 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -34,18 +34,20 @@ type env struct {
 	ns   string
 }
 
+// shared is the package's one control plane; each test writes into a
+// namespace of its own.
+var shared = controlplane.NewShared(controlplane.Options{SkipCRDs: true})
+
+func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }
+
 func setup(t *testing.T) *env {
 	t.Helper()
-	cp := controlplane.StartForTest(t, controlplane.Options{SkipCRDs: true})
+	cp := shared.Get(t)
 	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := "operator"
-	if _, err := kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return &env{kube: kube, cfg: cp.RESTConfig(), ns: ns}
+	return &env{kube: kube, cfg: cp.RESTConfig(), ns: shared.Namespace(t, "operator")}
 }
 
 func newStore(t *testing.T, clk *clocktesting.FakeClock) *lease.Store {

@@ -33,6 +33,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/controller"
 	"github.com/proxy-operator/proxy-operator/pkg/health"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/fake"
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
@@ -225,25 +226,12 @@ func (e *env) key(name string) types.NamespacedName {
 
 // managed returns a Managed Proxy on the fake provider.
 func (e *env) managed(name string) *crawlv1alpha1.Proxy {
-	return &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name},
-		Spec: crawlv1alpha1.ProxySpec{
-			Mode:       crawlv1alpha1.ModeManaged,
-			Provider:   fakeProviderName,
-			Attributes: map[string]string{"region": "local"},
-		},
-	}
+	return builders.Proxy(e.ns, name).Managed(fakeProviderName).Attr("region", "local").Obj()
 }
 
 // external returns an External Proxy at host:port.
 func (e *env) external(name, host string, port int32) *crawlv1alpha1.Proxy {
-	return &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name},
-		Spec: crawlv1alpha1.ProxySpec{
-			Mode:     crawlv1alpha1.ModeExternal,
-			Endpoint: &crawlv1alpha1.Endpoint{Host: host, Port: port},
-		},
-	}
+	return builders.Proxy(e.ns, name).External(host, port).Obj()
 }
 
 func (e *env) create(obj client.Object) {

@@ -23,6 +23,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/gcefake"
 )
@@ -108,16 +109,8 @@ func setup(t *testing.T) *env {
 // wants it deleting) and returns its UID once the cache has it.
 func (e *env) proxy(t *testing.T, name, gcpProject string) types.UID {
 	t.Helper()
-	p := &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Finalizers: []string{"gc.test/hold"}},
-		Spec: crawlv1alpha1.ProxySpec{
-			Provider: gcp.Name,
-			GCP:      &crawlv1alpha1.GCPProviderSpec{Project: gcpProject, Zone: zoneA, MachineType: "e2-small", Image: "projects/debian-cloud/global/images/family/debian-12"},
-			HealthCheck: crawlv1alpha1.HealthCheck{
-				URL: "http://127.0.0.1:9/", IntervalSeconds: 10, TimeoutSeconds: 1,
-			},
-		},
-	}
+	p := builders.Proxy(namespace, name).Finalizer("gc.test/hold").GCP(zoneA, "e2-small").NoAttrs().Project(gcpProject).
+		Probe("http://127.0.0.1:9/", 10, 1).Obj()
 	if err := e.admin.Create(t.Context(), p); err != nil {
 		t.Fatalf("creating Proxy %s: %v", name, err)
 	}

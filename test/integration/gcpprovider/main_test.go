@@ -29,6 +29,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/provider"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/gcp"
 	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/gcefake"
@@ -38,7 +39,6 @@ import (
 const (
 	project   = "integration-project"
 	namespace = "gcp"
-	image     = "projects/debian-cloud/global/images/family/debian-12"
 	// quotaRetry is short for a test, long against the polls, so a quota
 	// wait is told apart from a backoff loop.
 	quotaRetry = 3 * time.Second
@@ -180,17 +180,7 @@ func (e *environment) stop() error {
 // --- helpers ---
 
 func newProxy(name, zone, machineType string) *crawlv1alpha1.Proxy {
-	return &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: crawlv1alpha1.ProxySpec{
-			Provider:   gcp.Name,
-			Attributes: map[string]string{"zone": zone},
-			GCP:        &crawlv1alpha1.GCPProviderSpec{Zone: zone, MachineType: machineType, Image: image},
-			HealthCheck: crawlv1alpha1.HealthCheck{
-				URL: shared.target.URL + "/", IntervalSeconds: 2, TimeoutSeconds: 1,
-			},
-		},
-	}
+	return builders.Proxy(namespace, name).GCP(zone, machineType).Probe(shared.target.URL+"/", 2, 1).Obj()
 }
 
 func create(t *testing.T, p *crawlv1alpha1.Proxy) {

@@ -3,11 +3,14 @@ package kubernetesprovider
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"os"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +23,8 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/provider/kubernetes"
 	"github.com/proxy-operator/proxy-operator/pkg/provider/providertest"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
@@ -28,11 +33,52 @@ const (
 	nodeName  = "kubernetesprovider-node"
 )
 
-// env is a control plane with a running node agent.
+// env is the package's control plane and its running node agent, which
+// every test shares: the tests keep apart by owner UID and tag, and those
+// that need a namespace of their own name it.
 type env struct {
 	cp    *controlplane.ControlPlane
 	admin client.Client
 	agent *nodeagent.Agent
+}
+
+// suite starts the control plane, the namespace and the node agent once, for
+// the first test that asks.
+type suite struct {
+	cp   *controlplane.Shared
+	once sync.Once
+	env  *env
+	err  error
+	// logs is the agent's log, printed when a test failed.
+	logs framework.SyncBuffer
+	stop func() error
+}
+
+var shared = &suite{cp: controlplane.NewShared(controlplane.Options{})}
+
+func TestMain(m *testing.M) {
+	os.Exit(shared.cp.Run(&agentStopper{M: m, s: shared}))
+}
+
+// agentStopper stops the agent after the tests, before the control plane
+// stops, and prints its log after a failure.
+type agentStopper struct {
+	*testing.M
+	s *suite
+}
+
+func (a *agentStopper) Run() int {
+	code := a.M.Run()
+	if a.s.stop != nil {
+		if err := a.s.stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "node agent: %v\n", err)
+			code = max(code, 1)
+		}
+	}
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "--- node agent log ---\n%s\n", logtail.Lines(a.s.logs.String(), 80))
+	}
+	return code
 }
 
 func setup(t *testing.T) *env {
@@ -40,41 +86,47 @@ func setup(t *testing.T) *env {
 	if _, err := nodeagent.LookSquid(""); err != nil {
 		t.Fatalf("%v (this test runs real squid)", err)
 	}
-	cp := controlplane.StartForTest(t, controlplane.Options{})
+	cp := shared.cp.Get(t)
+	shared.once.Do(func() { shared.env, shared.err = shared.start(cp) })
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.env
+}
+
+func (s *suite) start(cp *controlplane.ControlPlane) (*env, error) {
 	admin, err := client.New(cp.RESTConfig(), client.Options{})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if err := admin.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
-		t.Fatal(err)
+	if err := admin.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		return nil, err
 	}
 	agent, err := nodeagent.New(cp.RESTConfig(), nodeagent.Options{
 		NodeName: nodeName,
 		// The suite tags every case differently.
 		AnyTag: true,
-		Log:    testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
+		Log:    funcr.New(func(prefix, args string) { fmt.Fprintln(&s.logs, prefix, args) }, funcr.Options{}),
 		// Disjoint from the other test packages' agents.
 		PoolFirst: netip.MustParseAddr("127.0.5.2"),
 		PoolLast:  netip.MustParseAddr("127.0.5.250"),
 	})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(ctx) }()
-	t.Cleanup(func() {
+	s.stop = func() error {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node agent: %v", err)
-		}
-	})
+		return <-done
+	}
 	select {
 	case <-agent.Ready():
 	case err := <-done:
-		t.Fatalf("node agent stopped: %v", err)
+		return nil, fmt.Errorf("node agent stopped: %w", err)
 	}
-	return &env{cp: cp, admin: admin, agent: agent}
+	return &env{cp: cp, admin: admin, agent: agent}, nil
 }
 
 func TestContract(t *testing.T) {
