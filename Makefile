@@ -29,6 +29,11 @@ export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 # timings).
 INTEGRATION_P ?= 6
 INTEGRATION_RUNS ?= 2
+# `make test` runs test-realnode beside test-integration: the real node's
+# cluster sits in a network namespace of its own and mostly waits on its
+# pods. TEST_JOBS=1 runs them one after the other (each target's output is
+# printed whole when it ends).
+TEST_JOBS ?= 2
 INTEGRATION_TIMEOUT ?= 45m
 INTEGRATION_FLAGS ?=
 CRASH_RUNS ?= 20
@@ -72,10 +77,9 @@ auth-helper: ## build bin/proxy-auth-helper, the Squid auth helper every proxy r
 	$(GO) build -o bin/proxy-auth-helper ./cmd/proxy-auth-helper
 
 .PHONY: test
-test: tools squid python prometheus ## everything: unit, then integration and e2e (installs tools and squid first)
+test: tools squid python prometheus ## everything: unit, then integration and e2e beside the real node's e2e (installs tools and squid first)
 	$(MAKE) test-unit
-	$(MAKE) test-integration
-	$(MAKE) test-realnode
+	$(MAKE) -j$(TEST_JOBS) --output-sync=target test-integration test-realnode
 
 .PHONY: test-unit
 test-unit: tools prometheus python image-deps ## unit tests with the race detector (hack/image without: it compresses whole binaries, 3x slower under -race, and runs the built operator on a control plane), and the Python client's and middleware's (pytest, both Twisted reactors)

@@ -7,7 +7,7 @@
 # (kubelet, kube-scheduler and kube-proxy from this module, CoreDNS and
 # kube-network-policies from modules of their own). A binary whose stamp
 # names the pinned version is kept, so only the first run pays the ~10
-# minute cold build.
+# minute cold build; a fresh clone copies what an earlier one built.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -20,16 +20,33 @@ etcd_version=v3.7.0
 pkg=k8s.io/component-base/version
 k8s_ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=37"
 
+# Built binaries are also kept per user, by name, version and platform (as
+# setup-envtest keeps its binaries), so that a fresh clone, CI's, copies
+# them instead of linking them again (about 3 minutes on 2 cores).
+cache="${PROXY_OPERATOR_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator/tools}"
+platform="$(go env GOOS)-$(go env GOARCH)-cgo$(go env CGO_ENABLED)"
+
 build() { # name version import-path ldflags [module-dir]
 	local name=$1 version=$2 path=$3 ldflags=$4 dir=${5:-$here}
 	local stamp="$bin/.$name.version"
+	local kept="$cache/$name-$version-$platform"
 	if [[ -x "$bin/$name" && -f "$stamp" && "$(cat "$stamp")" == "$version" ]]; then
 		echo "bin/$name $version is up to date"
+		return
+	fi
+	if [[ -x $kept ]]; then
+		echo "bin/$name $version from $kept"
+		cp "$kept" "$bin/$name.tmp" && mv "$bin/$name.tmp" "$bin/$name"
+		echo "$version" >"$stamp"
 		return
 	fi
 	echo "building bin/$name $version (slow the first time)"
 	(cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$name" "$path")
 	echo "$version" >"$stamp"
+	# Copied, then renamed: another clone may read the cache meanwhile.
+	if mkdir -p "$cache" 2>/dev/null && cp "$bin/$name" "$kept.tmp$$" 2>/dev/null; then
+		mv "$kept.tmp$$" "$kept"
+	fi
 }
 
 if [[ ${1:-} == lint ]]; then
