@@ -27,13 +27,14 @@ export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 # hack/run-test-binary.sh runs INTEGRATION_RUNS of them at once (2: the
 # packages' address pools and ports are disjoint; 1 for a quiet machine's
 # timings).
-INTEGRATION_P ?= 6
+INTEGRATION_P ?= 4
 INTEGRATION_RUNS ?= 2
-# `make test` runs test-realnode beside test-integration: the real node's
-# cluster sits in a network namespace of its own and mostly waits on its
-# pods. TEST_JOBS=1 runs them one after the other (each target's output is
-# printed whole when it ends).
-TEST_JOBS ?= 2
+# TEST_JOBS=2 runs test-realnode beside test-integration in `make test`
+# (the real node's cluster sits in a network namespace of its own and
+# mostly waits; each target's output is printed whole when it ends). It is 1,
+# one after the other, until a run on a cold machine shows the two do not
+# starve each other while they compile.
+TEST_JOBS ?= 1
 INTEGRATION_TIMEOUT ?= 45m
 INTEGRATION_FLAGS ?=
 CRASH_RUNS ?= 20
@@ -77,7 +78,7 @@ auth-helper: ## build bin/proxy-auth-helper, the Squid auth helper every proxy r
 	$(GO) build -o bin/proxy-auth-helper ./cmd/proxy-auth-helper
 
 .PHONY: test
-test: tools squid python prometheus ## everything: unit, then integration and e2e beside the real node's e2e (installs tools and squid first)
+test: tools squid python prometheus ## everything: unit, then integration and e2e, then the real node's e2e (installs tools and squid first)
 	$(MAKE) test-unit
 	$(MAKE) -j$(TEST_JOBS) --output-sync=target test-integration test-realnode
 
