@@ -22,21 +22,21 @@ export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 
 # Integration/e2e packages each start their own etcd + kube-apiserver (about
 # 0.5 GB and most of a core while starting), and mostly wait on them: one
-# at a time they kept 2 cores about 27% busy. The go command compiles and
-# links their test binaries INTEGRATION_P at a time, and
-# hack/run-test-binary.sh runs INTEGRATION_RUNS of them at once (2: the
-# packages' address pools and ports are disjoint; 1 for a quiet machine's
-# timings).
+# at a time they kept 2 cores about 27% busy. hack/run-integration.sh
+# compiles their test binaries first, INTEGRATION_P at a time, then runs
+# INTEGRATION_RUNS of them at once (2: the packages' address pools and ports
+# are disjoint; 1 for a quiet machine's timings).
 INTEGRATION_P ?= 4
 INTEGRATION_RUNS ?= 2
-# TEST_JOBS=2 runs test-realnode beside test-integration in `make test`
-# (the real node's cluster sits in a network namespace of its own and
-# mostly waits; each target's output is printed whole when it ends). It is 1,
-# one after the other, until a run on a cold machine shows the two do not
-# starve each other while they compile.
-TEST_JOBS ?= 1
+INTEGRATION_PACKAGES ?= ./test/...
 INTEGRATION_TIMEOUT ?= 45m
+# The test binaries' own flags: -test.run=TestX, -test.v, -test.count=1.
 INTEGRATION_FLAGS ?=
+# What test-unit tests with the race detector (hack/image is tested without).
+UNIT_PACKAGES = ./apis/... ./artifacts/... ./pkg/... ./cmd/... ./examples/... $$($(GO) list ./hack/... | grep -v '/hack/image$$')
+# A prefix for the builds `make test` runs beside tests (`nice -n 19`), so
+# that they take only the CPU the tests leave.
+BUILD_NICE ?=
 CRASH_RUNS ?= 20
 FAILOVER_KILLS ?= 50
 CHECKPOINT_FAULT_POINTS ?= 60
@@ -78,24 +78,33 @@ auth-helper: ## build bin/proxy-auth-helper, the Squid auth helper every proxy r
 	$(GO) build -o bin/proxy-auth-helper ./cmd/proxy-auth-helper
 
 .PHONY: test
-test: tools squid python prometheus ## everything: unit, then integration and e2e, then the real node's e2e (installs tools and squid first)
+test: tools squid python prometheus image-deps cluster-deps ## everything: integration and e2e beside the real node's e2e, then unit (installs what they need first)
+	$(MAKE) -j3 --output-sync=target BUILD_NICE='nice -n 19' test-integration test-realnode test-prebuild
 	$(MAKE) test-unit
-	$(MAKE) -j$(TEST_JOBS) --output-sync=target test-integration test-realnode
+
+# While test-integration's tests wait on their control planes, the cores are
+# half idle: `make test` compiles here, at the lowest CPU priority, the race
+# detector's build of what test-unit tests next (go list -export compiles
+# without linking; the build cache keeps it).
+.PHONY: test-prebuild
+test-prebuild:
+	CGO_ENABLED=1 nice -n 19 $(GO) list -race -test -deps -export -e $(UNIT_PACKAGES) >/dev/null
 
 .PHONY: test-unit
 test-unit: tools prometheus python image-deps ## unit tests with the race detector (hack/image without: it compresses whole binaries, 3x slower under -race, and runs the built operator on a control plane), and the Python client's and middleware's (pytest, both Twisted reactors)
-	CGO_ENABLED=1 $(GO) test -race -vet=off ./apis/... ./artifacts/... ./pkg/... ./cmd/... ./examples/... $$($(GO) list ./hack/... | grep -v '/hack/image$$')
+	CGO_ENABLED=1 $(GO) test -race -vet=off $(UNIT_PACKAGES)
 	$(GO) test -vet=off ./hack/image
 	$(PYTHON) -m pytest -p no:cacheprovider -v clients/python
 
 .PHONY: test-integration
-test-integration: tools squid python build ## tests under test/ against real control planes, INTEGRATION_RUNS (2) packages at a time, built in parallel, against one build of the operator
-	PROXY_OPERATOR_BINARY=$(CURDIR)/bin/proxy-operator TEST_RUN_SLOTS=$(INTEGRATION_RUNS) TEST_RUN_LOCKS=$(CURDIR)/bin/.test-runs \
-		$(GO) test -vet=off -p $(INTEGRATION_P) -exec $(CURDIR)/hack/run-test-binary.sh -timeout $(INTEGRATION_TIMEOUT) $(INTEGRATION_FLAGS) ./test/...
+test-integration: tools squid python build ## tests under test/ (INTEGRATION_PACKAGES) against real control planes: test binaries compiled first, then run INTEGRATION_RUNS (2) at a time, against one build of the operator
+	PROXY_OPERATOR_BINARY=$(CURDIR)/bin/proxy-operator INTEGRATION_P=$(INTEGRATION_P) INTEGRATION_RUNS=$(INTEGRATION_RUNS) \
+		INTEGRATION_TIMEOUT=$(INTEGRATION_TIMEOUT) INTEGRATION_FLAGS='$(INTEGRATION_FLAGS)' hack/run-integration.sh $(INTEGRATION_PACKAGES)
 
 .PHONY: test-realnode
 test-realnode: cluster-images ## the README on a real node: brings up make cluster, runs test/e2e/realnode on it, tears it down (needs root)
-	$(GO) build -o bin/cluster ./hack/cluster
+	$(BUILD_NICE) $(GO) build -o bin/cluster ./hack/cluster
+	$(BUILD_NICE) $(GO) test -vet=off -c -o bin/realnode.test ./test/e2e/realnode
 	hack/test-realnode.sh
 
 # Built and exec'd (not `go run`) so that make waits for the teardown and a
@@ -126,9 +135,9 @@ image-deps: squid ## apt-get install what the Squid and toolbox images are made 
 .PHONY: cluster-images
 cluster-images: image-deps cluster-tools
 	@mkdir -p bin/cluster-images
-	$(GO) build -o bin/image ./hack/image
-	$(GO) build -trimpath -ldflags "-s -w" -o bin/pause ./hack/cluster/pause
-	bin/image -platforms linux/$$($(GO) env GOARCH) -out bin/cluster-images/operator-layout -tar bin/cluster-images/operator.tar -ref $(IMAGE_REGISTRY)/proxy-operator:$(IMAGE_VERSION) $(IMAGE_STAMP)
+	$(BUILD_NICE) $(GO) build -o bin/image ./hack/image
+	$(BUILD_NICE) $(GO) build -trimpath -ldflags "-s -w" -o bin/pause ./hack/cluster/pause
+	$(BUILD_NICE) bin/image -platforms linux/$$($(GO) env GOARCH) -out bin/cluster-images/operator-layout -tar bin/cluster-images/operator.tar -ref $(IMAGE_REGISTRY)/proxy-operator:$(IMAGE_VERSION) $(IMAGE_STAMP)
 	rm -rf bin/cluster-images/operator-layout
 	bin/image -image squid -tar bin/cluster-images/squid.tar -ref $(IMAGE_REGISTRY)/squid:$(IMAGE_VERSION) $(IMAGE_STAMP)
 	bin/image -image toolbox -tar bin/cluster-images/toolbox.tar -ref $(IMAGE_REGISTRY)/toolbox:$(IMAGE_VERSION) $(IMAGE_STAMP)
@@ -137,8 +146,11 @@ cluster-images: image-deps cluster-tools
 	bin/image -image binary -binary bin/kube-network-policies -tar bin/cluster-images/kube-network-policies.tar -ref $(IMAGE_REGISTRY)/kube-network-policies:$$(cat bin/.kube-network-policies.version) $(IMAGE_STAMP)
 
 .PHONY: cluster-tools
-cluster-tools: tools ## build the node's pinned parts into bin/ (kubelet, kube-scheduler, kube-proxy, CoreDNS, kube-network-policies) and apt-get install containerd, runc and the CNI plugins if missing
-	hack/tools/install.sh cluster
+cluster-tools: tools cluster-deps ## build the node's pinned parts into bin/ (kubelet, kube-scheduler, kube-proxy, CoreDNS, kube-network-policies) and apt-get install containerd, runc and the CNI plugins if missing
+	$(BUILD_NICE) hack/tools/install.sh cluster
+
+.PHONY: cluster-deps
+cluster-deps: ## apt-get install containerd, runc and the CNI plugins if missing
 	hack/install-cluster-deps.sh
 
 # Built and exec'd, as dev is: Ctrl-C (or SIGTERM to make) reaches it, and

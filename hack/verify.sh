@@ -57,6 +57,9 @@ hack/tools/install.sh lint
 mapfile -t pkgs < <(go list ./... | grep -v '/pkg/generated/')
 bin/staticcheck "${pkgs[@]}" || failed=1
 
+echo "== the tools' modules use the product's versions of the modules they share"
+hack/tools/align.sh -check || failed=1
+
 echo "== tracked files: none over 1 MB, no executable binaries"
 # A forge refuses files over 100 MB and every clone carries every version
 # of a binary; build outputs go to bin/ (ignored).

@@ -26,50 +26,93 @@ k8s_ldflags="-s -w -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gi
 cache="${PROXY_OPERATOR_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/proxy-operator/tools}"
 platform="$(go env GOOS)-$(go env GOARCH)-cgo$(go env CGO_ENABLED)"
 
-build() { # name version import-path ldflags [module-dir]
-	local name=$1 version=$2 path=$3 ldflags=$4 dir=${5:-$here}
-	local stamp="$bin/.$name.version"
-	local kept="$cache/$name-$version-$platform"
-	if [[ -x "$bin/$name" && -f "$stamp" && "$(cat "$stamp")" == "$version" ]]; then
-		echo "bin/$name $version is up to date"
-		return
-	fi
-	if [[ -x $kept ]]; then
-		echo "bin/$name $version from $kept"
-		cp "$kept" "$bin/$name.tmp" && mv "$bin/$name.tmp" "$bin/$name"
-		echo "$version" >"$stamp"
-		return
-	fi
-	echo "building bin/$name $version (slow the first time)"
-	(cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$name" "$path")
-	echo "$version" >"$stamp"
-	# Copied, then renamed: another clone may read the cache meanwhile.
-	if mkdir -p "$cache" 2>/dev/null && cp "$bin/$name" "$kept.tmp$$" 2>/dev/null; then
-		mv "$kept.tmp$$" "$kept"
-	fi
+# The name `go build -o DIR/` gives a command: its import path's last
+# element, or the one before a major version suffix (server/v3 -> server).
+binname() {
+	local path=$1 last=${1##*/}
+	if [[ $last =~ ^v[0-9]+$ ]]; then path=${path%/*}; last=${path##*/}; fi
+	echo "$last"
+}
+
+# build VERSION LDFLAGS MODULE-DIR NAME=IMPORT-PATH...: the named commands
+# that are neither in bin/ at VERSION nor in the cache are linked by one `go
+# build`, which compiles their shared packages once and links them in
+# parallel.
+build() {
+	local version=$1 ldflags=$2 dir=$3
+	shift 3
+	local todo=() names=() spec name path stamp kept
+	for spec in "$@"; do
+		name=${spec%%=*} path=${spec#*=}
+		stamp="$bin/.$name.version"
+		kept="$cache/$name-$version-$platform"
+		if [[ -x "$bin/$name" && -f "$stamp" && "$(cat "$stamp")" == "$version" ]]; then
+			echo "bin/$name $version is up to date"
+		elif [[ -x $kept ]]; then
+			echo "bin/$name $version from $kept"
+			cp "$kept" "$bin/$name.tmp" && mv "$bin/$name.tmp" "$bin/$name"
+			echo "$version" >"$stamp"
+		else
+			todo+=("$path")
+			names+=("$name")
+		fi
+	done
+	((${#todo[@]})) || return 0
+	echo "building ${names[*]} $version (slow the first time)"
+	local out
+	out=$(mktemp -d "$bin/.build.XXXXXX")
+	(cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$out/" "${todo[@]}")
+	local i
+	for i in "${!names[@]}"; do
+		name=${names[$i]}
+		mv "$out/$(binname "${todo[$i]}")" "$bin/$name"
+		echo "$version" >"$bin/.$name.version"
+		# Copied, then renamed: another clone may read the cache meanwhile.
+		kept="$cache/$name-$version-$platform"
+		if mkdir -p "$cache" 2>/dev/null && cp "$bin/$name" "$kept.tmp$$" 2>/dev/null; then
+			mv "$kept.tmp$$" "$kept"
+		fi
+	done
+	rm -rf "$out"
+}
+
+# Each module's builds run beside the others': a link uses one core, and
+# the modules share few packages (hack/tools requires the product's
+# versions of the modules both use, so its packages mostly come from the
+# build cache after `go vet`).
+pids=()
+started() { pids+=("$!"); }
+finish() {
+	local failed=0 pid
+	for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+	exit "$failed"
 }
 
 if [[ ${1:-} == lint ]]; then
 	staticcheck_version=$(cd "$here/lint" && go list -m -f '{{.Version}}' honnef.co/go/tools)
-	build staticcheck "$staticcheck_version" honnef.co/go/tools/cmd/staticcheck "" "$here/lint"
+	build "$staticcheck_version" "" "$here/lint" staticcheck=honnef.co/go/tools/cmd/staticcheck
 	exit 0
 fi
 
+k8s=k8s.io/kubernetes/cmd
 if [[ ${1:-} == cluster ]]; then
-	build kube-scheduler "$k8s_version" k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
-	build kube-proxy "$k8s_version" k8s.io/kubernetes/cmd/kube-proxy "$k8s_ldflags"
-	build kubelet "$k8s_version" k8s.io/kubernetes/cmd/kubelet "$k8s_ldflags"
+	build "$k8s_version" "$k8s_ldflags" "$here" kube-scheduler=$k8s/kube-scheduler kube-proxy=$k8s/kube-proxy kubelet=$k8s/kubelet &
+	started
 	coredns_version=$(cd "$here/coredns" && go list -m -f '{{.Version}}' github.com/coredns/coredns)
-	CGO_ENABLED=0 build coredns "$coredns_version" github.com/coredns/coredns "-s -w" "$here/coredns"
+	CGO_ENABLED=0 build "$coredns_version" "-s -w" "$here/coredns" coredns=github.com/coredns/coredns &
+	started
 	netpol_version=$(cd "$here/netpol" && go list -m -f '{{.Version}}' sigs.k8s.io/kube-network-policies)
-	CGO_ENABLED=0 build kube-network-policies "$netpol_version" sigs.k8s.io/kube-network-policies/cmd "-s -w" "$here/netpol"
-	exit 0
+	CGO_ENABLED=0 build "$netpol_version" "-s -w" "$here/netpol" kube-network-policies=sigs.k8s.io/kube-network-policies/cmd &
+	started
+	finish
 fi
 
-build etcd "$etcd_version" go.etcd.io/etcd/server/v3 "-s -w"
-build kube-apiserver "$k8s_version" k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
-build kube-controller-manager "$k8s_version" k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
-build kubectl "$k8s_version" k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+build "$etcd_version" "-s -w" "$here" etcd=go.etcd.io/etcd/server/v3 &
+started
+build "$k8s_version" "$k8s_ldflags" "$here" kube-apiserver=$k8s/kube-apiserver kube-controller-manager=$k8s/kube-controller-manager kubectl=$k8s/kubectl &
+started
 helm_version=$(cd "$here/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v4)
 hv=helm.sh/helm/v4/internal/version
-build helm "$helm_version" helm.sh/helm/v4/cmd/helm "-s -w -X $hv.version=$helm_version" "$here/helm"
+build "$helm_version" "-s -w -X $hv.version=$helm_version" "$here/helm" helm=helm.sh/helm/v4/cmd/helm &
+started
+finish
