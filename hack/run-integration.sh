@@ -27,11 +27,17 @@ done
 
 rm -rf "$out"
 mkdir -p "$out/logs"
-echo "== compiling the test binaries of $*"
-go test -vet=off -p "${INTEGRATION_P:-4}" -c -o "$out/" "$@"
-# The go command names a package's binary after the last element of its
-# import path; `go list` says which packages have tests.
+# Only packages with tests: `go test -c -o DIR/` names a binary after the
+# last element of its package's import path, and refuses two of one name
+# even when one has no tests (test/nodeagent, test/nodeagent/cmd/nodeagent).
 go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' "$@" | sed '/^$/d' >"$out/packages"
+if dup=$(awk '{n = split($1, p, "/"); print p[n]}' "$out/packages" | sort | uniq -d) && [[ -n $dup ]]; then
+	echo "test packages whose import paths end alike (one test binary name): $dup" >&2
+	exit 1
+fi
+echo "== compiling the test binaries of $*"
+mapfile -t pkgs < <(awk '{print $1}' "$out/packages")
+go test -vet=off -p "${INTEGRATION_P:-4}" -c -o "$out/" "${pkgs[@]}"
 echo "== running $(wc -l <"$out/packages") test binaries, $runs at a time"
 
 run() { # import-path dir

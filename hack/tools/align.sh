@@ -28,6 +28,19 @@ versions() { # module-dir pattern
 		awk 'NF == 2' | sort -u
 }
 
+# newer_or_same A B: semver A >= B. A pre-release (and so a pseudo-version
+# such as v1.36.12-0.20260120151049-f2248ac996af) comes before its release.
+newer_or_same() {
+	local a=${1%%-*} b=${2%%-*}
+	if [[ $a != "$b" ]]; then
+		[[ $(printf '%s\n%s\n' "$a" "$b" | sort -V | tail -1) == "$a" ]]
+		return
+	fi
+	[[ $1 == "$a" ]] && return 0 # A is the release
+	[[ $2 == "$b" ]] && return 1 # B is, A a pre-release of it
+	[[ $(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -1) == "$1" ]]
+}
+
 product=$(versions "$root" ./...)
 status=0
 for dir in "$here" "$here/helm" "$here/lint"; do
@@ -38,7 +51,7 @@ for dir in "$here" "$here/helm" "$here/lint"; do
 		if ((check)); then
 			echo "$name: $mod $theirs, the product's $ours" >&2
 			status=1
-		elif [[ $(printf '%s\n%s\n' "$ours" "$theirs" | sort -V | tail -1) == "$ours" ]]; then
+		elif newer_or_same "$ours" "$theirs"; then
 			raise+=("$mod@$ours")
 		else
 			newer+=("$mod $theirs (product: $ours)")
