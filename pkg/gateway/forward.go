@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/textproto"
 	"net/url"
+	"strings"
 )
 
 type proxyURLKey struct{}
@@ -20,10 +22,47 @@ func proxyFromContext(r *http.Request) (*url.URL, error) {
 	return u, nil
 }
 
-// hopHeaders are not forwarded (RFC 9110 §7.6.1), nor the gateway's own
-// credentials.
+// hopHeaders are never forwarded: RFC 9110 §7.6.1's and the ones HTTP/1.1
+// implementations use as such (the list httputil.ReverseProxy drops), which
+// include the gateway's own credentials.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate",
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// removeHopByHop deletes from h the headers its Connection field names (RFC
+// 9110 §7.6.1: a sender lists there the fields meant for the next hop only),
+// then hopHeaders. It keeps "Te: trailers" when the request had it, as
+// httputil.ReverseProxy does: the one TE value an end-to-end request may carry
+// (RFC 9110 §10.1.4).
+func removeHopByHop(h http.Header, request bool) {
+	trailers := request && headerHasToken(h["Te"], "trailers")
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+	if trailers {
+		h.Set("Te", "trailers")
+	}
+}
+
+// headerHasToken reports whether a comma-separated header field lists token
+// (case-insensitively, without parameters: TE's grammar gives "trailers"
+// none).
+func headerHasToken(values []string, token string) bool {
+	for _, v := range values {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(textproto.TrimString(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // forward serves a plain HTTP request through a leased proxy.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, token, username string, o UsernameOptions) {
@@ -47,9 +86,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, token, usernam
 	defer stop()
 	out := r.Clone(context.WithValue(ctx, proxyURLKey{}, proxyURL))
 	out.RequestURI = ""
-	for _, k := range hopHeaders {
-		out.Header.Del(k)
-	}
+	removeHopByHop(out.Header, true)
 	if r.ContentLength == 0 {
 		out.Body = nil
 	}
@@ -75,9 +112,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, token, usernam
 	if g.reportStatus(resp.StatusCode) {
 		g.reportRateLimited(r.Context(), h, host)
 	}
-	for _, k := range hopHeaders {
-		resp.Header.Del(k)
-	}
+	removeHopByHop(resp.Header, false)
 	hdr := w.Header()
 	for k, vs := range resp.Header {
 		hdr[k] = vs
