@@ -5,8 +5,8 @@
 # run it); with "lint" the linters (staticcheck, pinned in hack/tools/lint,
 # a module of its own); with "cluster" the node's parts for `make cluster`
 # (kubelet, kube-scheduler and kube-proxy from this module, CoreDNS and
-# kube-network-policies from modules of their own). A binary whose stamp
-# names the pinned version is kept, so only the first run pays the ~10
+# kube-network-policies from modules of their own). A binary whose stamps
+# name the pinned version and its module's go.mod is kept, so only the first run pays the ~10
 # minute cold build; a fresh clone copies what an earlier one built.
 set -euo pipefail
 
@@ -41,17 +41,22 @@ binname() {
 build() {
 	local version=$1 ldflags=$2 dir=$3
 	shift 3
-	local todo=() names=() spec name path stamp kept
+	# The module's go.mod is part of the key: the same tool version built
+	# against other dependency versions is another binary.
+	local key
+	key="$version-$(sha256sum "$dir/go.mod" | cut -c1-12)"
+	local todo=() names=() spec name path kept
 	for spec in "$@"; do
 		name=${spec%%=*} path=${spec#*=}
-		stamp="$bin/.$name.version"
-		kept="$cache/$name-$version-$platform"
-		if [[ -x "$bin/$name" && -f "$stamp" && "$(cat "$stamp")" == "$version" ]]; then
+		kept="$cache/$name-$key-$platform"
+		if [[ -x "$bin/$name" && "$(cat "$bin/.$name.version" 2>/dev/null)" == "$version" &&
+			"$(cat "$bin/.$name.key" 2>/dev/null)" == "$key" ]]; then
 			echo "bin/$name $version is up to date"
 		elif [[ -x $kept ]]; then
 			echo "bin/$name $version from $kept"
 			cp "$kept" "$bin/$name.tmp" && mv "$bin/$name.tmp" "$bin/$name"
-			echo "$version" >"$stamp"
+			echo "$version" >"$bin/.$name.version"
+			echo "$key" >"$bin/.$name.key"
 		else
 			todo+=("$path")
 			names+=("$name")
@@ -67,8 +72,9 @@ build() {
 		name=${names[$i]}
 		mv "$out/$(binname "${todo[$i]}")" "$bin/$name"
 		echo "$version" >"$bin/.$name.version"
+		echo "$key" >"$bin/.$name.key"
 		# Copied, then renamed: another clone may read the cache meanwhile.
-		kept="$cache/$name-$version-$platform"
+		kept="$cache/$name-$key-$platform"
 		if mkdir -p "$cache" 2>/dev/null && cp "$bin/$name" "$kept.tmp$$" 2>/dev/null; then
 			mv "$kept.tmp$$" "$kept"
 		fi
