@@ -78,16 +78,18 @@ auth-helper: ## build bin/proxy-auth-helper, the Squid auth helper every proxy r
 	$(GO) build -o bin/proxy-auth-helper ./cmd/proxy-auth-helper
 
 .PHONY: test
-test: tools squid python prometheus image-deps cluster-deps ## everything: integration and e2e beside the real node's e2e, then unit (installs what they need first)
-	$(MAKE) -j3 --output-sync=target BUILD_NICE='nice -n 19' test-integration test-realnode test-prebuild
+test: tools squid python prometheus image-deps cluster-deps ## everything: integration and e2e (and test-prebuild beside them, at the lowest priority), then the real node's e2e, then unit (installs what they need first)
+	$(MAKE) -j2 --output-sync=target BUILD_NICE='nice -n 19' test-integration test-prebuild
+	$(MAKE) test-realnode
 	$(MAKE) test-unit
 
 # While test-integration's tests wait on their control planes, the cores are
-# half idle: `make test` compiles here, at the lowest CPU priority, the race
-# detector's build of what test-unit tests next (go list -export compiles
-# without linking; the build cache keeps it).
+# half idle: `make test` compiles here, at the lowest CPU priority
+# (BUILD_NICE), the real node's parts and images and the race detector's
+# build of what test-unit tests (go list -export compiles without linking;
+# the build cache keeps it).
 .PHONY: test-prebuild
-test-prebuild:
+test-prebuild: cluster-images
 	CGO_ENABLED=1 nice -n 19 $(GO) list -race -test -deps -export -e $(UNIT_PACKAGES) >/dev/null
 
 .PHONY: test-unit
