@@ -5,9 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -34,15 +32,7 @@ func TestLeasedProxyAtADeniedAddress(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			seen = nil
-			g, err := New(DefaultOptions(), Deps{Leaser: proxiedLeaser{newFakeLeaser(time.Now), up.URL}, Denied: tc.denied})
-			if err != nil {
-				t.Fatal(err)
-			}
-			gw := httptest.NewServer(g)
-			defer gw.Close()
-			gwURL, _ := url.Parse(gw.URL)
-			gwURL.User = url.UserPassword("crawler", "tok")
-			hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(gwURL)}}
+			hc, gw := gatewayClient(t, Deps{Leaser: proxiedLeaser{newFakeLeaser(time.Now), up.URL}, Denied: tc.denied})
 			resp, err := hc.Get("http://site.example/page")
 			if err != nil {
 				t.Fatal(err)

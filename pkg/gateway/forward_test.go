@@ -40,15 +40,7 @@ func TestForward(t *testing.T) {
 	var seen []string
 	up := upstreamProxy(t, &seen)
 	f := newFakeLeaser(time.Now)
-	g, err := New(DefaultOptions(), Deps{Leaser: proxiedLeaser{f, up.URL}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := httptest.NewServer(g)
-	defer gw.Close()
-	gwURL, _ := url.Parse(gw.URL)
-	gwURL.User = url.UserPassword("crawler", "tok")
-	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(gwURL)}}
+	hc, _ := gatewayClient(t, Deps{Leaser: proxiedLeaser{f, up.URL}})
 	get := func(path string) (*http.Response, string) {
 		t.Helper()
 		resp, err := hc.Get("http://site.example" + path)
@@ -76,6 +68,22 @@ func TestForward(t *testing.T) {
 		t.Errorf("the leased proxy's 407: %d %q, want 502 upstream_failed", resp.StatusCode, body)
 	}
 	eventually(t, "every lease released", func() bool { return len(f.liveIDs()) == 0 })
+}
+
+// gatewayClient serves a gateway built with deps on a test server, closed
+// with the test, and returns a client that uses it as its proxy with a
+// crawler's token, and the server.
+func gatewayClient(t *testing.T, deps Deps) (*http.Client, *httptest.Server) {
+	t.Helper()
+	g, err := New(DefaultOptions(), deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(g)
+	t.Cleanup(gw.Close)
+	gwURL, _ := url.Parse(gw.URL)
+	gwURL.User = url.UserPassword("crawler", "tok")
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(gwURL)}}, gw
 }
 
 // proxiedLeaser is fakeLeaser whose leases name the proxy at url.

@@ -99,14 +99,7 @@ func TestForwardHopByHop(t *testing.T) {
 			leased := &headerEcho{send: tc.resp}
 			leasedSrv := httptest.NewServer(leased)
 			defer leasedSrv.Close()
-			g, err := New(DefaultOptions(), Deps{Leaser: proxiedLeaser{newFakeLeaser(time.Now), leasedSrv.URL}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			gw := httptest.NewServer(g)
-			defer gw.Close()
-			gwURL, _ := url.Parse(gw.URL)
-			gwURL.User = url.UserPassword("crawler", "tok")
+			gwClient, _ := gatewayClient(t, Deps{Leaser: proxiedLeaser{newFakeLeaser(time.Now), leasedSrv.URL}})
 
 			get := func(c *http.Client, target string) http.Header {
 				t.Helper()
@@ -126,7 +119,7 @@ func TestForwardHopByHop(t *testing.T) {
 				return resp.Header
 			}
 			refResp := get(&http.Client{}, rp.URL+"/page")
-			gwResp := get(&http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(gwURL)}}, "http://site.example/page")
+			gwResp := get(gwClient, "http://site.example/page")
 
 			if diff := cmp.Diff(endToEnd(site.seen), endToEnd(leased.seen)); diff != "" {
 				t.Errorf("forwarded to the site (-httputil.ReverseProxy +gateway):\n%s", diff)
