@@ -154,7 +154,13 @@ func DecodeReportRequest(data []byte) (wire.ReportRequest, error) {
 			return req, err
 		}
 	}
-	return req, validateText("result", req.Result, 64)
+	return req, validateReport(req)
+}
+
+// validateReport checks what of a report this API checks itself: the
+// result's text, which the leasing Service then checks against the results.
+func validateReport(req wire.ReportRequest) error {
+	return validateText("result", req.Result, 64)
 }
 
 // DecodeRenewRequest decodes a POST /v1/leases/{id}/renew body (empty = {}).

@@ -9,8 +9,10 @@
 // creates when missing and follows (TokenSecret).
 //
 // It owns the HTTP surface only: the leasing Service (pkg/leasing) decides,
-// and writeServiceError maps its error vocabulary to status codes in one
-// place. Plain request bodies and the lease answer are read and written
+// and serviceAnswer maps its error vocabulary to this API's answers in one
+// place, for the network and for InProcess (inprocess.go): the same token
+// check, requests and answers for a caller in this process (the gateway),
+// without HTTP or JSON. Plain request bodies and the lease answer are read and written
 // without reflection (decode.go, encode.go, through pkg/plainjson), held by
 // tests to what encoding/json reads and writes. The Server is a manager Runnable that every replica runs
 // (NeedLeaderElection false).

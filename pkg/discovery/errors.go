@@ -2,9 +2,13 @@ package discovery
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
+	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 )
 
@@ -40,10 +44,49 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 	writeJSON(w, status, wire.Error{Error: code, Message: message})
 }
 
-func writeRequestError(w http.ResponseWriter, e *RequestError) {
+// answer is a refusal of the lease API as both of its ways out give it: the
+// HTTP handlers write it (write), in-process callers get it as the error the
+// Go client would have decoded from it (err).
+type answer struct {
+	status int
+	body   wire.Error
+	// retryAfter is sent as Retry-After (seconds; 0: none).
+	retryAfter int64
+	// unauthorized asks for a bearer token (WWW-Authenticate).
+	unauthorized bool
+	// closeConn ends the connection: its next one may reach another replica.
+	closeConn bool
+}
+
+func (a *answer) write(w http.ResponseWriter) {
+	h := w.Header()
+	if a.retryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(a.retryAfter, 10))
+	}
+	if a.unauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="proxy-operator"`)
+	}
+	if a.closeConn {
+		h.Set("Connection", "close")
+	}
+	writeJSON(w, a.status, a.body)
+}
+
+// err is the answer as client.Client returns it from the network.
+func (a *answer) err() error {
+	return client.ErrorOf(a.status, a.body, time.Duration(a.retryAfter)*time.Second)
+}
+
+// requestAnswer is a request that failed decoding or this API's own checks:
+// a *RequestError says what, anything else is an invalid request.
+func requestAnswer(err error) *answer {
+	var e *RequestError
+	if !errors.As(err, &e) {
+		return &answer{status: http.StatusBadRequest, body: wire.Error{Error: wire.CodeInvalidRequest, Message: err.Error()}}
+	}
 	body := wire.Error{Error: e.Code, Message: e.Message}
 	if e.Code == wire.CodeTTLTooLong {
 		body.MaxTTLSeconds = &e.MaxTTLSeconds
 	}
-	writeJSON(w, http.StatusBadRequest, body)
+	return &answer{status: http.StatusBadRequest, body: body}
 }

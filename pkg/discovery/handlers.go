@@ -57,12 +57,7 @@ func (s *Server) recycle(buf *bytes.Buffer) {
 }
 
 func writeDecodeError(w http.ResponseWriter, err error) {
-	var re *RequestError
-	if errors.As(err, &re) {
-		writeRequestError(w, re)
-		return
-	}
-	writeError(w, http.StatusBadRequest, wire.CodeInvalidRequest, err.Error())
+	requestAnswer(err).write(w)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -111,7 +106,7 @@ func (s *Server) listProxies(w http.ResponseWriter, r *http.Request) {
 		writeServiceError(w, r, err)
 		return
 	}
-	id := leasingIdentity(r.Context(), "")
+	id := leasingIdentity(tokenFrom(r.Context()), "")
 	if q.Namespace != "" && !id.MayUse(q.Namespace) {
 		writeError(w, http.StatusForbidden, wire.CodeForbidden, fmt.Sprintf("this token may list only the namespaces %s", strings.Join(id.Namespaces, ", ")))
 		return
@@ -162,15 +157,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		writeDecodeError(w, err)
 		return
 	}
-	l, err := s.opts.Service.Acquire(r.Context(), leasing.Request{
-		Namespace: req.Namespace,
-		Selector:  req.Selector,
-		Target:    req.Target,
-		TTL:       leasing.Seconds(req.TTLSeconds),
-		Identity:  leasingIdentity(r.Context(), req.Flow),
-		Wait:      leasing.Seconds(req.WaitSeconds),
-		Priority:  int(req.Priority),
-	})
+	l, err := s.opts.Service.Acquire(r.Context(), acquireRequest(tokenFrom(r.Context()), req))
 	if err != nil {
 		writeServiceError(w, r, err)
 		return
@@ -179,11 +166,23 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	writeLease(w, http.StatusCreated, s.toWireLease(l), buf)
 }
 
-// writeServiceError is the one place the leasing Service's error vocabulary
-// becomes HTTP answers.
+// writeServiceError writes the answer to a leasing Service error.
 func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
+	a := serviceAnswer(err)
+	if a.status == http.StatusInternalServerError {
+		log.FromContext(r.Context()).Error(err, "lease request failed", "method", r.Method, "path", r.URL.Path)
+	}
+	a.write(w)
+}
+
+// serviceAnswer is the one place the leasing Service's error vocabulary
+// becomes this API's answers, for the network and in-process callers alike.
+func serviceAnswer(err error) *answer {
 	e := leasing.AsError(err)
 	id := strconv.Quote(e.ID)
+	refuse := func(status int, code, message string) *answer {
+		return &answer{status: status, body: wire.Error{Error: code, Message: message}}
+	}
 	switch e.Reason {
 	case leasing.ReasonNoMatch:
 		nm, ahead := e.Counts, e.QueuedAhead
@@ -191,7 +190,7 @@ func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
 		if ahead > 0 {
 			msg = e.QueuedAheadMessage()
 		}
-		writeJSON(w, http.StatusConflict, wire.Error{
+		return &answer{status: http.StatusConflict, body: wire.Error{
 			Error:       wire.CodeNoMatch,
 			Message:     msg,
 			Considered:  &nm.Considered,
@@ -200,11 +199,11 @@ func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
 			Unhealthy:   &nm.Unhealthy,
 			Free:        &nm.Free,
 			QueuedAhead: &ahead,
-		})
+		}}
 	case leasing.ReasonQueueFull:
-		secs := int64(math.Ceil(e.RetryAfter.Seconds()))
-		w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
-		writeError(w, http.StatusTooManyRequests, wire.CodeQueueFull, "the wait queue is full: "+err.Error())
+		a := refuse(http.StatusTooManyRequests, wire.CodeQueueFull, "the wait queue is full: "+err.Error())
+		a.retryAfter = max(int64(math.Ceil(e.RetryAfter.Seconds())), 1)
+		return a
 	case leasing.ReasonInvalid:
 		body := wire.Error{Error: wire.CodeInvalidRequest, Message: e.Fields.ToAggregate().Error()}
 		switch {
@@ -216,41 +215,57 @@ func writeServiceError(w http.ResponseWriter, r *http.Request, err error) {
 			body.Error = wire.CodeInvalidResult
 			body.Message = fmt.Sprintf("result %q is not one of ok, rate_limited, banned", e.Fields[0].BadValue)
 		}
-		writeJSON(w, http.StatusBadRequest, body)
+		return &answer{status: http.StatusBadRequest, body: body}
 	case leasing.ReasonForbidden:
-		writeError(w, http.StatusForbidden, wire.CodeForbidden, err.Error())
+		return refuse(http.StatusForbidden, wire.CodeForbidden, err.Error())
 	case leasing.ReasonCooldownLimit:
-		writeError(w, http.StatusForbidden, wire.CodeCooldownLimit, err.Error())
+		return refuse(http.StatusForbidden, wire.CodeCooldownLimit, err.Error())
 	case leasing.ReasonNotFound:
-		writeError(w, http.StatusNotFound, wire.CodeUnknownLease, "no lease "+id+" (or it ended more than a cooldown window ago)")
+		return refuse(http.StatusNotFound, wire.CodeUnknownLease, "no lease "+id+" (or it ended more than a cooldown window ago)")
 	case leasing.ReasonEnded:
-		writeError(w, http.StatusGone, wire.CodeLeaseEnded, "lease "+id+": "+leasing.EndedMessage(err))
+		return refuse(http.StatusGone, wire.CodeLeaseEnded, "lease "+id+": "+leasing.EndedMessage(err))
 	case leasing.ReasonAlreadyExists:
-		writeError(w, http.StatusConflict, wire.CodeInvalidRequest, err.Error())
+		return refuse(http.StatusConflict, wire.CodeInvalidRequest, err.Error())
 	case leasing.ReasonNoRoom:
-		writeError(w, http.StatusConflict, wire.CodeNoRoom, err.Error())
+		return refuse(http.StatusConflict, wire.CodeNoRoom, err.Error())
 	case leasing.ReasonCancelled:
-		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled")
+		return refuse(http.StatusServiceUnavailable, wire.CodeUnavailable, "request cancelled")
 	case leasing.ReasonShuttingDown:
 		// A handover: the replica taking over answers within seconds.
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error()+"; retry shortly")
+		a := refuse(http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error()+"; retry shortly")
+		a.retryAfter = 1
+		return a
 	case leasing.ReasonNotLeader:
-		w.Header().Set("Retry-After", "1")
 		// The client's next connection may reach the leader (a Service, or
 		// a load balancer, routes per connection); a kept-alive one would
 		// come back here.
-		w.Header().Set("Connection", "close")
-		writeJSON(w, http.StatusServiceUnavailable, wire.Error{Error: wire.CodeNotLeader, Message: err.Error(), Leader: e.Leader})
-	default:
-		log.FromContext(r.Context()).Error(err, "lease request failed", "method", r.Method, "path", r.URL.Path)
-		writeError(w, http.StatusInternalServerError, wire.CodeInternal, err.Error())
+		return &answer{status: http.StatusServiceUnavailable, retryAfter: 1, closeConn: true,
+			body: wire.Error{Error: wire.CodeNotLeader, Message: err.Error(), Leader: e.Leader}}
+	}
+	return refuse(http.StatusInternalServerError, wire.CodeInternal, err.Error())
+}
+
+// acquireRequest is what the token tok asks for with req.
+func acquireRequest(tok Token, req wire.AcquireRequest) leasing.Request {
+	return leasing.Request{
+		Namespace: req.Namespace,
+		Selector:  req.Selector,
+		Target:    req.Target,
+		TTL:       leasing.Seconds(req.TTLSeconds),
+		Identity:  leasingIdentity(tok, req.Flow),
+		Wait:      leasing.Seconds(req.WaitSeconds),
+		Priority:  int(req.Priority),
 	}
 }
 
 // holderOf is the holder of the leases the caller of r makes and may change.
 func holderOf(r *http.Request) string {
-	return leasing.HTTPIdentity(identityFrom(r.Context()), "").Holder
+	return holder(tokenFrom(r.Context()))
+}
+
+// holder is the holder of the leases tok makes and may change.
+func holder(tok Token) string {
+	return leasing.HTTPIdentity(tok.Identity, "").Holder
 }
 
 // getLease shows one of the caller's leases as it is now: where its proxy is

@@ -62,21 +62,19 @@ type requestInfo struct {
 	namespaces []string
 }
 
-// identityFrom returns the authenticated identity of the request.
-func identityFrom(ctx context.Context) string {
+// tokenFrom is what the request's token stands for.
+func tokenFrom(ctx context.Context) Token {
 	if ri, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok && ri.identity != "" {
-		return ri.identity
+		return Token{Identity: ri.identity, Namespaces: ri.namespaces}
 	}
-	return AnonymousIdentity
+	return Token{Identity: AnonymousIdentity}
 }
 
-// leasingIdentity is the request's identity as the lease service takes it:
-// holder, flow (flow "" = the identity's default) and namespaces.
-func leasingIdentity(ctx context.Context, flow string) leasing.Identity {
-	id := leasing.HTTPIdentity(identityFrom(ctx), flow)
-	if ri, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
-		id.Namespaces = ri.namespaces
-	}
+// leasingIdentity is tok's identity as the lease service takes it: holder,
+// flow (flow "" = the identity's default) and namespaces.
+func leasingIdentity(tok Token, flow string) leasing.Identity {
+	id := leasing.HTTPIdentity(tok.Identity, flow)
+	id.Namespaces = tok.Namespaces
 	return id
 }
 
@@ -145,70 +143,70 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ri, _ := r.Context().Value(requestInfoKey{}).(*requestInfo)
-		setIdentity := func(t Token) {
-			if ri != nil {
-				ri.identity, ri.namespaces = t.Identity, t.Namespaces
-			}
-		}
 		// A proxy's helper authenticates with its proxy's key (liveList).
 		if r.URL.Path == "/healthz" || r.URL.Path == proxyauth.LivePath {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if !s.AuthEnabled() {
-			setIdentity(Token{Identity: AnonymousIdentity})
-			next.ServeHTTP(w, r)
+		tok, refused := s.identify(r.Context(), bearerToken(r.Header.Get("Authorization")))
+		if refused != nil {
+			refused.write(w)
 			return
 		}
-		tok, ok := s.tokenFor(r.Header.Get("Authorization"))
-		if !ok && s.opts.Kubernetes != nil {
-			var err error
-			if tok, err = s.kubernetesToken(r); err != nil {
-				switch {
-				case IsForbidden(err):
-					writeError(w, http.StatusForbidden, wire.CodeForbidden, err.Error())
-					return
-				case !errors.Is(err, ErrUnknownToken):
-					w.Header().Set("Retry-After", "1")
-					writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "cannot review the token now: "+err.Error())
-					return
-				}
-			}
-			ok = err == nil
+		if ri, _ := r.Context().Value(requestInfoKey{}).(*requestInfo); ri != nil {
+			ri.identity, ri.namespaces = tok.Identity, tok.Namespaces
 		}
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator"`)
-			writeError(w, http.StatusUnauthorized, wire.CodeUnauthorized, "missing or invalid bearer token")
-			return
-		}
-		setIdentity(tok)
 		next.ServeHTTP(w, r)
 	})
 }
 
-// kubernetesToken asks opts.Kubernetes about the request's bearer token.
-func (s *Server) kubernetesToken(r *http.Request) (Token, error) {
-	scheme, token, found := strings.Cut(r.Header.Get("Authorization"), " ")
-	token = strings.TrimSpace(token)
-	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" || len(token) > maxKubernetesToken {
-		return Token{}, ErrUnknownToken
+// bearerToken is the token of an "Authorization: Bearer <token>" header
+// ("" for any other).
+func bearerToken(header string) string {
+	scheme, token, found := strings.Cut(header, " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return ""
 	}
-	return s.opts.Kubernetes.Authenticate(r.Context(), token)
+	return strings.TrimSpace(token)
+}
+
+// identify is the one check of a lease API token, for the HTTP API and its
+// in-process callers (InProcess): what token stands for, or the answer that
+// refuses it (401 unknown, 403 a ServiceAccount not allowed, 503 the review
+// failed). With auth off everyone is AnonymousIdentity.
+func (s *Server) identify(ctx context.Context, token string) (Token, *answer) {
+	if !s.AuthEnabled() {
+		return Token{Identity: AnonymousIdentity}, nil
+	}
+	token = strings.TrimSpace(token)
+	tok, ok := s.tokenFor(token)
+	if !ok && s.opts.Kubernetes != nil && token != "" && len(token) <= maxKubernetesToken {
+		var err error
+		if tok, err = s.opts.Kubernetes.Authenticate(ctx, token); err != nil {
+			switch {
+			case IsForbidden(err):
+				return Token{}, &answer{status: http.StatusForbidden, body: wire.Error{Error: wire.CodeForbidden, Message: err.Error()}}
+			case !errors.Is(err, ErrUnknownToken):
+				return Token{}, &answer{status: http.StatusServiceUnavailable, retryAfter: 1,
+					body: wire.Error{Error: wire.CodeUnavailable, Message: "cannot review the token now: " + err.Error()}}
+			}
+		}
+		ok = err == nil
+	}
+	if !ok {
+		return Token{}, &answer{status: http.StatusUnauthorized, unauthorized: true,
+			body: wire.Error{Error: wire.CodeUnauthorized, Message: "missing or invalid bearer token"}}
+	}
+	return tok, nil
 }
 
 // maxKubernetesToken bounds a token sent for review (a ServiceAccount token
 // is about a kilobyte).
 const maxKubernetesToken = 16 << 10
 
-// tokenFor checks "Bearer <token>" against every configured token in
-// constant time (hashes make the lengths equal; no early exit).
-func (s *Server) tokenFor(header string) (Token, bool) {
-	scheme, token, found := strings.Cut(header, " ")
-	if !found || !strings.EqualFold(scheme, "Bearer") {
-		return Token{}, false
-	}
-	token = strings.TrimSpace(token)
+// tokenFor checks token against every configured token in constant time
+// (hashes make the lengths equal; no early exit).
+func (s *Server) tokenFor(token string) (Token, bool) {
 	if token == "" {
 		return Token{}, false
 	}

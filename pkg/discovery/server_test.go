@@ -310,27 +310,27 @@ func TestEndpoints(t *testing.T) {
 			}},
 		{name: "queue full is 429 with Retry-After", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30}`, status: 429, code: wire.CodeQueueFull,
 			setup: func(e *env) string {
-				e.waiter.Next(leasing.WaitResult{Outcome: leasing.WaitQueueFull, RetryAfter: 2500 * time.Millisecond, Err: errors.New("flow queue limit reached")})
+				e.waiter.Next(&leasing.Error{Reason: leasing.ReasonQueueFull, RetryAfter: 2500 * time.Millisecond, Cause: errors.New("flow queue limit reached")})
 				return ""
 			},
 			header:   map[string]string{"Retry-After": "3"},
 			outcomes: []string{leasing.OutcomeRejected}},
 		{name: "wait deadline is 409 with the waiter's counts", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30}`, status: 409,
 			setup: func(e *env) string {
-				e.waiter.Next(leasing.WaitResult{Outcome: leasing.WaitNoMatch, Counts: leasing.NoMatchCounts{Considered: 2, AtCapacity: 2}})
+				e.waiter.Next(&leasing.Error{Reason: leasing.ReasonNoMatch, Counts: leasing.NoMatchCounts{Considered: 2, AtCapacity: 2}})
 				return ""
 			},
 			wantErr:  &wire.Error{Error: wire.CodeNoMatch, Message: "no proxy can take this lease now", Considered: intp(2), AtCapacity: intp(2), InCooldown: intp(0), Unhealthy: intp(0), Free: intp(0), QueuedAhead: intp(0)},
 			outcomes: []string{leasing.OutcomeNoMatch}},
 		{name: "queue shutting down is 503", method: "POST", path: "/v1/leases", body: `{"waitSeconds":30}`, status: 503, code: wire.CodeUnavailable,
 			setup: func(e *env) string {
-				e.waiter.Next(leasing.WaitResult{Outcome: leasing.WaitShuttingDown, Err: leasing.ErrShuttingDown})
+				e.waiter.Next(&leasing.Error{Reason: leasing.ReasonShuttingDown, Cause: leasing.ErrShuttingDown})
 				return ""
 			},
 			outcomes: []string{leasing.OutcomeError}},
 		{name: "an unexpected queue error is 500, logged", method: "POST", path: "/v1/leases", body: `{}`, status: 500, code: wire.CodeInternal,
 			setup: func(e *env) string {
-				e.waiter.Next(leasing.WaitResult{Outcome: leasing.WaitRefused, Err: errors.New("a bug")})
+				e.waiter.Next(leasing.FromStore(errors.New("a bug")))
 				return ""
 			},
 			outcomes: []string{leasing.OutcomeError}},
@@ -553,13 +553,13 @@ func TestCancelledWaitReleasesLateGrant(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req := httptest.NewRequest("POST", "/v1/leases", strings.NewReader(`{"waitSeconds":30}`)).WithContext(ctx)
 	req.Header.Set("Authorization", "Bearer "+token)
-	e.server.opts.Service = newService(t, e.store, waiterFunc(func(ctx context.Context, r lease.AcquireRequest, _ int, _ time.Time) leasing.WaitResult {
+	e.server.opts.Service = newService(t, e.store, waiterFunc(func(ctx context.Context, r lease.AcquireRequest, _ int, _ time.Time) (*lease.Lease, error) {
 		l, err := e.store.Acquire(r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cancel() // the client goes away right after the grant
-		return leasing.WaitResult{Outcome: leasing.WaitGranted, Lease: l}
+		return l, nil
 	}), e.clock, e.metrics)
 	rec := httptest.NewRecorder()
 	e.server.Handler().ServeHTTP(rec, req)
@@ -571,9 +571,9 @@ func TestCancelledWaitReleasesLateGrant(t *testing.T) {
 	}
 }
 
-type waiterFunc func(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) leasing.WaitResult
+type waiterFunc func(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error)
 
-func (f waiterFunc) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) leasing.WaitResult {
+func (f waiterFunc) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
 	return f(ctx, req, priority, deadline)
 }
 

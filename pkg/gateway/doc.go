@@ -10,8 +10,9 @@
 // Leaser, leaser.go), so that authentication, namespaces, priorities and fair
 // queues are the lease API's and no rule is decided twice; every replica
 // serves the gateway and the API's Service routes its leases to the leader.
-// On the replica that serves leases, the same API's handler answers them in
-// process (local.go) rather than through the Service back to itself.
+// On the replica that serves leases, the same API answers them in process
+// (local.go, with discovery.InProcess: its token check and answers, without
+// HTTP or JSON) rather than through the Service back to itself.
 // Every answer of the gateway's own is written by one function (errors.go).
 // It never decrypts a tunnel.
 //

@@ -26,8 +26,9 @@ import (
 // over TLS; network counts the requests that reached it through the
 // network.
 type leaseAPI struct {
-	handler http.Handler
-	gate    *leasing.Gate
+	handler   http.Handler
+	inProcess *discovery.InProcess
+	gate      *leasing.Gate
 	srv     *httptest.Server
 	network atomic.Int64
 }
@@ -58,7 +59,7 @@ func startLeaseAPI(t *testing.T) *leaseAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &leaseAPI{handler: srv.Handler(), gate: l.Gate}
+	a := &leaseAPI{handler: srv.Handler(), inProcess: srv.InProcess(), gate: l.Gate}
 	a.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.network.Add(1)
 		a.handler.ServeHTTP(w, r)
@@ -74,7 +75,7 @@ func (a *leaseAPI) leaser(t *testing.T, inProcess bool) gateway.Leaser {
 	o := gateway.DefaultOptions()
 	o.LeaseAPIURL, o.LeaseInProcess = a.srv.URL, inProcess
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.srv.Certificate().Raw})
-	l, err := o.Leaser(ca, &gateway.LocalAPI{Handler: a.handler, Serving: a.gate.IsOpen})
+	l, err := o.Leaser(ca, &gateway.LocalAPI{Leaser: a.inProcess, Serving: a.gate.IsOpen})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,26 +84,30 @@ func (a *leaseAPI) leaser(t *testing.T, inProcess bool) gateway.Leaser {
 
 // outcome is what a Leaser call came to, as the gateway reads it.
 type outcome struct {
-	Status   int
-	Code     string
-	Message  string
-	MaxTTL   int64
-	Leased   bool
-	ProxyURL string
-	TTL      int64
+	Status     int
+	Code       string
+	Message    string
+	MaxTTL     int64
+	RetryAfter time.Duration
+	NoMatch    *client.NoMatch
+	Leased     bool
+	ProxyURL   string
+	TTL        int64
+	Creds      bool
 }
 
 func outcomeOf(l *wire.Lease, err error) outcome {
 	var ae *client.APIError
 	switch {
 	case errors.As(err, &ae):
-		return outcome{Status: ae.StatusCode, Code: ae.Code, Message: ae.Message, MaxTTL: ae.MaxTTLSeconds}
+		return outcome{Status: ae.StatusCode, Code: ae.Code, Message: ae.Message, MaxTTL: ae.MaxTTLSeconds,
+			RetryAfter: ae.RetryAfter, NoMatch: ae.NoMatch}
 	case err != nil:
 		return outcome{Message: err.Error()}
 	case l == nil:
 		return outcome{Status: http.StatusNoContent}
 	}
-	return outcome{Status: http.StatusOK, Leased: l.LeaseID != "", ProxyURL: l.Proxy.URL, TTL: l.TTLSeconds}
+	return outcome{Status: http.StatusOK, Leased: l.LeaseID != "", ProxyURL: l.Proxy.URL, TTL: l.TTLSeconds, Creds: l.Credentials != nil}
 }
 
 // TestLeaseInProcessAnswersAsTheNetwork: the gateway's lease calls served
@@ -132,15 +137,38 @@ func TestLeaseInProcessAnswersAsTheNetwork(t *testing.T) {
 	release := func(token string) func(gateway.Leaser, *string) outcome {
 		return func(l gateway.Leaser, leased *string) outcome { return outcomeOf(nil, l.Release(ctx, token, *leased)) }
 	}
+	report := func(token, result, target string) func(gateway.Leaser, *string) outcome {
+		return func(l gateway.Leaser, leased *string) outcome {
+			return outcomeOf(nil, l.Report(ctx, token, *leased, result, target))
+		}
+	}
+	renew := func(token string, ttl time.Duration) func(gateway.Leaser, *string) outcome {
+		return func(l gateway.Leaser, leased *string) outcome { return outcomeOf(l.Renew(ctx, token, *leased, ttl)) }
+	}
+	unknown := func(f func(gateway.Leaser, *string) outcome) func(gateway.Leaser, *string) outcome {
+		return func(l gateway.Leaser, _ *string) outcome { id := "no-such-lease"; return f(l, &id) }
+	}
 	steps := []step{
 		{"an unknown token", acquire("nope", wire.AcquireRequest{Namespace: "crawl"}), http.StatusUnauthorized, wire.CodeUnauthorized},
 		{"a namespace the token may not use", acquire("token-a", wire.AcquireRequest{Namespace: "other"}), http.StatusForbidden, wire.CodeForbidden},
 		{"a TTL over the maximum", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", TTLSeconds: 7200}), http.StatusBadRequest, wire.CodeTTLTooLong},
+		{"a flow over its length", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", Flow: strings.Repeat("f", 129)}), http.StatusBadRequest, wire.CodeInvalidRequest},
+		{"a negative wait", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", WaitSeconds: -1}), http.StatusBadRequest, wire.CodeInvalidRequest},
 		{"granted", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", Target: "a.example", TTLSeconds: 30}), http.StatusOK, ""},
 		{"the only proxy is leased", acquire("token-b", wire.AcquireRequest{Namespace: "crawl"}), http.StatusConflict, wire.CodeNoMatch},
+		{"an unknown result", report("token-a", "slow", ""), http.StatusBadRequest, wire.CodeInvalidResult},
+		{"a result over its length", report("token-a", strings.Repeat("r", 65), ""), http.StatusBadRequest, wire.CodeInvalidRequest},
+		{"another identity's report", report("token-b", "ok", ""), http.StatusForbidden, wire.CodeForbidden},
+		{"the holder's report", report("token-a", "ok", "a.example"), http.StatusNoContent, ""},
+		{"a report on no lease", unknown(report("token-a", "ok", "")), http.StatusNotFound, wire.CodeUnknownLease},
+		{"a renewal over the maximum", renew("token-a", 2*time.Hour), http.StatusBadRequest, wire.CodeTTLTooLong},
+		{"another identity's renewal", renew("token-b", time.Minute), http.StatusForbidden, wire.CodeForbidden},
+		{"the holder's renewal", renew("token-a", time.Minute), http.StatusOK, ""},
 		{"another identity's release", release("token-b"), http.StatusForbidden, wire.CodeForbidden},
 		{"the holder's release", release("token-a"), http.StatusNoContent, ""},
 		{"released twice", release("token-a"), http.StatusNoContent, ""},
+		{"a renewal of a released lease", renew("token-a", time.Minute), http.StatusGone, wire.CodeLeaseEnded},
+		{"a renewal with an unknown token", renew("nope", time.Minute), http.StatusUnauthorized, wire.CodeUnauthorized},
 	}
 	run := func(inProcess bool) (outs []outcome, network int64) {
 		api := startLeaseAPI(t)
@@ -175,8 +203,14 @@ func TestLeaseInProcessAnswersAsTheNetwork(t *testing.T) {
 	if got := overNetwork[2].MaxTTL; got != 3600 {
 		t.Errorf("ttl_too_long carries maxTTLSeconds %d, want 3600", got)
 	}
-	if got := overNetwork[3]; !got.Leased || got.ProxyURL != "http://127.0.0.1:3128" || got.TTL != 30 {
+	if got := overNetwork[5]; !got.Leased || got.ProxyURL != "http://127.0.0.1:3128" || got.TTL != 30 {
 		t.Errorf("granted lease %+v, want the proxy http://127.0.0.1:3128 for 30 s", got)
+	}
+	if got := overNetwork[6].NoMatch; got == nil || got.Considered != 1 || got.AtCapacity != 1 {
+		t.Errorf("no_match carries %+v, want 1 considered, 1 at capacity", got)
+	}
+	if got := overNetwork[14]; got.TTL != 60 {
+		t.Errorf("renewed lease %+v, want 60 s", got)
 	}
 
 	// A replica that stops serving leases sends its calls to the Service.

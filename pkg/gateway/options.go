@@ -96,7 +96,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Addr, "gateway-bind-address", o.Addr, "Address of the forward-proxy gateway (docs/gateway.md); empty or \"0\": none.")
 	fs.StringVar(&o.LeaseAPIURL, "gateway-lease-api-url", o.LeaseAPIURL, "The HTTP lease API the gateway leases through with each client's token: the discovery API's Service, which routes to the replica that leads.")
 	fs.StringVar(&o.LeaseAPICAFile, "gateway-lease-api-ca-file", o.LeaseAPICAFile, "PEM CA bundle verifying --gateway-lease-api-url. Unset: the operator's own CA.")
-	fs.BoolVar(&o.LeaseInProcess, "gateway-lease-in-process", o.LeaseInProcess, "While this replica serves leases, call its lease API in this process (the same handler, without TLS and the network) instead of through --gateway-lease-api-url. Set false when that URL is another installation's API.")
+	fs.BoolVar(&o.LeaseInProcess, "gateway-lease-in-process", o.LeaseInProcess, "While this replica serves leases, call its lease API in this process (the same token check and answers, without TLS, the network or JSON) instead of through --gateway-lease-api-url. Set false when that URL is another installation's API.")
 	fs.DurationVar(&o.LeaseTTL, "gateway-lease-ttl", o.LeaseTTL, "TTL of the gateway's leases, renewed while a request, tunnel or session holds one.")
 	fs.DurationVar(&o.SessionIdle, "gateway-session-idle", o.SessionIdle, "A sticky session unused this long ends and its lease is released.")
 	fs.IntSliceVar(&o.ReportStatuses, "gateway-report-statuses", o.ReportStatuses, "Origin status codes of plain HTTP responses reported rate_limited for the proxy and host.")
@@ -158,9 +158,10 @@ func (o *Options) inFlightPerToken() int {
 
 // Leaser is the APILeaser of o: LeaseAPIURL verified with LeaseAPICAFile
 // or, unset, defaultCA (the operator's own CA; nil: the system's roots).
-// With local (nil: none) and LeaseInProcess, its calls are served in this
-// process while this replica serves leases, and go to LeaseAPIURL otherwise.
-func (o *Options) Leaser(defaultCA []byte, local *LocalAPI) (*APILeaser, error) {
+// With local (nil: none) and LeaseInProcess, its calls go to local's
+// Leaser in this process while this replica serves leases, and to
+// LeaseAPIURL otherwise.
+func (o *Options) Leaser(defaultCA []byte, local *LocalAPI) (Leaser, error) {
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	switch {
 	case o.LeaseAPICAFile != "":
@@ -179,9 +180,9 @@ func (o *Options) Leaser(defaultCA []byte, local *LocalAPI) (*APILeaser, error) 
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.TLSClientConfig = tlsConfig
 	t.MaxIdleConnsPerHost = 64
-	var rt http.RoundTripper = t
+	remote := &APILeaser{BaseURL: o.LeaseAPIURL, HTTPClient: &http.Client{Transport: t}}
 	if local != nil && o.LeaseInProcess {
-		rt = &localTransport{api: *local, next: t}
+		return &localLeaser{local: *local, remote: remote}, nil
 	}
-	return &APILeaser{BaseURL: o.LeaseAPIURL, HTTPClient: &http.Client{Transport: rt}}, nil
+	return remote, nil
 }

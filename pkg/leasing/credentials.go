@@ -48,10 +48,10 @@ func (s *Service) LiveList(ctx context.Context, p proxyauth.ProxyRef, token stri
 		return proxyauth.LiveList{}, err
 	}
 	if s.auth == nil {
-		return proxyauth.LiveList{}, &Error{Reason: ReasonForbidden, err: fmt.Errorf("proxy auth is off")}
+		return proxyauth.LiveList{}, &Error{Reason: ReasonForbidden, Cause: fmt.Errorf("proxy auth is off")}
 	}
 	if err := s.auth.VerifyListToken(p, token); err != nil {
-		return proxyauth.LiveList{}, &Error{Reason: ReasonForbidden, err: fmt.Errorf("live list of %s: %w", p, err)}
+		return proxyauth.LiveList{}, &Error{Reason: ReasonForbidden, Cause: fmt.Errorf("live list of %s: %w", p, err)}
 	}
 	ids, now := s.store.LiveOn(ProxyKey{Namespace: p.Namespace, Name: p.Name})
 	l := proxyauth.LiveList{AsOf: now.Unix(), Usernames: make([]string, 0, len(ids))}

@@ -44,31 +44,31 @@ type doorAnswer struct {
 func TestBothDoorsMapEveryOutcome(t *testing.T) {
 	tests := []struct {
 		name       string
-		res        leasing.WaitResult
+		res        error
 		closedGate bool
 		http, kube doorAnswer
 	}{
-		{name: "granted", res: leasing.WaitResult{Outcome: leasing.WaitGranted},
+		{name: "granted", res: nil,
 			http: doorAnswer{201, "", 0}, kube: doorAnswer{201, "", 0}},
-		{name: "no proxy before the deadline", res: leasing.WaitResult{Outcome: leasing.WaitNoMatch, Counts: leasing.NoMatchCounts{Considered: 1, AtCapacity: 1}},
+		{name: "no proxy before the deadline", res: &leasing.Error{Reason: leasing.ReasonNoMatch, Counts: leasing.NoMatchCounts{Considered: 1, AtCapacity: 1}},
 			http: doorAnswer{409, wire.CodeNoMatch, 0}, kube: doorAnswer{409, string(metav1.StatusReasonConflict), 0}},
-		{name: "a queue limit", res: leasing.WaitResult{Outcome: leasing.WaitQueueFull, RetryAfter: 2 * time.Second, Err: errors.New("band full")},
+		{name: "a queue limit", res: &leasing.Error{Reason: leasing.ReasonQueueFull, RetryAfter: 2 * time.Second, Cause: errors.New("band full")},
 			http: doorAnswer{429, wire.CodeQueueFull, 2}, kube: doorAnswer{429, string(metav1.StatusReasonTooManyRequests), 2}},
-		{name: "the caller left", res: leasing.WaitResult{Outcome: leasing.WaitCancelled, Err: context.Canceled},
+		{name: "the caller left", res: &leasing.Error{Reason: leasing.ReasonCancelled, Cause: context.Canceled},
 			http: doorAnswer{503, wire.CodeUnavailable, 0}, kube: doorAnswer{504, string(metav1.StatusReasonTimeout), 0}},
-		{name: "the queue shuts down", res: leasing.WaitResult{Outcome: leasing.WaitShuttingDown, Err: leasing.ErrShuttingDown},
+		{name: "the queue shuts down", res: &leasing.Error{Reason: leasing.ReasonShuttingDown, Cause: leasing.ErrShuttingDown},
 			http: doorAnswer{503, wire.CodeUnavailable, 1}, kube: doorAnswer{503, string(metav1.StatusReasonServiceUnavailable), 1}},
-		{name: "the store: name taken", res: leasing.WaitResult{Outcome: leasing.WaitRefused, Err: &lease.AlreadyExistsError{Namespace: "ns", Name: "x"}},
+		{name: "the store: name taken", res: leasing.FromStore(&lease.AlreadyExistsError{Namespace: "ns", Name: "x"}),
 			http: doorAnswer{409, wire.CodeInvalidRequest, 0}, kube: doorAnswer{409, string(metav1.StatusReasonAlreadyExists), 0}},
-		{name: "the store: TTL over the maximum", res: leasing.WaitResult{Outcome: leasing.WaitRefused, Err: &lease.TTLError{Requested: 2 * time.Hour, Max: time.Hour}},
+		{name: "the store: TTL over the maximum", res: leasing.FromStore(&lease.TTLError{Requested: 2 * time.Hour, Max: time.Hour}),
 			http: doorAnswer{400, wire.CodeTTLTooLong, 0}, kube: doorAnswer{422, string(metav1.StatusReasonInvalid), 0}},
-		{name: "the store: a cooling report without a target", res: leasing.WaitResult{Outcome: leasing.WaitRefused, Err: lease.ErrNoTarget},
+		{name: "the store: a cooling report without a target", res: leasing.FromStore(lease.ErrNoTarget),
 			http: doorAnswer{400, wire.CodeInvalidRequest, 0}, kube: doorAnswer{422, string(metav1.StatusReasonInvalid), 0}},
-		{name: "the store: a holder's cooldowns at their limit", res: leasing.WaitResult{Outcome: leasing.WaitRefused, Err: &lease.CooldownLimitError{Holder: "h", Max: 1}},
+		{name: "the store: a holder's cooldowns at their limit", res: leasing.FromStore(&lease.CooldownLimitError{Holder: "h", Max: 1}),
 			http: doorAnswer{403, wire.CodeCooldownLimit, 0}, kube: doorAnswer{403, string(metav1.StatusReasonForbidden), 0}},
-		{name: "the store: stopped serving", res: leasing.WaitResult{Outcome: leasing.WaitRefused, Err: lease.ErrFrozen},
+		{name: "the store: stopped serving", res: leasing.FromStore(lease.ErrFrozen),
 			http: doorAnswer{503, wire.CodeUnavailable, 1}, kube: doorAnswer{503, string(metav1.StatusReasonServiceUnavailable), 1}},
-		{name: "a bug", res: leasing.WaitResult{Outcome: leasing.WaitRefused, Err: errors.New("boom")},
+		{name: "a bug", res: leasing.FromStore(errors.New("boom")),
 			http: doorAnswer{500, wire.CodeInternal, 0}, kube: doorAnswer{500, string(metav1.StatusReasonInternalError), 0}},
 		{name: "a standby (or a handover's successor)", closedGate: true,
 			http: doorAnswer{503, wire.CodeNotLeader, 1}, kube: doorAnswer{503, string(metav1.StatusReasonServiceUnavailable), 1}},
@@ -76,13 +76,13 @@ func TestBothDoorsMapEveryOutcome(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newDoors(t, tc.closedGate)
-			if tc.res.Outcome != leasing.WaitGranted {
+			if tc.res != nil {
 				e.queue.Next(tc.res)
 			}
 			if got := e.httpAcquire(t); got != tc.http {
 				t.Errorf("HTTP answered %+v, want %+v", got, tc.http)
 			}
-			if tc.res.Outcome != leasing.WaitGranted {
+			if tc.res != nil {
 				e.queue.Next(tc.res)
 			}
 			if got := e.kubeAcquire(t); got != tc.kube {

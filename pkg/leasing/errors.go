@@ -79,8 +79,10 @@ type Error struct {
 	// unknown).
 	Leader string
 	// ID is the lease the error is about, if any.
-	ID  string
-	err error
+	ID string
+	// Cause says why in words: the store's, the queue's or the Gate's own
+	// error (nil: the Reason says it all).
+	Cause error
 }
 
 func (e *Error) Error() string {
@@ -93,13 +95,13 @@ func (e *Error) Error() string {
 		}
 		return e.Counts.Error()
 	}
-	if e.err != nil {
-		return e.err.Error()
+	if e.Cause != nil {
+		return e.Cause.Error()
 	}
 	return string(e.Reason)
 }
 
-func (e *Error) Unwrap() error { return e.err }
+func (e *Error) Unwrap() error { return e.Cause }
 
 // QueuedAheadMessage says why a ReasonNoMatch with QueuedAhead > 0 was
 // refused although proxies are free.
@@ -126,7 +128,7 @@ func AsError(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	return &Error{Reason: ReasonInternal, err: err}
+	return &Error{Reason: ReasonInternal, Cause: err}
 }
 
 // IsNoMatch, IsQueueFull, … report the Reason of err.
@@ -147,28 +149,12 @@ func invalid(errs ...*field.Error) *Error {
 	return &Error{Reason: ReasonInvalid, Fields: errs}
 }
 
-// waitAnswer is the service's answer to the Queue's result.
-func waitAnswer(res WaitResult) (*Lease, error) {
-	switch res.Outcome {
-	case WaitGranted:
-		return res.Lease, nil
-	case WaitNoMatch:
-		return nil, &Error{Reason: ReasonNoMatch, Counts: res.Counts, QueuedAhead: res.QueuedAhead, err: res.Err}
-	case WaitQueueFull:
-		return nil, &Error{Reason: ReasonQueueFull, RetryAfter: res.RetryAfter, err: res.Err}
-	case WaitCancelled:
-		return nil, &Error{Reason: ReasonCancelled, err: res.Err}
-	case WaitShuttingDown:
-		return nil, &Error{Reason: ReasonShuttingDown, err: res.Err}
-	case WaitRefused:
-		return nil, storeError("", res.Err)
-	}
-	return nil, &Error{Reason: ReasonInternal, err: fmt.Errorf("the wait queue answered outcome %d: %w", res.Outcome, res.Err)}
-}
+// FromStore is an error of the lease store in the service's vocabulary:
+// the one place the store's typed errors become Reasons (for the Waiter,
+// and a Queue of a test's that answers from a store).
+func FromStore(err error) error { return storeError("", err) }
 
-// storeError is the one place the lease store's typed errors become the
-// service's vocabulary; id is the lease the call was about ("" for an
-// acquire).
+// storeError is FromStore for a call about lease id ("" for an acquire).
 func storeError(id string, err error) error {
 	if err == nil {
 		return nil
@@ -181,38 +167,38 @@ func storeError(id string, err error) error {
 	case errors.As(err, &e):
 		return e
 	case errors.As(err, &noMatch):
-		return &Error{Reason: ReasonNoMatch, Counts: *noMatch, ID: id, err: err}
+		return &Error{Reason: ReasonNoMatch, Counts: *noMatch, ID: id, Cause: err}
 	case lease.IsNoMatch(err):
-		return &Error{Reason: ReasonNoMatch, ID: id, err: err}
+		return &Error{Reason: ReasonNoMatch, ID: id, Cause: err}
 	case lease.IsFrozen(err):
-		return &Error{Reason: ReasonShuttingDown, ID: id, err: err}
+		return &Error{Reason: ReasonShuttingDown, ID: id, Cause: err}
 	case lease.IsTTLTooLong(err), lease.IsNegativeTTL(err):
 		e := invalidTTL(err, 0)
 		e.ID = id
 		return e
 	case lease.IsInvalidResult(err):
 		e := invalidResult("")
-		e.ID, e.err = id, err
+		e.ID, e.Cause = id, err
 		return e
 	case lease.IsNoTarget(err):
 		e := invalid(field.Required(field.NewPath("target"),
 			"a rate_limited or banned report must name the site it is about when its lease names none (a proxy is never cooled for every site: that would take it from every tenant)"))
-		e.ID, e.err = id, err
+		e.ID, e.Cause = id, err
 		return e
 	case lease.IsCooldownLimit(err):
-		return &Error{Reason: ReasonCooldownLimit, ID: id, err: fmt.Errorf("%w (--lease-max-cooldowns-per-holder)", err)}
+		return &Error{Reason: ReasonCooldownLimit, ID: id, Cause: fmt.Errorf("%w (--lease-max-cooldowns-per-holder)", err)}
 	case lease.IsAlreadyExists(err):
-		return &Error{Reason: ReasonAlreadyExists, ID: id, err: err}
+		return &Error{Reason: ReasonAlreadyExists, ID: id, Cause: err}
 	case lease.IsNoRoom(err):
-		return &Error{Reason: ReasonNoRoom, ID: id, err: err}
+		return &Error{Reason: ReasonNoRoom, ID: id, Cause: err}
 	case lease.IsNotHolder(err):
-		return &Error{Reason: ReasonForbidden, ID: id, err: err}
+		return &Error{Reason: ReasonForbidden, ID: id, Cause: err}
 	case lease.IsLeaseEnded(err):
-		return &Error{Reason: ReasonEnded, EndReason: lease.EndReason(err), ID: id, err: err}
+		return &Error{Reason: ReasonEnded, EndReason: lease.EndReason(err), ID: id, Cause: err}
 	case lease.IsUnknownLease(err):
-		return &Error{Reason: ReasonNotFound, ID: id, err: err}
+		return &Error{Reason: ReasonNotFound, ID: id, Cause: err}
 	}
-	return &Error{Reason: ReasonInternal, ID: id, err: err}
+	return &Error{Reason: ReasonInternal, ID: id, Cause: err}
 }
 
 // invalidResult is the ReasonInvalid of a report result that is not one of
@@ -232,11 +218,11 @@ func invalidTTL(err error, requested time.Duration) *Error {
 	if errors.As(err, &tooLong) {
 		e := invalid(field.Invalid(path, int64(tooLong.Requested/time.Second),
 			fmt.Sprintf("exceeds the maximum %d (--max-lease-ttl=%s)", int64(tooLong.Max/time.Second), tooLong.Max)))
-		e.MaxTTL, e.err = tooLong.Max, err
+		e.MaxTTL, e.Cause = tooLong.Max, err
 		return e
 	}
 	e := invalid(field.Invalid(path, int64(requested/time.Second), "must not be negative (0 means the default)"))
-	e.err = err
+	e.Cause = err
 	return e
 }
 

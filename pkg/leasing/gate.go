@@ -51,7 +51,7 @@ func (g *Gate) check(ctx context.Context) error {
 	if leader != "" {
 		msg = fmt.Sprintf("this replica is a standby; the leader %q serves leases", leader)
 	}
-	return &Error{Reason: ReasonNotLeader, Leader: leader, err: fmt.Errorf("%s", msg)}
+	return &Error{Reason: ReasonNotLeader, Leader: leader, Cause: fmt.Errorf("%s", msg)}
 }
 
 // Takeover is the leader-elected Runnable that makes this replica serve:

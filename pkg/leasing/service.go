@@ -2,6 +2,7 @@ package leasing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -46,42 +47,13 @@ type Recorder interface {
 
 // Queue is the wait queue as the service uses it; *Waiter implements it.
 type Queue interface {
-	// Wait grants req now or when capacity appears before deadline, and
-	// says how the request ended: one WaitOutcome, never an error for the
-	// caller to tell apart. A grant whose caller left (ctx ended) is given
-	// back by the queue, not returned.
-	Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) WaitResult
-}
-
-// WaitOutcome is how a request to the Queue ended.
-type WaitOutcome uint8
-
-const (
-	// WaitGranted: WaitResult.Lease is the grant.
-	WaitGranted WaitOutcome = iota
-	// WaitNoMatch: no proxy could take it before the deadline (Counts, and
-	// QueuedAhead: its flow's requests for the same proxies ahead of it).
-	WaitNoMatch
-	// WaitQueueFull: a queue limit refused it at once (RetryAfter).
-	WaitQueueFull
-	// WaitCancelled: the caller left first.
-	WaitCancelled
-	// WaitShuttingDown: the queue is shutting down.
-	WaitShuttingDown
-	// WaitRefused: the store refused the request as it stands (Err is the
-	// store's own error: a TTL over the maximum, a name taken).
-	WaitRefused
-)
-
-// WaitResult is the Queue's answer.
-type WaitResult struct {
-	Outcome     WaitOutcome
-	Lease       *Lease
-	Counts      NoMatchCounts
-	QueuedAhead int
-	RetryAfter  time.Duration
-	// Err says why, in words (and for WaitRefused, in the store's terms).
-	Err error
+	// Wait grants req now or when capacity appears before deadline. Its
+	// error is the service's answer: an *Error whose Reason says how the
+	// request ended (ReasonNoMatch with the counts and QueuedAhead,
+	// ReasonQueueFull with RetryAfter, ReasonCancelled, ReasonShuttingDown,
+	// or the store's refusal as FromStore maps it). A grant whose caller
+	// left (ctx ended) is given back by the queue, not returned.
+	Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*Lease, error)
 }
 
 // Limits are the bounds a front door's requests are checked against.
@@ -190,13 +162,19 @@ func (s *Service) Acquire(ctx context.Context, req Request) (*lease.Lease, error
 		return nil, err
 	}
 	deadline := s.clock.Now().Add(req.Wait)
-	res := s.queue.Wait(ctx, req.acquireRequest(), req.Priority, deadline)
-	if res.Outcome == WaitGranted && ctx.Err() != nil {
-		// The caller left in that instant: nobody would use or release it.
-		s.store.Release(res.Lease.ID)
-		res = WaitResult{Outcome: WaitCancelled, Err: fmt.Errorf("the caller left before the grant was answered: %w", ctx.Err())}
+	l, err := s.queue.Wait(ctx, req.acquireRequest(), req.Priority, deadline)
+	if err == nil && l == nil {
+		err = &Error{Reason: ReasonInternal, Cause: errors.New("the wait queue answered neither a lease nor an error")}
 	}
-	l, err := waitAnswer(res)
+	if err == nil && ctx.Err() != nil {
+		// The caller left in that instant: nobody would use or release it.
+		s.store.Release(l.ID)
+		l, err = nil, &Error{Reason: ReasonCancelled, Cause: fmt.Errorf("the caller left before the grant was answered: %w", ctx.Err())}
+	}
+	if err != nil {
+		// The queue's answer is already an *Error; anything else is a bug.
+		err = AsError(err)
+	}
 	s.rec.LeaseRequest(s.api, outcomeOf(err))
 	return l, err
 }
@@ -206,7 +184,7 @@ func (s *Service) Acquire(ctx context.Context, req Request) (*lease.Lease, error
 // against this door's maximum.
 func (s *Service) validate(req Request) error {
 	if req.Namespace != "" && !req.Identity.MayUse(req.Namespace) {
-		return &Error{Reason: ReasonForbidden, err: fmt.Errorf("%s may lease only in the namespaces %s, not in %q",
+		return &Error{Reason: ReasonForbidden, Cause: fmt.Errorf("%s may lease only in the namespaces %s, not in %q",
 			req.Identity.Holder, strings.Join(req.Identity.Namespaces, ", "), req.Namespace)}
 	}
 	var e *Error

@@ -20,8 +20,8 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // store) and records every call.
 type scriptedQueue struct {
 	store *lease.Store
-	// next, when set, is the answer to the next call.
-	next *WaitResult
+	// next, when set, is the error answering the next call.
+	next error
 	// afterGrant runs after a grant, before Wait returns.
 	afterGrant func()
 	calls      []time.Time
@@ -29,25 +29,20 @@ type scriptedQueue struct {
 
 var _ Queue = (*scriptedQueue)(nil)
 
-func (q *scriptedQueue) Wait(_ context.Context, req lease.AcquireRequest, _ int, deadline time.Time) WaitResult {
+func (q *scriptedQueue) Wait(_ context.Context, req lease.AcquireRequest, _ int, deadline time.Time) (*Lease, error) {
 	q.calls = append(q.calls, deadline)
-	if q.next != nil {
-		res := *q.next
+	if err := q.next; err != nil {
 		q.next = nil
-		return res
+		return nil, err
 	}
 	l, err := q.store.Acquire(req)
-	var nm *lease.NoMatchError
-	switch {
-	case err == nil:
-		if q.afterGrant != nil {
-			q.afterGrant()
-		}
-		return WaitResult{Outcome: WaitGranted, Lease: l}
-	case errors.As(err, &nm):
-		return WaitResult{Outcome: WaitNoMatch, Counts: *nm, Err: err}
+	if err != nil {
+		return nil, FromStore(err)
 	}
-	return WaitResult{Outcome: WaitRefused, Err: err}
+	if q.afterGrant != nil {
+		q.afterGrant()
+	}
+	return l, nil
 }
 
 type countingRecorder struct{ got []string }
@@ -151,35 +146,35 @@ func TestAcquireAlwaysQueues(t *testing.T) {
 	}
 }
 
-// What the queue or the store answers becomes one Reason, and the outcome
+// What the queue or the store answers is one Reason, and the outcome
 // counted follows from the Reason alone.
 func TestAcquireErrorsHaveOneVocabulary(t *testing.T) {
 	tests := []struct {
 		name    string
-		res     WaitResult
+		err     error
 		reason  Reason
 		outcome string
 		check   func(*Error) string
 	}{
-		{"deadline with counts", WaitResult{Outcome: WaitNoMatch, Counts: lease.NoMatchError{Considered: 3, AtCapacity: 2, Unhealthy: 1}, QueuedAhead: 2}, ReasonNoMatch, OutcomeNoMatch,
+		{"deadline with counts", &Error{Reason: ReasonNoMatch, Counts: lease.NoMatchError{Considered: 3, AtCapacity: 2, Unhealthy: 1}, QueuedAhead: 2}, ReasonNoMatch, OutcomeNoMatch,
 			func(e *Error) string {
 				return cmp.Diff(lease.NoMatchError{Considered: 3, AtCapacity: 2, Unhealthy: 1}, e.Counts) + cmp.Diff(2, e.QueuedAhead)
 			}},
-		{"queue full", WaitResult{Outcome: WaitQueueFull, RetryAfter: 3 * time.Second, Err: errors.New("band queue full")}, ReasonQueueFull, OutcomeRejected,
+		{"queue full", &Error{Reason: ReasonQueueFull, RetryAfter: 3 * time.Second, Cause: errors.New("band queue full")}, ReasonQueueFull, OutcomeRejected,
 			func(e *Error) string { return cmp.Diff(3*time.Second, e.RetryAfter) }},
-		{"caller left", WaitResult{Outcome: WaitCancelled, Err: context.Canceled}, ReasonCancelled, OutcomeCancelled, nil},
-		{"shutting down", WaitResult{Outcome: WaitShuttingDown, Err: ErrShuttingDown}, ReasonShuttingDown, OutcomeError, nil},
-		{"the store refuses: name taken", WaitResult{Outcome: WaitRefused, Err: &lease.AlreadyExistsError{Namespace: "ns", Name: "x"}}, ReasonAlreadyExists, OutcomeBadRequest, nil},
-		{"the store refuses: ttl bound", WaitResult{Outcome: WaitRefused, Err: &lease.TTLError{Requested: 2 * time.Hour, Max: time.Hour}}, ReasonInvalid, OutcomeBadRequest,
+		{"caller left", &Error{Reason: ReasonCancelled, Cause: context.Canceled}, ReasonCancelled, OutcomeCancelled, nil},
+		{"shutting down", &Error{Reason: ReasonShuttingDown, Cause: ErrShuttingDown}, ReasonShuttingDown, OutcomeError, nil},
+		{"the store refuses: name taken", FromStore(&lease.AlreadyExistsError{Namespace: "ns", Name: "x"}), ReasonAlreadyExists, OutcomeBadRequest, nil},
+		{"the store refuses: ttl bound", FromStore(&lease.TTLError{Requested: 2 * time.Hour, Max: time.Hour}), ReasonInvalid, OutcomeBadRequest,
 			func(e *Error) string { return cmp.Diff(time.Hour, e.MaxTTL) }},
-		{"the store refuses: frozen", WaitResult{Outcome: WaitRefused, Err: fmt.Errorf("acquire: %w", lease.ErrFrozen)}, ReasonShuttingDown, OutcomeError, nil},
-		{"the store refuses: a bug", WaitResult{Outcome: WaitRefused, Err: errors.New("boom")}, ReasonInternal, OutcomeError, nil},
-		{"an outcome nobody knows", WaitResult{Outcome: 99, Err: errors.New("?")}, ReasonInternal, OutcomeError, nil},
+		{"the store refuses: frozen", FromStore(fmt.Errorf("acquire: %w", lease.ErrFrozen)), ReasonShuttingDown, OutcomeError, nil},
+		{"the store refuses: a bug", FromStore(errors.New("boom")), ReasonInternal, OutcomeError, nil},
+		{"a queue that answers outside the vocabulary", errors.New("?"), ReasonInternal, OutcomeError, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newServiceEnv(t, time.Minute)
-			e.queue.next = &tt.res
+			e.queue.next = tt.err
 			_, err := e.svc.Acquire(context.Background(), request(0, time.Second))
 			if got := ReasonOf(err); got != tt.reason {
 				t.Fatalf("reason %q (%v), want %q", got, err, tt.reason)

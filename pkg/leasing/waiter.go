@@ -11,7 +11,7 @@ import (
 )
 
 // Waiter serves the lease requests of both lease APIs through the wait
-// queue, answering each with a WaitResult (the Queue contract).
+// queue, answering each as the Queue contract says.
 type Waiter struct {
 	ctl   *LeaseController
 	store LeaseStore
@@ -26,14 +26,15 @@ func NewWaiter(ctl *LeaseController, store LeaseStore) *Waiter {
 // holder (the HTTP API with authentication off).
 const AnonymousFlow = "anonymous"
 
-// ErrShuttingDown is the cause of a WaitShuttingDown: the queue is shutting
-// down.
+// ErrShuttingDown is the cause of a ReasonShuttingDown from the queue: it is
+// shutting down.
 var ErrShuttingDown = errors.New("the lease wait queue is shutting down")
 
-// Wait grants req now or when capacity appears before deadline, and says
-// how it ended (see WaitOutcome). A grant made as ctx ended is given back by
-// the queue, never returned.
-func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) WaitResult {
+// Wait grants req now or when capacity appears before deadline, and
+// answers as Queue says: the queue's outcome, with the store's error it
+// carries, becomes the service's Reason here and nowhere else. A grant made
+// as ctx ended is given back by the queue, never returned.
+func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
 	flow := req.Flow
 	if flow == "" {
 		flow = req.Holder
@@ -51,18 +52,18 @@ func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority in
 	})
 	switch {
 	case outcome == flowcontrol.OutcomeDispatched:
-		return WaitResult{Outcome: WaitGranted, Lease: l}
+		return l, nil
 	case ctx.Err() != nil:
-		return WaitResult{Outcome: WaitCancelled, Err: fmt.Errorf("waiting for a proxy: %w", ctx.Err())}
+		return nil, &Error{Reason: ReasonCancelled, Cause: fmt.Errorf("waiting for a proxy: %w", ctx.Err())}
 	case outcome == flowcontrol.OutcomeRejectedCapacity:
 		after, _ := flowcontrol.RetryAfter(err)
-		return WaitResult{Outcome: WaitQueueFull, RetryAfter: after, Err: err}
+		return nil, &Error{Reason: ReasonQueueFull, RetryAfter: after, Cause: err}
 	case outcome == flowcontrol.OutcomeEvictedShutdown, flowcontrol.IsShutdown(err):
-		return WaitResult{Outcome: WaitShuttingDown, Err: ErrShuttingDown}
+		return nil, &Error{Reason: ReasonShuttingDown, Cause: ErrShuttingDown}
 	case outcome == flowcontrol.OutcomeEvictedDeadline, flowcontrol.IsDeadline(err):
 		nm := w.store.Diagnose(req)
-		return WaitResult{Outcome: WaitNoMatch, Counts: *nm, QueuedAhead: flowcontrol.QueuedAhead(err),
-			Err: fmt.Errorf("no proxy became free before the wait ended: %w", nm)}
+		return nil, &Error{Reason: ReasonNoMatch, Counts: *nm, QueuedAhead: flowcontrol.QueuedAhead(err),
+			Cause: fmt.Errorf("no proxy became free before the wait ended: %w", nm)}
 	}
 	// The store refused the request as it stands (TTL, name taken): its own
 	// error, without the queue's around it.
@@ -74,5 +75,5 @@ func (w *Waiter) Wait(ctx context.Context, req lease.AcquireRequest, priority in
 	} else if errors.As(err, &evicted) {
 		cause = evicted.Cause
 	}
-	return WaitResult{Outcome: WaitRefused, Err: cause}
+	return nil, FromStore(cause)
 }

@@ -152,7 +152,7 @@ func setupLeasing(ctx context.Context, mgr manager.Manager, cfg *rest.Config, o 
 		if err := addServing(srv); err != nil {
 			return nil, nil, fmt.Errorf("adding discovery server: %w", err)
 		}
-		localAPI = &gateway.LocalAPI{Handler: srv.Handler(), Serving: l.Gate.IsOpen}
+		localAPI = &gateway.LocalAPI{Leaser: srv.InProcess(), Serving: l.Gate.IsOpen}
 		if cp != nil {
 			cp.FinalAfter(srv.Stopped())
 		}

@@ -279,16 +279,28 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 }
 
 func apiError(resp *http.Response, data []byte) *APIError {
-	e := &APIError{StatusCode: resp.StatusCode}
 	var body wire.Error
 	if err := json.Unmarshal(data, &body); err != nil || body.Error == "" {
-		e.Message = strings.TrimSpace(string(data))
-		if len(e.Message) > 200 {
-			e.Message = e.Message[:200] + "…"
+		msg := strings.TrimSpace(string(data))
+		if len(msg) > 200 {
+			msg = msg[:200] + "…"
 		}
-		return e
+		return &APIError{StatusCode: resp.StatusCode, Message: msg}
 	}
-	e.Code, e.Message, e.Leader = body.Error, body.Message, body.Leader
+	var retryAfter time.Duration
+	if s := resp.Header.Get("Retry-After"); s != "" {
+		if secs, err := strconv.Atoi(s); err == nil && secs >= 0 {
+			retryAfter = time.Duration(secs) * time.Second
+		}
+	}
+	return ErrorOf(resp.StatusCode, body, retryAfter)
+}
+
+// ErrorOf is the APIError of an answer with status, body and Retry-After:
+// what the client returns for it, and what a caller of the API in the
+// server's own process gets (pkg/discovery.InProcess).
+func ErrorOf(status int, body wire.Error, retryAfter time.Duration) *APIError {
+	e := &APIError{StatusCode: status, Code: body.Error, Message: body.Message, Leader: body.Leader, RetryAfter: retryAfter}
 	if body.Error == wire.CodeNoMatch {
 		e.NoMatch = &NoMatch{Considered: deref(body.Considered), AtCapacity: deref(body.AtCapacity),
 			InCooldown: deref(body.InCooldown), Unhealthy: deref(body.Unhealthy),
@@ -296,11 +308,6 @@ func apiError(resp *http.Response, data []byte) *APIError {
 	}
 	if body.MaxTTLSeconds != nil {
 		e.MaxTTLSeconds = *body.MaxTTLSeconds
-	}
-	if s := resp.Header.Get("Retry-After"); s != "" {
-		if secs, err := strconv.Atoi(s); err == nil && secs >= 0 {
-			e.RetryAfter = time.Duration(secs) * time.Second
-		}
 	}
 	return e
 }

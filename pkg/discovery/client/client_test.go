@@ -38,12 +38,12 @@ type fullWaiter struct {
 
 var _ leasing.Queue = (*fullWaiter)(nil)
 
-func (w *fullWaiter) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) leasing.WaitResult {
+func (w *fullWaiter) Wait(ctx context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
 	if !deadline.After(w.clock.Now()) {
 		return w.inner.Wait(ctx, req, priority, deadline)
 	}
 	w.calls++
-	return leasing.WaitResult{Outcome: leasing.WaitQueueFull, RetryAfter: 4 * time.Second, Err: errors.New("band queue full")}
+	return nil, &leasing.Error{Reason: leasing.ReasonQueueFull, RetryAfter: 4 * time.Second, Cause: errors.New("band queue full")}
 }
 
 // newServer runs the real discovery server over a real store.

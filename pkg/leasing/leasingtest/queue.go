@@ -2,7 +2,6 @@ package leasingtest
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -19,8 +18,9 @@ type Call struct {
 
 // Queue is a leasing.Queue that never waits: it answers each request at
 // once from Store, whatever its deadline (a grant, a no match with the
-// store's counts, or the store's refusal), records every call, and answers
-// the next call with the result given to Next, if any.
+// store's counts, or the store's refusal, as leasing.FromStore maps it),
+// records every call, and answers the next call with the error given to
+// Next, if any.
 type Queue struct {
 	Store *lease.Store
 	// Mutate, when set, changes each request before the store sees it (a
@@ -29,40 +29,37 @@ type Queue struct {
 
 	mu    sync.Mutex
 	calls []Call
-	next  *leasing.WaitResult
+	next  error
 }
 
 var _ leasing.Queue = (*Queue)(nil)
 
 // Wait implements leasing.Queue.
-func (q *Queue) Wait(_ context.Context, req lease.AcquireRequest, priority int, deadline time.Time) leasing.WaitResult {
+func (q *Queue) Wait(_ context.Context, req lease.AcquireRequest, priority int, deadline time.Time) (*lease.Lease, error) {
 	q.mu.Lock()
 	q.calls = append(q.calls, Call{Req: req, Priority: priority, Deadline: deadline})
 	next := q.next
 	q.next = nil
 	q.mu.Unlock()
 	if next != nil {
-		return *next
+		return nil, next
 	}
 	if q.Mutate != nil {
 		q.Mutate(&req)
 	}
 	l, err := q.Store.Acquire(req)
-	var nm *lease.NoMatchError
-	switch {
-	case err == nil:
-		return leasing.WaitResult{Outcome: leasing.WaitGranted, Lease: l}
-	case errors.As(err, &nm):
-		return leasing.WaitResult{Outcome: leasing.WaitNoMatch, Counts: *nm, Err: err}
+	if err != nil {
+		return nil, leasing.FromStore(err)
 	}
-	return leasing.WaitResult{Outcome: leasing.WaitRefused, Err: err}
+	return l, nil
 }
 
-// Next makes res the answer to the next call.
-func (q *Queue) Next(res leasing.WaitResult) {
+// Next makes err (a *leasing.Error, as the real queue answers) the answer
+// to the next call.
+func (q *Queue) Next(err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.next = &res
+	q.next = err
 }
 
 // Calls returns the calls so far.

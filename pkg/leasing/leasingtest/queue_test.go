@@ -19,21 +19,21 @@ func TestQueueAnswersFromTheStoreAndObeysNext(t *testing.T) {
 	store.UpsertProxy(lease.ProxyInfo{Namespace: "ns", Name: "p", Healthy: true})
 	q := &Queue{Store: store}
 	ctx, deadline := context.Background(), time.Now().Add(time.Minute)
-	if res := q.Wait(ctx, lease.AcquireRequest{Namespace: "ns"}, 1, deadline); res.Outcome != leasing.WaitGranted || res.Lease == nil {
-		t.Fatalf("free proxy: %+v", res)
+	if l, err := q.Wait(ctx, lease.AcquireRequest{Namespace: "ns"}, 1, deadline); err != nil || l == nil {
+		t.Fatalf("free proxy: %v, %v", l, err)
 	}
-	if res := q.Wait(ctx, lease.AcquireRequest{Namespace: "ns"}, 0, deadline); res.Outcome != leasing.WaitNoMatch || res.Counts.AtCapacity != 1 {
-		t.Fatalf("proxy taken: %+v", res)
+	if _, err := q.Wait(ctx, lease.AcquireRequest{Namespace: "ns"}, 0, deadline); !leasing.IsNoMatch(err) || leasing.AsError(err).Counts.AtCapacity != 1 {
+		t.Fatalf("proxy taken: %v", err)
 	}
-	if res := q.Wait(ctx, lease.AcquireRequest{Namespace: "ns", TTL: 2 * time.Hour}, 0, deadline); res.Outcome != leasing.WaitRefused || !lease.IsTTLTooLong(res.Err) {
-		t.Fatalf("TTL over the maximum: %+v", res)
+	if _, err := q.Wait(ctx, lease.AcquireRequest{Namespace: "ns", TTL: 2 * time.Hour}, 0, deadline); !leasing.IsInvalid(err) || !lease.IsTTLTooLong(err) {
+		t.Fatalf("TTL over the maximum: %v", err)
 	}
-	q.Next(leasing.WaitResult{Outcome: leasing.WaitShuttingDown, Err: errors.New("injected")})
-	if res := q.Wait(ctx, lease.AcquireRequest{Namespace: "ns"}, 0, deadline); res.Outcome != leasing.WaitShuttingDown {
-		t.Fatalf("injected answer: %+v", res)
+	q.Next(&leasing.Error{Reason: leasing.ReasonShuttingDown, Cause: errors.New("injected")})
+	if _, err := q.Wait(ctx, lease.AcquireRequest{Namespace: "ns"}, 0, deadline); !leasing.IsShuttingDown(err) {
+		t.Fatalf("injected answer: %v", err)
 	}
-	if res := q.Wait(ctx, lease.AcquireRequest{Namespace: "ns"}, 0, deadline); res.Outcome != leasing.WaitNoMatch {
-		t.Fatalf("after the injected answer: %+v", res)
+	if _, err := q.Wait(ctx, lease.AcquireRequest{Namespace: "ns"}, 0, deadline); !leasing.IsNoMatch(err) {
+		t.Fatalf("after the injected answer: %v", err)
 	}
 	if calls := q.Calls(); len(calls) != 5 || calls[0].Priority != 1 || !calls[0].Deadline.Equal(deadline) {
 		t.Fatalf("calls %+v", calls)

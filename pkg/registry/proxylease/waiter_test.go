@@ -57,18 +57,18 @@ func TestWaitingCreateGoesThroughTheWaiter(t *testing.T) {
 		t.Errorf("waitSeconds over the maximum: %v", err)
 	}
 
-	queueFull := leasing.WaitResult{Outcome: leasing.WaitQueueFull, RetryAfter: 2500 * time.Millisecond, Err: errors.New("queue full")}
+	queueFull := &leasing.Error{Reason: leasing.ReasonQueueFull, RetryAfter: 2500 * time.Millisecond, Cause: errors.New("queue full")}
 	tests := []struct {
-		res   leasing.WaitResult
+		res   error
 		check func(error) bool
 		text  string
 	}{
 		{queueFull, apierrors.IsTooManyRequests, "wait queue"},
-		{leasing.WaitResult{Outcome: leasing.WaitNoMatch, Err: lease.ErrNoMatch}, apierrors.IsConflict, "within waitSeconds (5)"},
-		{leasing.WaitResult{Outcome: leasing.WaitNoMatch, Counts: lease.NoMatchError{Considered: 2, AtCapacity: 2}}, apierrors.IsConflict, "at capacity 2"},
-		{leasing.WaitResult{Outcome: leasing.WaitCancelled, Err: fmt.Errorf("waiting: %w", context.Canceled)}, apierrors.IsTimeout, "gave up"},
-		{leasing.WaitResult{Outcome: leasing.WaitShuttingDown, Err: leasing.ErrShuttingDown}, apierrors.IsServiceUnavailable, "shutting down"},
-		{leasing.WaitResult{Outcome: leasing.WaitRefused, Err: errors.New("a bug")}, apierrors.IsInternalError, "a bug"},
+		{&leasing.Error{Reason: leasing.ReasonNoMatch, Cause: lease.ErrNoMatch}, apierrors.IsConflict, "within waitSeconds (5)"},
+		{&leasing.Error{Reason: leasing.ReasonNoMatch, Counts: lease.NoMatchError{Considered: 2, AtCapacity: 2}}, apierrors.IsConflict, "at capacity 2"},
+		{&leasing.Error{Reason: leasing.ReasonCancelled, Cause: fmt.Errorf("waiting: %w", context.Canceled)}, apierrors.IsTimeout, "gave up"},
+		{&leasing.Error{Reason: leasing.ReasonShuttingDown, Cause: leasing.ErrShuttingDown}, apierrors.IsServiceUnavailable, "shutting down"},
+		{leasing.FromStore(errors.New("a bug")), apierrors.IsInternalError, "a bug"},
 	}
 	for i, tt := range tests {
 		w.Next(tt.res)

@@ -89,7 +89,7 @@ func startRig(b *testing.B, n, perProxy int) *rig {
 	o.Addr, o.LeaseAPIURL = "127.0.0.1:0", apiSrv.URL
 	// One token from one address holds every tunnel of the benchmark.
 	o.MaxInFlightPerToken, o.MaxInFlightPerSession, o.MaxUnauthenticatedPerSource = o.MaxInFlight, o.MaxInFlight, o.MaxInFlight
-	leader, err := o.Leaser(nil, &gateway.LocalAPI{Handler: api.Handler(), Serving: l.Ready})
+	leader, err := o.Leaser(nil, &gateway.LocalAPI{Leaser: api.InProcess(), Serving: l.Ready})
 	if err != nil {
 		b.Fatal(err)
 	}
