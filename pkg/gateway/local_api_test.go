@@ -29,8 +29,8 @@ type leaseAPI struct {
 	handler   http.Handler
 	inProcess *discovery.InProcess
 	gate      *leasing.Gate
-	srv     *httptest.Server
-	network atomic.Int64
+	srv       *httptest.Server
+	network   atomic.Int64
 }
 
 func startLeaseAPI(t *testing.T) *leaseAPI {
