@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/proxy-operator/proxy-operator/pkg/proxyauth"
@@ -27,7 +26,7 @@ func main() {
 	installTo := flag.String("install-to", "", "copy this binary into the directory and exit (a Squid pod's init container)")
 	flag.Parse()
 	if *installTo != "" {
-		if err := install(*installTo); err != nil {
+		if err := proxyauth.InstallSelf(*installTo); err != nil {
 			fmt.Fprintf(os.Stderr, "proxy-auth-helper: %v\n", err)
 			os.Exit(1)
 		}
@@ -78,21 +77,4 @@ func relay(args []string) {
 		logf("proxy-auth-helper relay: %v", err)
 		os.Exit(1)
 	}
-}
-
-// install copies the running executable into dir, executable by all.
-func install(dir string) error {
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("finding this executable: %w", err)
-	}
-	b, err := os.ReadFile(self)
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", self, err)
-	}
-	dst := filepath.Join(dir, filepath.Base(self))
-	if err := os.WriteFile(dst, b, 0o755); err != nil {
-		return fmt.Errorf("installing into %s: %w", dir, err)
-	}
-	return nil
 }

@@ -23,6 +23,7 @@ type pkg struct {
 	Dir        string
 	Imports    []string
 	Standard   bool
+	GoFiles    []string
 }
 
 // rule is what a doc.go says its package may not import.
@@ -130,7 +131,7 @@ func packageComment(dir string) (string, error) {
 
 func goList(t *testing.T, args ...string) []pkg {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Dir,Imports,Standard"}, args...)...)
+	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Dir,Imports,Standard,GoFiles"}, args...)...)
 	cmd.Dir = "../.."
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -228,4 +229,23 @@ func (m *Manager) NotAfter() time.Time {
 		return time.Time{}
 	}
 	return m.current.serving.Cert.NotAfter
+}
+
+// NewEnsuredManager is the Manager of opts on cfg, kube and a dynamic
+// client of cfg, its Secret brought up to date (Ensure) before it returns,
+// so that no server starts without its certificate. Run it as a Runnable
+// to keep the certificate current.
+func NewEnsuredManager(ctx context.Context, opts Options, cfg *rest.Config, kube kubernetes.Interface) (*Manager, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate client: %w", err)
+	}
+	m, err := NewManager(opts, Deps{Kube: kube, Dynamic: dyn})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Ensure(ctx); err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	return m, nil
 }

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 )
 
 // ServingOptions are the flags of the HTTP discovery API: where it listens,
@@ -169,4 +171,25 @@ func (o *ServingOptions) Authenticator(kube kubernetes.Interface) TokenAuthentic
 		return nil
 	}
 	return &KubernetesTokens{Reviews: kube.AuthenticationV1().TokenReviews(), Access: kube.AuthorizationV1().SubjectAccessReviews()}
+}
+
+// NewServer builds the API as the operator serves it: every token of tokens
+// authenticates as its identity, which becomes the holder and default flow
+// of its leases; with kube, pods' ServiceAccount tokens too
+// (--discovery-kubernetes-tokens). It serves TLS with its own certificate
+// files, else managed (nil: none), else plain HTTP when asked for.
+func (o *ServingOptions) NewServer(tokens Tokens, svc *leasing.Service, managed dynamiccertificates.CertKeyContentProvider, kube kubernetes.Interface) (*Server, error) {
+	cert, err := o.ServingCert(managed)
+	if err != nil {
+		return nil, err
+	}
+	opts := Options{Addr: o.Addr, Tokens: tokens, Service: svc, Cert: cert}
+	if a := o.Authenticator(kube); a != nil {
+		opts.Kubernetes = a
+	}
+	srv, err := New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating discovery server: %w", err)
+	}
+	return srv, nil
 }

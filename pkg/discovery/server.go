@@ -222,7 +222,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	errCh := make(chan error, 1)
 	go func() { errCh <- serve(ln) }()
-	logger.Info("discovery API serving", "address", ln.Addr().String(), "auth", s.AuthEnabled(), "tls", s.opts.Cert != nil)
+	logger.Info("discovery API serving", "address", ln.Addr().String(), "auth", s.AuthEnabled(), "tls", s.opts.Cert != nil,
+		"identities", Identities(s.opts.Tokens))
 	select {
 	case err := <-errCh:
 		return fmt.Errorf("discovery server: %w", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/proxy-operator/proxy-operator/pkg/dialpolicy"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 )
 
@@ -185,4 +186,15 @@ func (o *Options) Leaser(defaultCA []byte, local *LocalAPI) (Leaser, error) {
 		return &localLeaser{local: *local, remote: remote}, nil
 	}
 	return remote, nil
+}
+
+// NewGateway is the gateway of o as the operator runs it: leasing through
+// o.Leaser(defaultCA, local), counting on rec, dialling no leased proxy that
+// denied (the probes' dial policy) refuses.
+func (o *Options) NewGateway(defaultCA []byte, local *LocalAPI, rec Recorder, denied dialpolicy.Denylist) (*Gateway, error) {
+	leaser, err := o.Leaser(defaultCA, local)
+	if err != nil {
+		return nil, err
+	}
+	return New(*o, Deps{Leaser: leaser, Recorder: rec, Denied: denied})
 }

@@ -103,6 +103,17 @@ type Labeller struct {
 	stepped chan struct{}
 }
 
+// LabellerOf is the Labeller of the replica in pod podName of namespace,
+// with o's selector and delays; nil (no error) outside a pod (podName or
+// namespace empty), where there is no pod to label.
+func LabellerOf(o Options, namespace, podName string, kube kubernetes.Interface, serving func() bool, clk clock.WithTicker) (*Labeller, error) {
+	if podName == "" || namespace == "" {
+		return nil, nil
+	}
+	o.Namespace, o.PodName = namespace, podName
+	return New(o, kube, serving, clk)
+}
+
 // New returns a Labeller; serving reports whether this replica serves leases
 // now (the leasing gate is open).
 // Namespace and PodName are required.

@@ -129,7 +129,7 @@ func TestDiscoveryServerTellsTokensApart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := newDiscoveryServer(&o, tokens, svc, nil, nil)
+			srv, err := o.NewServer(tokens, svc, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -293,7 +293,7 @@ func leasingProblems(t *testing.T, m manifests) []string {
 	if err != nil {
 		return append(problems, fmt.Sprintf("args %v: %v", c.Args, err))
 	}
-	if !o.LeaderElection {
+	if !o.Election.Enabled {
 		bad("--leader-elect is off")
 	}
 	// The pod leaves the lease APIs' Services, then the last checkpoint.

@@ -75,7 +75,7 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !o.LeaderElection || o.Serving.ShutdownDelay != 5*time.Second || o.LeaderElectionNamespace != "ops" || o.Intervals.DriftPoll != 30*time.Second ||
+	if !o.Election.Enabled || o.Serving.ShutdownDelay != 5*time.Second || o.Election.Namespace != "ops" || o.Intervals.DriftPoll != 30*time.Second ||
 		o.Intervals.QuotaRetry != 10*time.Minute || o.Kubernetes.Namespace != "proxies" || o.Kubernetes.NodeName != "node-1" ||
 		o.PprofAddr != "127.0.0.1:6060" || !o.Kubernetes.AllowProxyNodeName ||
 		!slices.Equal(o.Kubernetes.AllowedImages, []string{"example.org/squid:7", "example.org/squid:8"}) {
@@ -117,7 +117,7 @@ func TestDeploymentManifestArgs(t *testing.T) {
 		if err != nil {
 			t.Fatalf("manifest args %v: %v", args, err)
 		}
-		if !o.LeaderElection {
+		if !o.Election.Enabled {
 			t.Error("the Deployment must enable leader election")
 		}
 	}

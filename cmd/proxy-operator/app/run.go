@@ -2,14 +2,10 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeclient "k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -17,7 +13,6 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -64,36 +59,34 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// Run builds the operator on cfg and runs it until ctx ends.
-//
-// Metrics go on controller-runtime's registry (ctrlmetrics.Registry), which
-// the manager's metrics server already serves: one /metrics endpoint carries
-// the workqueue and reconcile metrics of controller-runtime and ours. Our
-// registration is still explicit — metrics.New here, never an init() — and
-// tests register on fresh registries.
+// Run builds the operator on cfg and runs it until ctx ends. Our metrics
+// join controller-runtime's registry, which the manager serves on /metrics,
+// registered here (metrics.New), never in an init().
 func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
+	o.Complete()
 	logger := log.FromContext(ctx)
 	scheme, err := NewScheme()
 	if err != nil {
 		return err
 	}
-	lock, err := leaderLock(cfg, o)
+	// In a pod: the Lease taken only while the pod is Ready (else nil: the
+	// manager makes its own).
+	lock, err := o.Election.Lock(cfg, os.Getenv(kubernetes.PodNameEnv), o.Namespace)
 	if err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
-		HealthProbeBindAddress:  o.HealthProbeAddr,
-		PprofBindAddress:        o.PprofAddr,
-		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        o.LeaderElectionID,
-		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		// In a pod: the same Lease, taken only while the pod is Ready.
+		Scheme:                              scheme,
+		Metrics:                             metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:              o.HealthProbeAddr,
+		PprofBindAddress:                    o.PprofAddr,
+		LeaderElection:                      o.Election.Enabled,
+		LeaderElectionID:                    o.Election.ID,
+		LeaderElectionNamespace:             o.Election.Namespace,
 		LeaderElectionResourceLockInterface: lock,
-		LeaseDuration:                       &o.LeaseDuration,
-		RenewDeadline:                       &o.RenewDeadline,
-		RetryPeriod:                         &o.RetryPeriod,
+		LeaseDuration:                       &o.Election.LeaseDuration,
+		RenewDeadline:                       &o.Election.RenewDeadline,
+		RetryPeriod:                         &o.Election.RetryPeriod,
 		// Release the Lease on shutdown so a rolling update does not wait
 		// out the lease duration; safe because nothing runs after Start returns.
 		LeaderElectionReleaseOnCancel: true,
@@ -102,7 +95,7 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		// kube-apiserver outage: the manager must not give up on it first
 		// (its default is 30 s).
 		GracefulShutdownTimeout: ptr.To(o.Serving.StepOutWorstCase() + checkpoint.FinalWriteWorstCase + 5*time.Second),
-		Cache:                   cacheOptions(o),
+		Cache:                   controller.CacheOptions(o.WatchNamespaces),
 		Controller:              config.Controller{ReconciliationTimeout: o.ReconcileTimeout},
 		Logger:                  logger,
 	})
@@ -113,13 +106,9 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	// serves is set by setupLeasing below, before the manager starts (and
 	// with it the first scrape).
 	var serves func() bool
-	m, err := metrics.New(ctrlmetrics.Registry, mgr.GetCache(), metrics.Options{
-		Serving:   func() bool { return serves == nil || serves() },
+	m, err := metrics.New(ctrlmetrics.Registry, mgr.GetCache(), metrics.Options{Serving: func() bool { return serves == nil || serves() },
 		LeaseAPIs: leasing.APIs(), LeaseOutcomes: leasing.Outcomes(), GCResults: gc.Results(), GCProviders: o.Providers,
-		CheckpointResults: checkpoint.Results(),
-		GatewayKinds:      gateway.Kinds(),
-		GatewayOutcomes:   gateway.Outcomes(),
-	})
+		CheckpointResults: checkpoint.Results(), GatewayKinds: gateway.Kinds(), GatewayOutcomes: gateway.Outcomes()})
 	if err != nil {
 		return err
 	}
@@ -130,23 +119,18 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	if err != nil {
 		return fmt.Errorf("creating direct client: %w", err)
 	}
-	tag, err := instanceTag(ctx, direct, o)
+	tag, err := gc.InstallationTag(ctx, direct, o.InstanceTag, o.Namespace)
 	if err != nil {
 		return err
 	}
 	logger.Info("instances of this installation", "instanceTag", tag)
 	constructors := map[string]provider.Constructor{
 		kubernetes.Name: func(ctx context.Context) (provider.Provider, error) {
-			kopts := o.Kubernetes
-			if err := kopts.DefaultHelperImageFrom(ctx, direct, o.Namespace, os.Getenv(kubernetes.PodNameEnv), OperatorContainer); err != nil {
-				return nil, err
-			}
 			egress, err := o.ProxyAuth.Egress()
 			if err != nil {
 				return nil, err
 			}
-			kopts.Egress, kopts.OperatorNamespace = egress, o.Namespace
-			return kubernetes.New(direct, kopts)
+			return kubernetes.NewInOperator(ctx, direct, o.Kubernetes, o.Namespace, os.Getenv(kubernetes.PodNameEnv), OperatorContainer, egress)
 		},
 		gcp.Name: func(ctx context.Context) (provider.Provider, error) {
 			return gcp.New(ctx, o.GCP)
@@ -157,21 +141,19 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("building providers: %w", err)
 	}
 
-	keyring, instances, err := proxyAuth(ctx, cfg, o)
+	// Uncached: the operator must not cache every Secret of the cluster.
+	kube, err := kubeclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("building a Kubernetes client: %w", err)
+	}
+	keyring, instances, err := proxyAuth(ctx, kube, o)
 	if err != nil {
 		return err
 	}
 
 	// The orphan collector is leader-elected: it deletes.
-	sweeper, err := gc.New(gc.Config{
-		Options:    o.GC,
-		Reader:     mgr.GetCache(),
-		Providers:  providers,
-		Tag:        tag,
-		Namespaces: o.WatchNamespaces,
-		Clock:      clock.RealClock{},
-		Recorder:   m,
-	})
+	sweeper, err := gc.New(gc.Config{Options: o.GC, Reader: mgr.GetCache(), Providers: providers, Tag: tag,
+		Namespaces: o.WatchNamespaces, Clock: clock.RealClock{}, Recorder: m})
 	if err != nil {
 		return err
 	}
@@ -200,22 +182,14 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 		return fmt.Errorf("adding health engine: %w", err)
 	}
 
-	leases, takeover, err := setupLeasing(ctx, mgr, cfg, o, ctrlmetrics.Registry, m, keyring, instances, hopts.Denied)
+	leases, takeover, err := setupLeasing(ctx, mgr, cfg, kube, o, ctrlmetrics.Registry, m, keyring, instances, hopts.Denied)
 	if err != nil {
 		return err
 	}
 	serves = leases.Gate.IsOpen
 
-	r := &controller.ProxyReconciler{
-		Client:       mgr.GetClient(),
-		Providers:    providers,
-		Recorder:     mgr.GetEventRecorder(EventReporter),
-		Health:       engine,
-		HealthEvents: engine.Events(),
-		Intervals:    o.Intervals,
-		Clock:        clock.RealClock{},
-		Tag:          tag,
-	}
+	r := &controller.ProxyReconciler{Client: mgr.GetClient(), Providers: providers, Recorder: mgr.GetEventRecorder(EventReporter),
+		Health: engine, HealthEvents: engine.Events(), Intervals: o.Intervals, Clock: clock.RealClock{}, Tag: tag}
 	if instances != nil {
 		r.ProxyAuth = instances
 	}
@@ -231,12 +205,10 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("adding healthz check: %w", err)
 	}
-	// Ready once the caches have synced: before that the reconciler and the
-	// proxies collector would see an empty fleet.
-	if err := mgr.AddReadyzCheck("informers", cacheSynced(mgr.GetCache())); err != nil {
+	if err := mgr.AddReadyzCheck("informers", controller.CacheSynced(mgr.GetCache())); err != nil {
 		return fmt.Errorf("adding readyz check: %w", err)
 	}
-	logger.Info("starting manager", "providers", providers.Names(), "leaderElection", o.LeaderElection)
+	logger.Info("starting manager", "providers", providers.Names(), "leaderElection", o.Election.Enabled)
 	err = mgr.Start(ctx)
 	// The manager does not wait for its runnables when the leadership is
 	// lost: wait here for the last lease checkpoint (retried while
@@ -255,56 +227,14 @@ func Run(ctx context.Context, cfg *rest.Config, o *Options) error {
 // minutes).
 const lastCheckpointWait = 150 * time.Second
 
-// cacheOptions restricts the cache to --watch-namespaces, if given.
-func cacheOptions(o *Options) cache.Options {
-	c := cache.Options{ByObject: controller.CacheByObject()}
-	if len(o.WatchNamespaces) > 0 {
-		c.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range o.WatchNamespaces {
-			c.DefaultNamespaces[ns] = cache.Config{}
-		}
-	}
-	return c
-}
-
-// cacheSynced is a readiness check that passes once the manager's informers
-// have synced.
-func cacheSynced(c cache.Cache) healthz.Checker {
-	return func(req *http.Request) error {
-		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
-		defer cancel()
-		if !c.WaitForCacheSync(ctx) {
-			return errors.New("informer caches not synced")
-		}
-		return nil
-	}
-}
-
-// instanceTag is --instance-tag or, unset, this installation's own
-// (provider.InstallationTag of the cluster and the operator's namespace).
-func instanceTag(ctx context.Context, c client.Reader, o *Options) (string, error) {
-	if o.InstanceTag != "" {
-		return o.InstanceTag, nil
-	}
-	var ns corev1.Namespace
-	if err := c.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, &ns); err != nil {
-		return "", fmt.Errorf("deriving the instance tag from namespace %s (or pass --instance-tag): %w", metav1.NamespaceSystem, err)
-	}
-	return provider.InstallationTag(ns.UID, o.Namespace), nil
-}
-
 // proxyAuth loads the proxy auth key (creating its Secret on first start)
 // and builds the keyring and the instances' configurations; both nil when
 // proxy auth is off.
-func proxyAuth(ctx context.Context, cfg *rest.Config, o *Options) (*proxyauth.Keyring, *proxyauth.Instances, error) {
-	po := o.proxyAuthOptions()
+func proxyAuth(ctx context.Context, kube kubeclient.Interface, o *Options) (*proxyauth.Keyring, *proxyauth.Instances, error) {
+	po := o.ProxyAuth
 	if !po.Enabled() {
 		log.FromContext(ctx).Info("WARNING: proxy auth is off (--proxy-auth-secret is empty): the proxies serve anyone who reaches them, with or without a lease")
 		return nil, nil, nil
-	}
-	kube, err := kubeclient.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("building a Kubernetes client: %w", err)
 	}
 	key, err := leaseid.EnsureKeyFor(ctx, kube.CoreV1(), po.Namespace, po.SecretName, "proxy auth key", "every proxy is then replaced, as its key changes")
 	if err != nil {

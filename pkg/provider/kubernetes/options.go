@@ -147,3 +147,15 @@ func (o *Options) DefaultHelperImageFrom(ctx context.Context, c client.Reader, n
 	}
 	return fmt.Errorf("the operator's pod %s/%s has no container %q (set --kubernetes-auth-helper-image)", namespace, podName, container)
 }
+
+// NewInOperator is the provider as the operator in pod podName of namespace
+// runs it: the helper image defaulted from container's image there
+// (DefaultHelperImageFrom), the proxies' egress egress, their configuration
+// in namespace.
+func NewInOperator(ctx context.Context, c client.Client, o Options, namespace, podName, container string, egress proxyauth.Egress) (*Provider, error) {
+	if err := o.DefaultHelperImageFrom(ctx, c, namespace, podName, container); err != nil {
+		return nil, err
+	}
+	o.Egress, o.OperatorNamespace = egress, namespace
+	return New(c, o)
+}
