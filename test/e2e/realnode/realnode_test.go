@@ -217,10 +217,15 @@ func (c *cluster) fleet(t *testing.T) {
 }
 
 // leaseScript creates the README's ProxyLease from inside a pod, with the
-// pod's ServiceAccount token, over the API server's Service.
+// pod's ServiceAccount token, over the API server's Service. A create that
+// meets a handover (the leader's renewal missed under load, a standby
+// labelled as its successor) is answered 503 with Retry-After until the
+// successor has taken over, seconds later: kubectl (client-go) retries it
+// after Retry-After, as the README's command does; curl retries only when
+// asked, so it is asked to.
 const leaseScript = `set -e
 sa=/var/run/secrets/kubernetes.io/serviceaccount
-curl -sS --fail-with-body --cacert $sa/ca.crt -H "Authorization: Bearer $(cat $sa/token)" \
+curl -sS --retry 10 --fail-with-body --cacert $sa/ca.crt -H "Authorization: Bearer $(cat $sa/token)" \
   -H 'Content-Type: application/yaml' -X POST --data-binary @- \
   https://kubernetes.default.svc/apis/leasing.crawl.example.com/v1alpha1/namespaces/$NS/proxyleases <<EOF
 $LEASE
