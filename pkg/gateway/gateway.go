@@ -168,9 +168,9 @@ func hostOf(authority string) string {
 func (g *Gateway) reportStatus(code int) bool { return slices.Contains(g.opts.ReportStatuses, code) }
 
 // reportRateLimited reports (h's proxy, host) rate limited and makes its
-// session move for host.
+// session move for host, once the report is applied.
 func (g *Gateway) reportRateLimited(ctx context.Context, h *holding, host string) {
-	g.leases.cool(h, host)
+	defer g.leases.cool(h, host)()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.APITimeout)
 	defer cancel()
 	if err := g.leases.leaser.Report(rctx, h.token, h.id, "rate_limited", host); err != nil {

@@ -38,6 +38,12 @@ type holding struct {
 	// cooling are the hosts it was reported rate limited for (a session
 	// moves off it for them).
 	cooling map[string]bool
+	// reporting counts its reports in flight; reported is closed when the
+	// count drops to 0 (nil when none ran). A session that moves off it
+	// waits for them: until a report is applied, the lease API does not
+	// know the proxy cools for the host and could lease it again.
+	reporting int
+	reported  chan struct{}
 }
 
 // proxyOf reads where a lease's proxy is and its credentials: the API's
@@ -187,6 +193,7 @@ func sessionKey(token, username string) (string, [32]byte) {
 func (ls *leases) sessionHolding(ctx context.Context, token, username string, o UsernameOptions, host string) (*holding, error) {
 	key, sum := sessionKey(token, username)
 	ls.mu.Lock()
+	var reported <-chan struct{}
 	if s := ls.sessions[key]; s != nil {
 		if !s.h.cooling[host] {
 			s.h.refs++
@@ -194,6 +201,9 @@ func (ls *leases) sessionHolding(ctx context.Context, token, username string, o 
 			h := s.h
 			ls.mu.Unlock()
 			return h, nil
+		}
+		if s.h.reporting > 0 {
+			reported = s.h.reported
 		}
 		ls.endSessionLocked(key, s)
 	}
@@ -203,7 +213,7 @@ func (ls *leases) sessionHolding(ctx context.Context, token, username string, o 
 	}
 	ls.perToken[sum]++ // held for the session being made
 	ls.mu.Unlock()
-	h, err := ls.lease(ctx, token, o, host)
+	h, err := ls.leaseAfter(ctx, reported, token, o, host)
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if err != nil {
@@ -270,9 +280,24 @@ func (ls *leases) release(token, id string) {
 	_ = ls.leaser.Release(ctx, token, id)
 }
 
+// leaseAfter is lease once reported (nil: at once) is closed: the reports
+// that made the session move are applied, so the new lease is not the
+// cooled proxy's. Reports are bounded by --gateway-api-timeout.
+func (ls *leases) leaseAfter(ctx context.Context, reported <-chan struct{}, token string, o UsernameOptions, host string) (*holding, error) {
+	if reported != nil {
+		select {
+		case <-reported:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return ls.lease(ctx, token, o, host)
+}
+
 // cool records that h's proxy was reported rate limited for host, so that
-// its session moves for host.
-func (ls *leases) cool(h *holding, host string) {
+// its session moves for host, and counts the report in flight until done
+// is called: a session moving off h waits for it.
+func (ls *leases) cool(h *holding, host string) (done func()) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if h.cooling == nil {
@@ -280,6 +305,17 @@ func (ls *leases) cool(h *holding, host string) {
 	}
 	if len(h.cooling) < maxCoolingHosts {
 		h.cooling[host] = true
+	}
+	if h.reporting == 0 {
+		h.reported = make(chan struct{})
+	}
+	h.reporting++
+	return func() {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		if h.reporting--; h.reporting == 0 {
+			close(h.reported)
+		}
 	}
 }
 

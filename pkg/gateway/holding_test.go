@@ -79,7 +79,7 @@ func TestSessionSticksMovesAndEnds(t *testing.T) {
 	done3()
 	// Cooling for example.com: the next request there moves; the old lease
 	// is released once its requests end.
-	ls.cool(h1, "example.com")
+	ls.cool(h1, "example.com")() // reported
 	h4, done4, err := ls.acquire(ctx, "tok", "session-a", opts, "example.com")
 	if err != nil || h4 == h1 {
 		t.Fatalf("the session did not move off a proxy cooling for the host: %v", err)
