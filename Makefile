@@ -78,9 +78,8 @@ auth-helper: ## build bin/proxy-auth-helper, the Squid auth helper every proxy r
 	$(GO) build -o bin/proxy-auth-helper ./cmd/proxy-auth-helper
 
 .PHONY: test
-test: tools squid python prometheus image-deps cluster-deps ## everything: integration and e2e (and test-prebuild beside them, at the lowest priority), then the real node's e2e, then unit (installs what they need first)
-	$(MAKE) -j2 --output-sync=target BUILD_NICE='nice -n 19' test-integration test-prebuild
-	$(MAKE) test-realnode
+test: tools squid python prometheus image-deps cluster-deps ## everything: integration and e2e beside the real node's e2e (and test-prebuild, at the lowest priority), then unit (installs what they need first)
+	$(MAKE) -j3 --output-sync=target BUILD_NICE='nice -n 19' test-integration test-realnode test-prebuild
 	$(MAKE) test-unit
 
 # While test-integration's tests wait on their control planes, the cores are
