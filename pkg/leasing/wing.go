@@ -77,9 +77,7 @@ func NewWing(cfg WingConfig) (*Wing, error) {
 	if w.signer != nil {
 		w.IDs = w.signer
 	}
-	if cfg.Auth != nil {
-		w.Auth = cfg.Auth
-	}
+	w.Auth = cfg.Auth
 	w.Gate = NewGate(cfg.Leader)
 	if cfg.Checkpoint.Enabled() {
 		w.checkpoint, err = checkpoint.New(cfg.Checkpoint, checkpoint.Deps{Secrets: cfg.Secrets, Store: store, Codec: cfg.Codec, Recorder: cfg.Recorder})
