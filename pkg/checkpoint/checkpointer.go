@@ -72,11 +72,14 @@ const (
 	keySHA256     = "sha256"
 	keyShards     = "shards"
 	keyGeneration = "generation"
+	// keyJournal is the last journal segment the index names.
+	keyJournal = "journal"
 )
 
-// shardBytes bounds the payload one Secret carries (a Secret's data must
-// stay under 1 MiB).
-const shardBytes = 700 << 10
+// shardBytes bounds the payload one Secret carries: as JSON (base64) with
+// its metadata, a Secret stays under 512 KiB (kube-apiserver refuses 1.5
+// MiB; etcd and every Secret watcher get each object whole).
+const shardBytes = 360 << 10
 
 // finalWriteTimeout bounds the wait for the lease servers before the last
 // checkpoint, and each attempt to write it.
@@ -143,12 +146,19 @@ type Checkpointer struct {
 	// index is the index Secret as last read or written (its
 	// resourceVersion guards the next write).
 	index *corev1.Secret
-	// lastSum is the digest of the last payload written or loaded: a
-	// payload equal to it is not written again (the payload itself is not
-	// kept: at 100,000 leases it is megabytes).
-	lastSum     [sha256.Size]byte
+	// lastChanges is the store's Changes as of the last write (or load).
 	lastChanges uint64
 	generation  uint64
+	// journaling: the index is of this layout and base holds what the
+	// checkpoint stores, so a change can go into the journal; off after a
+	// journal write failed (the next write is a snapshot).
+	journaling bool
+	// journal is the last journal segment the index names (0: none since
+	// the snapshot); journalBytes their size, snapshotBytes the snapshot's.
+	journal                     int
+	journalBytes, snapshotBytes int
+	base                        baseline
+	delta                       delta
 	// triedGen is the highest generation this writer tried or saw shards
 	// of: the next write takes a later one.
 	triedGen uint64
@@ -326,38 +336,54 @@ func (c *Checkpointer) write(ctx context.Context, final bool) error {
 }
 
 // writeIfNeededLocked is write under c.mu; wrote says whether a new
-// checkpoint was written.
+// checkpoint was written. What changed goes into the journal while it
+// fits; the first write, the last one (final: a successor, or an older
+// release, reads one snapshot) and one the journal outgrew write a
+// snapshot.
 func (c *Checkpointer) writeIfNeededLocked(ctx context.Context, final bool) (wrote bool, err error) {
 	if c.fenced {
 		return false, ErrFenced
 	}
-	if c.index != nil && c.deps.Store.Changes() == c.lastChanges {
+	if c.index != nil && c.deps.Store.Changes() == c.lastChanges && (!final || c.journal == 0) {
 		if final {
 			return false, c.markFinalLocked(ctx)
 		}
 		return false, nil
 	}
 	changes := c.deps.Store.StateInto(&c.state)
-	st := &c.state
 	if c.rvBase == 0 {
 		c.rvBase = uint64(c.clock.Now().UnixMicro())
 	}
-	payload, err := c.enc.encode(st, c.rvBase, c.deps.Codec)
+	if c.journaling {
+		c.base.diff(&c.state, c.state.TakenAt, &c.delta)
+		if c.base.empty(&c.delta) && (!final || c.journal == 0) {
+			c.lastChanges = changes
+			if final {
+				return false, c.markFinalLocked(ctx)
+			}
+			return false, nil
+		}
+		if !final {
+			appended, err := c.appendLocked(ctx)
+			if err != nil {
+				return false, err
+			}
+			if appended {
+				c.lastChanges = changes
+				return true, nil
+			}
+		}
+	}
+	payload, err := c.enc.encode(&c.state, c.rvBase, c.deps.Codec)
 	if err != nil {
 		return false, err
 	}
-	sum := sha256.Sum256(payload)
-	if c.index != nil && sum == c.lastSum {
-		c.lastChanges = changes
-		if final {
-			return false, c.markFinalLocked(ctx)
-		}
-		return false, nil
-	}
-	if err := c.writeLocked(ctx, payload, sum, final); err != nil {
+	if err := c.writeLocked(ctx, payload, sha256.Sum256(payload), final); err != nil {
 		return false, err
 	}
-	c.lastSum, c.lastChanges = sum, changes
+	c.base.reset(&c.state)
+	c.journaling, c.journal, c.journalBytes, c.snapshotBytes = true, 0, 0, len(payload)
+	c.lastChanges = changes
 	return true, nil
 }
 
@@ -393,7 +419,7 @@ func (c *Checkpointer) rereadLocked(ctx context.Context) error {
 		c.fenced = true
 		return fmt.Errorf("writing lease checkpoint %s/%s: %w (%s wrote it)", c.opts.Namespace, c.opts.SecretName, ErrFenced, w)
 	}
-	c.index = cur
+	c.index, c.journaling = cur, false
 	c.generation, _ = strconv.ParseUint(string(cur.Data[keyGeneration]), 10, 64)
 	return nil
 }

@@ -36,6 +36,10 @@ type ExtraCodec interface {
 // many leases on few proxies is mostly lease IDs.
 type document struct {
 	Version int `json:"version"`
+	// Journal marks a journal segment: a delta on the snapshot and the
+	// segments before it (Leases, Cooldowns and Ended are the new or
+	// changed ones, the Deleted* lists those gone).
+	Journal bool `json:"journal,omitempty"`
 	// RVBase is the aggregated API's resourceVersion base, kept so that its
 	// resourceVersions stay the same across a restart.
 	RVBase   uint64 `json:"rvBase"`
@@ -46,6 +50,16 @@ type document struct {
 	Leases    []storedLease     `json:"leases"`
 	Cooldowns []storedCooldown  `json:"cooldowns,omitempty"`
 	Ended     []storedEnded     `json:"ended,omitempty"`
+	// Of a journal segment only.
+	DeletedLeases    []string            `json:"deletedLeases,omitempty"`
+	DeletedCooldowns []storedCooldownKey `json:"deletedCooldowns,omitempty"`
+	DeletedEnded     []string            `json:"deletedEnded,omitempty"`
+}
+
+type storedCooldownKey struct {
+	Namespace string `json:"ns"`
+	Proxy     string `json:"proxy"`
+	Target    string `json:"target,omitempty"`
 }
 
 // storedLease is a lease; Proxy indexes document.Proxies.
@@ -128,6 +142,18 @@ const chunkBytes = 64 << 10
 // encode writes st as a gzip-compressed document, its leases in st's order
 // (a reader needs none); the result is valid until the next call.
 func (enc *encoder) encode(st *lease.State, rvBase uint64, codec ExtraCodec) ([]byte, error) {
+	return enc.encodeDocument(st, nil, rvBase, codec)
+}
+
+// encodeDelta writes d as a journal segment; the result is valid until the
+// next call.
+func (enc *encoder) encodeDelta(d *delta, rvBase uint64, codec ExtraCodec) ([]byte, error) {
+	return enc.encodeDocument(&d.puts, d, rvBase, codec)
+}
+
+// encodeDocument writes st, and with a delta (gone) its deletions as a
+// journal segment.
+func (enc *encoder) encodeDocument(st *lease.State, gone *delta, rvBase uint64, codec ExtraCodec) ([]byte, error) {
 	if enc.proxyIndex == nil {
 		enc.proxyIndex = map[lease.ProxyKey][]int{}
 	}
@@ -151,6 +177,9 @@ func (enc *encoder) encode(st *lease.State, rvBase uint64, codec ExtraCodec) ([]
 	// element.
 	enc.chunk = append(enc.chunk, `{"version":`...)
 	enc.chunk = strconv.AppendUint(enc.chunk, formatVersion, 10)
+	if gone != nil {
+		enc.chunk = append(enc.chunk, `,"journal":true`...)
+	}
 	enc.chunk = append(enc.chunk, `,"rvBase":`...)
 	enc.chunk = strconv.AppendUint(enc.chunk, rvBase, 10)
 	enc.chunk = append(enc.chunk, `,"revision":`...)
@@ -215,6 +244,9 @@ func (enc *encoder) encode(st *lease.State, rvBase uint64, codec ExtraCodec) ([]
 		}
 		enc.chunk = append(enc.chunk, ']')
 	}
+	if gone != nil {
+		enc.deletions(gone)
+	}
 	enc.chunk = append(enc.chunk, "}\n"...)
 	enc.flush()
 	if enc.err != nil {
@@ -226,6 +258,40 @@ func (enc *encoder) encode(st *lease.State, rvBase uint64, codec ExtraCodec) ([]
 		return nil, err
 	}
 	return enc.buf.Bytes(), nil
+}
+
+// deletions writes a journal segment's Deleted* lists.
+func (enc *encoder) deletions(d *delta) {
+	if len(d.deletedLeases) > 0 {
+		enc.stringList(`,"deletedLeases":[`, d.deletedLeases)
+	}
+	if len(d.deletedCooldowns) > 0 {
+		enc.chunk = append(enc.chunk, `,"deletedCooldowns":[`...)
+		for i, k := range d.deletedCooldowns {
+			enc.comma(i)
+			f := plainjson.Fields{B: append(enc.chunk, '{')}
+			f.String("ns", k.proxy.Namespace, false)
+			f.String("proxy", k.proxy.Name, false)
+			f.String("target", k.target, true)
+			enc.chunk = append(f.B, '}')
+			enc.flushFull()
+		}
+		enc.chunk = append(enc.chunk, ']')
+	}
+	if len(d.deletedEnded) > 0 {
+		enc.stringList(`,"deletedEnded":[`, d.deletedEnded)
+	}
+}
+
+// stringList writes key (`,"name":[`), the strings, and the closing bracket.
+func (enc *encoder) stringList(key string, ss []string) {
+	enc.chunk = append(enc.chunk, key...)
+	for i, s := range ss {
+		enc.comma(i)
+		enc.chunk = plainjson.AppendString(enc.chunk, s)
+		enc.flushFull()
+	}
+	enc.chunk = append(enc.chunk, ']')
 }
 
 // proxyOf is p's index in enc.proxies, added when new: each distinct proxy
@@ -327,30 +393,68 @@ var ErrCorrupt = errors.New("lease checkpoint unreadable")
 // IsCorrupt reports whether err is a checkpoint that cannot be read.
 func IsCorrupt(err error) bool { return errors.Is(err, ErrCorrupt) }
 
-// decode reads a gzip-compressed document.
+// decode reads a gzip-compressed snapshot.
 func decode(data []byte, codec ExtraCodec) (lease.State, uint64, error) {
+	doc, err := decodeDocument(data)
+	if err != nil {
+		return lease.State{}, 0, err
+	}
+	if doc.Journal {
+		return lease.State{}, 0, fmt.Errorf("%w: a journal segment where the snapshot belongs", ErrCorrupt)
+	}
+	st, err := doc.state(codec)
+	return st, doc.RVBase, err
+}
+
+// decodeDelta reads a gzip-compressed journal segment.
+func decodeDelta(data []byte, codec ExtraCodec) (delta, error) {
+	doc, err := decodeDocument(data)
+	if err != nil {
+		return delta{}, err
+	}
+	if !doc.Journal {
+		return delta{}, fmt.Errorf("%w: a snapshot where a journal segment belongs", ErrCorrupt)
+	}
+	st, err := doc.state(codec)
+	if err != nil {
+		return delta{}, err
+	}
+	d := delta{puts: st, deletedLeases: doc.DeletedLeases, deletedEnded: doc.DeletedEnded}
+	for _, k := range doc.DeletedCooldowns {
+		d.deletedCooldowns = append(d.deletedCooldowns, cooldownKey{lease.ProxyKey{Namespace: k.Namespace, Name: k.Proxy}, k.Target})
+	}
+	return d, nil
+}
+
+// decodeDocument decompresses and parses a document of this format.
+func decodeDocument(data []byte) (*document, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
-		return lease.State{}, 0, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	raw, err := io.ReadAll(io.LimitReader(zr, maxDocumentBytes+1))
 	if err != nil {
-		return lease.State{}, 0, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	if len(raw) > maxDocumentBytes {
-		return lease.State{}, 0, fmt.Errorf("%w: larger than %d bytes decompressed", ErrCorrupt, maxDocumentBytes)
+		return nil, fmt.Errorf("%w: larger than %d bytes decompressed", ErrCorrupt, maxDocumentBytes)
 	}
 	var doc document
 	if err := json.Unmarshal(raw, &doc); err != nil {
-		return lease.State{}, 0, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	if doc.Version != formatVersion {
-		return lease.State{}, 0, fmt.Errorf("%w: format version %d, this operator reads %d", ErrCorrupt, doc.Version, formatVersion)
+		return nil, fmt.Errorf("%w: format version %d, this operator reads %d", ErrCorrupt, doc.Version, formatVersion)
 	}
+	return &doc, nil
+}
+
+// state is the document's leases, cooldowns and ended leases.
+func (doc *document) state(codec ExtraCodec) (lease.State, error) {
 	st := lease.State{Revision: doc.Revision, TakenAt: fromUnixNano(doc.TakenAt), Leases: make([]lease.Lease, 0, len(doc.Leases))}
 	for _, sl := range doc.Leases {
 		if sl.Proxy < 0 || sl.Proxy >= len(doc.Proxies) {
-			return lease.State{}, 0, fmt.Errorf("%w: lease %s names proxy %d of %d", ErrCorrupt, sl.ID, sl.Proxy, len(doc.Proxies))
+			return lease.State{}, fmt.Errorf("%w: lease %s names proxy %d of %d", ErrCorrupt, sl.ID, sl.Proxy, len(doc.Proxies))
 		}
 		l := lease.Lease{ID: sl.ID, Namespace: sl.Namespace, Name: sl.Name, Holder: sl.Holder, Flow: sl.Flow, Target: sl.Target,
 			Proxy: doc.Proxies[sl.Proxy], AcquiredAt: fromUnixNano(sl.AcquiredAt), ProxyChangedAt: fromUnixNano(sl.ProxyChangedAt),
@@ -361,11 +465,11 @@ func decode(data []byte, codec ExtraCodec) (lease.State, uint64, error) {
 		}
 		if len(sl.Extra) > 0 {
 			if codec == nil {
-				return lease.State{}, 0, fmt.Errorf("%w: lease %s carries API metadata and no codec was given", ErrCorrupt, l.ID)
+				return lease.State{}, fmt.Errorf("%w: lease %s carries API metadata and no codec was given", ErrCorrupt, l.ID)
 			}
 			extra, err := codec.DecodeExtra(sl.Extra)
 			if err != nil {
-				return lease.State{}, 0, fmt.Errorf("%w: lease %s: %v", ErrCorrupt, l.ID, err)
+				return lease.State{}, fmt.Errorf("%w: lease %s: %v", ErrCorrupt, l.ID, err)
 			}
 			l.Meta.Extra = extra
 		}
@@ -378,5 +482,5 @@ func decode(data []byte, codec ExtraCodec) (lease.State, uint64, error) {
 		st.Ended = append(st.Ended, lease.EndedLease{ID: e.ID, Name: lease.ProxyKey{Namespace: e.Namespace, Name: e.Name},
 			Proxy: lease.ProxyKey{Namespace: e.ProxyNamespace, Name: e.Proxy}, Target: e.Target, Holder: e.Holder, Reason: e.Reason, Until: fromUnixNano(e.Until)})
 	}
-	return st, doc.RVBase, nil
+	return st, nil
 }

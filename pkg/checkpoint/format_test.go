@@ -138,9 +138,10 @@ func TestOptions(t *testing.T) {
 	if o := DefaultOptions(); o.Enabled() || o.Validate() != nil {
 		t.Fatalf("defaults: %v", o.Validate())
 	}
-	o := Options{SecretName: "Bad_Name", Interval: 0}
+	o := Options{SecretName: "Bad_Name", Interval: 0, JournalSegments: -1}
 	err := o.Validate()
-	for _, want := range []string{`--lease-checkpoint-secret "Bad_Name"`, "namespace is unknown", "--lease-checkpoint-interval: must be positive"} {
+	for _, want := range []string{`--lease-checkpoint-secret "Bad_Name"`, "namespace is unknown", "--lease-checkpoint-interval: must be positive",
+		"--lease-checkpoint-journal-segments: must be within 0..10000, got -1"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
 		}
@@ -162,19 +163,7 @@ func TestStreamedDocumentIsTheDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(zr)
-	dec.DisallowUnknownFields()
-	var doc document
-	if err := dec.Decode(&doc); err != nil {
-		t.Fatalf("strict decode: %v", err)
-	}
-	if dec.More() {
-		t.Error("data after the document")
-	}
+	doc := strictDocument(t, data)
 	want := document{Version: formatVersion, RVBase: 777, Revision: 42, TakenAt: t0.UnixNano(),
 		Proxies: []lease.ProxyInfo{want0, want1},
 		Leases: []storedLease{
@@ -189,6 +178,26 @@ func TestStreamedDocumentIsTheDocument(t *testing.T) {
 	if d := cmp.Diff(want, doc); d != "" {
 		t.Errorf("document (-want +got):\n%s", d)
 	}
+}
+
+// strictDocument decodes a compressed document with no field unknown to
+// document and nothing after it.
+func strictDocument(t *testing.T, data []byte) document {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(zr)
+	dec.DisallowUnknownFields()
+	var doc document
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("strict decode: %v", err)
+	}
+	if dec.More() {
+		t.Error("data after the document")
+	}
+	return doc
 }
 
 func recordFiller() *randfill.Filler {

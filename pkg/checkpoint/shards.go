@@ -27,10 +27,13 @@ func componentLabels() map[string]string {
 
 const componentSelector = "app.kubernetes.io/component=lease-checkpoint"
 
-// writeLocked writes payload: extra shards first (under a generation no
-// Secret has yet), then the index Secret that names them, then shards of
-// older generations are deleted. A reader sees the old checkpoint or the
-// new one, never a mix. One write when the payload fits in one Secret.
+// writeLocked writes payload, a snapshot: its shards first (under a
+// generation no Secret has yet), then the index Secret that names them
+// (with an empty journal), then the shards and journal segments of older
+// generations are deleted. A reader sees the old checkpoint or the new one,
+// never a mix. The index carries no payload, so that a journal write,
+// which updates it, stays small; the release before the journal read the
+// index's payload and then its shards, so it reads this layout too.
 //
 // A write never waits on what an earlier attempt left: each attempt takes a
 // generation above every one this writer tried, and a shard name that
@@ -40,12 +43,14 @@ const componentSelector = "app.kubernetes.io/component=lease-checkpoint"
 // index never names another writer's shards.
 func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte, sum [sha256.Size]byte, final bool) error {
 	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
-	oldGen, oldShards := c.generation, 1
+	oldGen, oldShards, oldJournal := c.generation, 1, 0
 	if c.index != nil {
 		oldShards, _ = strconv.Atoi(string(c.index.Data[keyShards]))
+		oldJournal, _ = strconv.Atoi(string(c.index.Data[keyJournal]))
 	}
-	var chunks [][]byte
-	for rest := payload; len(rest) > 0 || len(chunks) == 0; {
+	// chunks[0] is the index's part: none.
+	chunks := [][]byte{nil}
+	for rest := payload; len(rest) > 0; {
 		n := min(len(rest), shardBytes)
 		chunks = append(chunks, rest[:n])
 		rest = rest[n:]
@@ -64,7 +69,7 @@ func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte, sum [sha
 	}
 	genStr := strconv.FormatUint(gen, 10)
 	data := map[string][]byte{
-		keyPayload:    chunks[0],
+		keyJournal:    []byte("0"),
 		keySHA256:     []byte(hex.EncodeToString(sum[:])),
 		keyShards:     []byte(strconv.Itoa(len(chunks))),
 		keyGeneration: []byte(genStr),
@@ -98,16 +103,26 @@ func (c *Checkpointer) writeLocked(ctx context.Context, payload []byte, sum [sha
 	}
 	c.index, c.generation = written, gen
 	oldStr := strconv.FormatUint(oldGen, 10)
+	old := make([]string, 0, oldShards+oldJournal)
 	for i := 1; i < oldShards; i++ {
-		if err := secrets.Delete(ctx, shardName(c.opts.SecretName, oldStr, i), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			log.FromContext(ctx).Error(err, "deleting an old lease checkpoint shard", "shard", shardName(c.opts.SecretName, oldStr, i))
+		old = append(old, shardName(c.opts.SecretName, oldStr, i))
+	}
+	// One past the journal too: the segment a writer killed or fenced
+	// before its commit left.
+	for seq := 1; seq <= oldJournal+1; seq++ {
+		old = append(old, segmentName(c.opts.SecretName, oldStr, seq))
+	}
+	for _, name := range old {
+		if err := secrets.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			log.FromContext(ctx).Error(err, "deleting an old lease checkpoint shard", "shard", name)
 			c.leftovers = true
 		}
 	}
 	if c.leftovers {
-		// Shards of generations below this one are nobody's: a writer that
-		// could still name them in the index was fenced by this write.
-		c.leftovers = !c.deleteShards(ctx, func(g uint64) bool { return g < gen })
+		// Shards and segments of generations below this one are nobody's: a
+		// writer that could still name them in the index was fenced by this
+		// write.
+		c.leftovers = !c.deleteShards(ctx, func(p part) bool { return p.gen < gen })
 	}
 	return nil
 }
@@ -127,23 +142,25 @@ func (c *Checkpointer) createShards(ctx context.Context, chunks [][]byte, gen ui
 }
 
 // deleteLeftovers deletes, at takeover (after fence: no other writer can
-// name a shard in the index any more), every shard the loaded index does
-// not name. A failure is logged; the next write tries again.
+// name a shard in the index any more), every shard and journal segment the
+// loaded index does not name. A failure is logged; the next write tries again.
 func (c *Checkpointer) deleteLeftovers(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var gen uint64
+	journal := 0
 	if c.index != nil {
 		gen = c.generation
+		journal, _ = strconv.Atoi(string(c.index.Data[keyJournal]))
 	}
-	c.leftovers = !c.deleteShards(ctx, func(g uint64) bool { return g != gen })
+	c.leftovers = !c.deleteShards(ctx, func(p part) bool { return p.gen != gen || p.segment > journal })
 }
 
-// deleteShards deletes this checkpoint's shards whose generation doomed
-// says, and reports whether it could list and delete them all. It also
-// raises triedGen past every generation it saw, so that the next write
+// deleteShards deletes this checkpoint's shards and journal segments that
+// doomed says, and reports whether it could list and delete them all. It
+// also raises triedGen past every generation it saw, so that the next write
 // skips them at once.
-func (c *Checkpointer) deleteShards(ctx context.Context, doomed func(gen uint64) bool) bool {
+func (c *Checkpointer) deleteShards(ctx context.Context, doomed func(part) bool) bool {
 	logger := log.FromContext(ctx)
 	secrets := c.deps.Secrets.Secrets(c.opts.Namespace)
 	list, err := secrets.List(ctx, metav1.ListOptions{LabelSelector: componentSelector})
@@ -154,12 +171,12 @@ func (c *Checkpointer) deleteShards(ctx context.Context, doomed func(gen uint64)
 	ok, deleted := true, 0
 	for i := range list.Items {
 		name := list.Items[i].Name
-		gen, isShard := c.shardGeneration(name)
-		if !isShard {
+		p, isPart := c.parsePart(name)
+		if !isPart {
 			continue
 		}
-		c.triedGen = max(c.triedGen, gen)
-		if !doomed(gen) {
+		c.triedGen = max(c.triedGen, p.gen)
+		if !doomed(p) {
 			continue
 		}
 		if err := secrets.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
@@ -175,24 +192,36 @@ func (c *Checkpointer) deleteShards(ctx context.Context, doomed func(gen uint64)
 	return ok
 }
 
-// shardGeneration parses a shard name <SecretName>-<generation>-<n>.
-func (c *Checkpointer) shardGeneration(name string) (uint64, bool) {
+// part is a Secret of the checkpoint besides the index: a snapshot's shard
+// <SecretName>-<gen>-<n> or a journal segment <SecretName>-<gen>-j<segment>.
+type part struct {
+	gen     uint64
+	segment int // 0: a shard
+}
+
+// parsePart parses a shard's or a journal segment's name.
+func (c *Checkpointer) parsePart(name string) (part, bool) {
 	rest, ok := strings.CutPrefix(name, c.opts.SecretName+"-")
 	if !ok {
-		return 0, false
+		return part{}, false
 	}
 	genStr, nStr, ok := strings.Cut(rest, "-")
 	if !ok {
-		return 0, false
+		return part{}, false
 	}
 	gen, err := strconv.ParseUint(genStr, 10, 64)
 	if err != nil {
-		return 0, false
+		return part{}, false
 	}
-	if n, err := strconv.Atoi(nStr); err != nil || n < 1 {
-		return 0, false
+	segStr, isSegment := strings.CutPrefix(nStr, "j")
+	n, err := strconv.Atoi(segStr)
+	if err != nil || n < 1 {
+		return part{}, false
 	}
-	return gen, true
+	if isSegment {
+		return part{gen: gen, segment: n}, true
+	}
+	return part{gen: gen}, true
 }
 
 func shardName(name, generation string, i int) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -162,18 +163,60 @@ func TestWritesOnlyWhatChanged(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("five changes then a tick: %d writes, want 2", rec.written())
 	}
+	// The five changes went into the journal: one segment, the snapshot
+	// untouched.
+	idx, _ := e.kube.CoreV1().Secrets(e.ns).Get(ctx, "leases", metav1.GetOptions{})
+	if string(idx.Data["generation"]) != "1" || string(idx.Data["journal"]) != "1" {
+		t.Errorf("after a change: generation %s, journal %s; want 1 and 1", idx.Data["generation"], idx.Data["journal"])
+	}
+	if _, err := e.kube.CoreV1().Secrets(e.ns).Get(ctx, "leases-1-j1", metav1.GetOptions{}); err != nil {
+		t.Errorf("the journal segment: %v", err)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	if rec.written() != 2 {
-		t.Errorf("shutdown with nothing new wrote again: %d writes", rec.written())
-	}
-	// It is only marked final, so that the next leader need not wait.
+	// With nothing new, the last write folds the journal into a snapshot
+	// (a successor, or the release before the journal, reads one
+	// snapshot) and is marked final, so that the next leader need not
+	// wait.
 	last, _ := e.kube.CoreV1().Secrets(e.ns).Get(ctx, "leases", metav1.GetOptions{})
-	if last.Annotations["leasing.crawl.example.com/checkpoint-final"] != "true" || string(last.Data["generation"]) != "2" {
-		t.Errorf("after shutdown: annotations %v, generation %s; want final, generation 2", last.Annotations, last.Data["generation"])
+	if rec.written() != 3 || last.Annotations["leasing.crawl.example.com/checkpoint-final"] != "true" ||
+		string(last.Data["generation"]) != "2" || string(last.Data["journal"]) != "0" {
+		t.Errorf("after shutdown: %d writes, annotations %v, generation %s, journal %s; want 3, final, generation 2, journal 0",
+			rec.written(), last.Annotations, last.Data["generation"], last.Data["journal"])
 	}
+	if left := e.checkpointSecrets(t, "leases"); !slices.Equal(left, []string{"leases", "leases-2-1"}) {
+		t.Errorf("after shutdown the checkpoint is %v, want the index and one shard", left)
+	}
+
+	// A shutdown with an empty journal and nothing new only marks it final.
+	runCtx, cancel = context.WithCancel(ctx)
+	cancel()
+	if err := c.Start(runCtx); err != nil {
+		t.Fatal(err)
+	}
+	again, _ = e.kube.CoreV1().Secrets(e.ns).Get(ctx, "leases", metav1.GetOptions{})
+	if rec.written() != 3 || string(again.Data["generation"]) != "2" {
+		t.Errorf("a second shutdown with nothing new: %d writes, generation %s; want 3 and 2", rec.written(), again.Data["generation"])
+	}
+}
+
+// checkpointSecrets lists the names of the checkpoint name's Secrets.
+func (e *env) checkpointSecrets(t *testing.T, name string) []string {
+	t.Helper()
+	list, err := e.kube.CoreV1().Secrets(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: componentLabel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range list.Items {
+		if s.Name == name || strings.HasPrefix(s.Name, name+"-") {
+			names = append(names, s.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // TestRoundTrip: a checkpoint too large for one Secret is sharded, loads into
@@ -231,16 +274,41 @@ func TestRoundTrip(t *testing.T) {
 		t.Error("no ProxyLease template came back")
 	}
 
-	// Fewer leases: one Secret again, the old shards deleted.
-	for _, l := range restored.List("") {
+	// Fewer leases: the first write after the load is a snapshot of the
+	// loader's own, the next one's releases go into the journal, and a
+	// third replica loads the snapshot and the journal as the same state.
+	live := restored.List("")
+	for i, l := range live {
 		restored.Release(l.ID)
+		if i == len(live)/2 {
+			if err := c2.WriteIfChanged(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if err := c2.WriteIfChanged(ctx); err != nil {
 		t.Fatal(err)
 	}
-	after, _ := e.kube.CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{LabelSelector: componentLabel})
-	if len(after.Items) != 1 {
-		t.Errorf("%d checkpoint Secrets after shrinking, want 1 (old shards deleted)", len(after.Items))
+	idx, _ := e.kube.CoreV1().Secrets(e.ns).Get(ctx, "leases", metav1.GetOptions{})
+	if string(idx.Data["generation"]) != "2" || string(idx.Data["journal"]) != "1" {
+		t.Errorf("generation %s, journal %s after the releases, want 2 and 1", idx.Data["generation"], idx.Data["journal"])
+	}
+	third := newStore(t, clk)
+	if loaded, err := e.checkpointer(t, third, clk, "leases").Load(ctx); err != nil || !loaded {
+		t.Fatalf("Load of the snapshot and the journal: %v %v", loaded, err)
+	}
+	if d := cmp.Diff(stateOf(restored), stateOf(third)); d != "" {
+		t.Errorf("restored from the snapshot and the journal (-want +got):\n%s", d)
+	}
+	// The last write is a snapshot: one shard again, the old shards and
+	// the journal deleted.
+	runCtx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := c2.Start(runCtx); err != nil {
+		t.Fatal(err)
+	}
+	if after := e.checkpointSecrets(t, "leases"); len(after) != 2 {
+		t.Errorf("checkpoint Secrets after shrinking: %v, want the index and one shard (old shards and the journal deleted)", after)
 	}
 }
 
@@ -255,7 +323,7 @@ func TestTamperedCheckpointIsRefused(t *testing.T) {
 	if err := e.checkpointer(t, store, clk, "leases").WriteIfChanged(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := e.kube.CoreV1().Secrets(e.ns).Get(ctx, "leases", metav1.GetOptions{})
+	s, _ := e.kube.CoreV1().Secrets(e.ns).Get(ctx, "leases-1-1", metav1.GetOptions{})
 	s.Data["checkpoint.json.gz"][10] ^= 0xff
 	if _, err := e.kube.CoreV1().Secrets(e.ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -268,6 +336,74 @@ func TestTamperedCheckpointIsRefused(t *testing.T) {
 	if n := len(restored.List("")); n != 0 {
 		t.Errorf("%d leases restored from a tampered checkpoint", n)
 	}
+
+	// A journal segment changed, missing, or a journal longer than any
+	// writer keeps: refused too.
+	c := e.checkpointer(t, store, clk, "journaled")
+	if err := c.WriteIfChanged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Acquire(lease.AcquireRequest{Target: "journaled"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteIfChanged(ctx); err != nil {
+		t.Fatal(err)
+	}
+	secrets := e.kube.CoreV1().Secrets(e.ns)
+	for _, tc := range []struct {
+		name   string
+		tamper func(index, segment *corev1.Secret)
+	}{
+		{"segment changed", func(_, seg *corev1.Secret) { seg.Data["checkpoint.json.gz"][10] ^= 0xff }},
+		{"segment missing", func(_, seg *corev1.Secret) { seg.Name = "" }},
+		{"journal too long", func(idx, _ *corev1.Secret) { idx.Data["journal"] = []byte("99999999999") }},
+	} {
+		idx, err := secrets.Get(ctx, "journaled", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seg, err := secrets.Get(ctx, "journaled-1-j1", metav1.GetOptions{})
+		if err != nil || string(idx.Data["journal"]) != "1" {
+			t.Fatalf("%s: the journal is %q, segment: %v", tc.name, idx.Data["journal"], err)
+		}
+		origIdx, origSeg := idx.DeepCopy(), seg.DeepCopy()
+		tc.tamper(idx, seg)
+		switch {
+		case seg.Name == "":
+			err = secrets.Delete(ctx, origSeg.Name, metav1.DeleteOptions{})
+		case string(idx.Data["journal"]) != "1":
+			_, err = secrets.Update(ctx, idx, metav1.UpdateOptions{})
+		default:
+			_, err = secrets.Update(ctx, seg, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		loaded, err := e.checkpointer(t, newStore(t, clk), clk, "journaled").Load(ctx)
+		if loaded || !checkpoint.IsCorrupt(err) {
+			t.Errorf("%s: loaded %v, %v; want a corrupt-checkpoint error", tc.name, loaded, err)
+		}
+		// Put it back for the next case.
+		if seg.Name == "" {
+			origSeg.ResourceVersion = ""
+			_, err = secrets.Create(ctx, origSeg, metav1.CreateOptions{})
+		} else if string(idx.Data["journal"]) != "1" {
+			cur, _ := secrets.Get(ctx, "journaled", metav1.GetOptions{})
+			origIdx.ResourceVersion = cur.ResourceVersion
+			_, err = secrets.Update(ctx, origIdx, metav1.UpdateOptions{})
+		} else {
+			cur, _ := secrets.Get(ctx, origSeg.Name, metav1.GetOptions{})
+			origSeg.ResourceVersion = cur.ResourceVersion
+			_, err = secrets.Update(ctx, origSeg, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if loaded, err := e.checkpointer(t, newStore(t, clk), clk, "journaled").Load(ctx); !loaded || err != nil {
+		t.Errorf("the journal put back: loaded %v, %v", loaded, err)
+	}
+
 	// No checkpoint at all: nothing loaded, no error.
 	loaded, err = e.checkpointer(t, newStore(t, clk), clk, "none").Load(ctx)
 	if loaded || err != nil {

@@ -32,12 +32,22 @@ type faultReplica struct {
 }
 
 const (
+	// faultJournal segments between snapshots: the faults meet journal
+	// writes and snapshots alike.
+	faultJournal  = 3
 	faultProxies  = 24000
 	faultLeases   = 20000
 	faultCooldown = 20000
 )
 
 func (e *env) faultReplica(t *testing.T, identity string, seed uint64) *faultReplica {
+	t.Helper()
+	return e.faultReplicaJournal(t, identity, seed, checkpoint.DefaultJournalSegments)
+}
+
+// faultReplicaJournal is faultReplica whose checkpointer keeps at most
+// journal segments between snapshots (0: every write a snapshot).
+func (e *env) faultReplicaJournal(t *testing.T, identity string, seed uint64, journal int) *faultReplica {
 	t.Helper()
 	// Signed IDs, as the operator's: a checkpoint of them is mostly IDs.
 	signer := leaseid.NewSigner()
@@ -56,7 +66,7 @@ func (e *env) faultReplica(t *testing.T, identity string, seed uint64) *faultRep
 	}
 	kube, ft := e.faultClient(t, seed)
 	o := checkpoint.DefaultOptions()
-	o.SecretName, o.Namespace = "leases", e.ns
+	o.SecretName, o.Namespace, o.JournalSegments = "leases", e.ns, journal
 	c, err := checkpoint.New(o, checkpoint.Deps{Secrets: kube.CoreV1(), Store: store, Codec: proxylease.MetadataCodec{}, Identity: identity})
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +229,7 @@ func (e *env) shardCount(t *testing.T) int {
 	return n
 }
 
-// leftoverShards counts shard Secrets the index does not name.
+// leftoverShards counts shard and journal Secrets the index does not name.
 func (e *env) leftoverShards(t *testing.T) int {
 	t.Helper()
 	ctx := context.Background()
@@ -232,9 +242,17 @@ func (e *env) leftoverShards(t *testing.T) int {
 		t.Fatal(err)
 	}
 	prefix := "leases-" + string(idx.Data["generation"]) + "-"
+	journal, _ := strconv.Atoi(string(idx.Data["journal"]))
 	n := 0
 	for _, s := range list.Items {
-		if s.Name != "leases" && !strings.HasPrefix(s.Name, prefix) {
+		rest, ours := strings.CutPrefix(s.Name, prefix)
+		seq, segment := strings.CutPrefix(rest, "j")
+		named := s.Name == "leases" || ours && !segment
+		if ours && segment {
+			k, err := strconv.Atoi(seq)
+			named = err == nil && k <= journal
+		}
+		if !named {
 			n++
 		}
 	}
@@ -253,7 +271,7 @@ func (e *env) leftoverShards(t *testing.T) int {
 func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	ctx := context.Background()
-	cur := e.faultReplica(t, "r0", seed)
+	cur := e.faultReplicaJournal(t, "r0", seed, faultJournal)
 	cs := &clients{held: map[string]*framework.Grant{}}
 	var kills []framework.Kill
 	for i := range faultLeases {
@@ -325,7 +343,7 @@ func runFaults(t *testing.T, e *env, seed uint64, points int) faultRun {
 		// The next replica is made after the write (feeding it 24,000
 		// proxies takes a while): a kill follows its churn within the
 		// checker's crash window.
-		next := e.faultReplica(t, fmt.Sprintf("r%d", k+1), seed+uint64(k)+1)
+		next := e.faultReplicaJournal(t, fmt.Sprintf("r%d", k+1), seed+uint64(k)+1, faultJournal)
 
 		next.ft.set(-1, 0.2) // a blip while loading
 		start := time.Now()

@@ -195,6 +195,9 @@ func discardingCheckpointer(b *testing.B, s *lease.Store) *checkpoint.Checkpoint
 	return c
 }
 
+// scaleWriter is the identity of the scale benchmarks' writer.
+const scaleWriter = "scale-writer"
+
 // scaleEnv is a control plane and one store, checkpointed once.
 type scaleEnv struct {
 	kube  kubernetes.Interface
@@ -209,7 +212,7 @@ func newScaleEnv(b *testing.B, kube kubernetes.Interface, name string, n int) *s
 	e.opts = checkpoint.DefaultOptions()
 	e.opts.SecretName, e.opts.Namespace = name, "scale"
 	var err error
-	if e.cp, err = checkpoint.New(e.opts, checkpoint.Deps{Secrets: kube.CoreV1(), Store: e.store, Codec: proxylease.MetadataCodec{}}); err != nil {
+	if e.cp, err = checkpoint.New(e.opts, checkpoint.Deps{Secrets: kube.CoreV1(), Store: e.store, Codec: proxylease.MetadataCodec{}, Identity: scaleWriter}); err != nil {
 		b.Fatal(err)
 	}
 	if err := e.cp.WriteIfChanged(context.Background()); err != nil {
@@ -233,16 +236,21 @@ func benchControlPlane(b *testing.B, ns string) kubernetes.Interface {
 }
 
 // BenchmarkScaleCheckpoint with 20,000 and 70,000 leases and as many
-// cooldowns (3 and 10 Secrets) and at the full scale, 100,000 live leases over 10,000 proxies with
-// 100,000 cooldowns: write is one checkpoint written (state copy, encode,
-// the Secrets), with its size and Secret count; takeover is a replica
-// taking it over (fence, read, decode, restore into a store the informer
-// has fed; no grace is waited: the checkpoint was written final).
+// cooldowns and at the full scale, 100,000 live leases over 10,000 proxies
+// with 100,000 cooldowns: write is one journal write (one lease changed:
+// state copy, diff, encode, a segment and the index), snapshot one snapshot
+// (state copy, encode, the shards and the index; the size and Secret
+// count), takeover a replica taking the snapshot over (fence, read, decode,
+// restore into a store the informer has fed; no grace is waited: the
+// checkpoint was written final), takeover-journal the same with a full
+// journal behind the snapshot (300 segments of 80 changes each: the most a
+// takeover reads; taken over under the writer's identity, so that no grace
+// is waited either).
 //
-//	go test ./test/integration/checkpoint -run '^$' -bench ScaleCheckpoint -benchtime 5x
+//	go test ./test/integration/checkpoint -run '^$' -bench ScaleCheckpoint -benchtime 3x
 func BenchmarkScaleCheckpoint(b *testing.B) {
 	kube := benchControlPlane(b, "scale")
-	for _, n := range []int{20000, 70000, scaleLeases} { // 3, 10 and 14 Secrets
+	for _, n := range []int{20000, 70000, scaleLeases} {
 		b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) {
 			benchmarkScaleCheckpoint(b, newScaleEnv(b, kube, fmt.Sprintf("leases-%d", n), n), n)
 		})
@@ -251,14 +259,30 @@ func BenchmarkScaleCheckpoint(b *testing.B) {
 
 func benchmarkScaleCheckpoint(b *testing.B, e *scaleEnv, n int) {
 	ctx := context.Background()
-	b.Run("write", func(b *testing.B) {
-		for b.Loop() {
+	change := func(b *testing.B, pairs int) {
+		for range pairs {
 			l, err := e.store.Acquire(lease.AcquireRequest{Target: "change", TTL: time.Hour})
 			if err != nil {
 				b.Fatal(err)
 			}
 			e.store.Release(l.ID)
+		}
+	}
+	b.Run("write", func(b *testing.B) {
+		for b.Loop() {
+			change(b, 1)
 			if err := e.cp.WriteIfChanged(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The last write is a snapshot, final: a takeover does not wait for it.
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	b.Run("snapshot", func(b *testing.B) {
+		for b.Loop() {
+			change(b, 1)
+			if err := e.cp.Start(stopped); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -276,18 +300,14 @@ func benchmarkScaleCheckpoint(b *testing.B, e *scaleEnv, n int) {
 		b.ReportMetric(float64(secrets), "secrets")
 		b.ReportMetric(float64(size)/(1<<20), "MiB")
 	})
-	// The last write is final: a takeover does not wait for it.
-	runCtx, cancel := context.WithCancel(ctx)
-	cancel()
-	e.store.Freeze()
-	if err := e.cp.Start(runCtx); err != nil {
-		b.Fatal(err)
-	}
-	b.Run("takeover", func(b *testing.B) {
-		for i := 0; b.Loop(); i++ {
+	// takeover loads the checkpoint into new stores under the writer's
+	// identity: the writer is not fenced (its next write finds the index
+	// changed, rereads it and writes a snapshot), and no grace is waited.
+	takeover := func(b *testing.B) {
+		for b.Loop() {
 			b.StopTimer()
 			s := scaleStore(b, 0)
-			c, err := checkpoint.New(e.opts, checkpoint.Deps{Secrets: e.kube.CoreV1(), Store: s, Codec: proxylease.MetadataCodec{}, Identity: fmt.Sprintf("t%d", i)})
+			c, err := checkpoint.New(e.opts, checkpoint.Deps{Secrets: e.kube.CoreV1(), Store: s, Codec: proxylease.MetadataCodec{}, Identity: scaleWriter})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -299,14 +319,36 @@ func benchmarkScaleCheckpoint(b *testing.B, e *scaleEnv, n int) {
 			if got := len(s.List("")); got != n {
 				b.Fatalf("took over %d leases, want %d", got, n)
 			}
-			// Hand it back final, for the next iteration.
-			s.Freeze()
-			if err := c.Start(runCtx); err != nil {
-				b.Fatal(err)
-			}
 			b.StartTimer()
 		}
+	}
+	b.Run("takeover", takeover)
+	// The first write finds the index the takeovers changed: it rereads it,
+	// and the next is a snapshot.
+	change(b, 1)
+	_ = e.cp.WriteIfChanged(ctx)
+	for range checkpoint.DefaultJournalSegments + 1 {
+		change(b, 40)
+		if err := e.cp.WriteIfChanged(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	index, err := e.kube.CoreV1().Secrets("scale").Get(ctx, e.opts.SecretName, metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	segments, _ := strconv.Atoi(string(index.Data["journal"]))
+	if segments < checkpoint.DefaultJournalSegments-1 {
+		b.Fatalf("a journal of %d segments, want a full one", segments)
+	}
+	b.Run("takeover-journal", func(b *testing.B) {
+		takeover(b)
+		b.ReportMetric(float64(segments), "segments")
 	})
+	e.store.Freeze()
+	if err := e.cp.Start(stopped); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // BenchmarkScaleChurn is acquire+release pairs on a store at scale, without

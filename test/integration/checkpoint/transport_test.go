@@ -118,17 +118,25 @@ func statusResponse(req *http.Request, code int, reason string) *http.Response {
 func (e *env) faultClient(t *testing.T, seed uint64) (kubernetes.Interface, *faultTransport) {
 	t.Helper()
 	ft := &faultTransport{rng: rand.New(rand.NewPCG(seed, 7)), killAfter: -1}
-	cfg := rest.CopyConfig(e.cfg)
-	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit: the faults are what is tested
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+	return clientThrough(t, e.cfg, func(rt http.RoundTripper) http.RoundTripper {
 		ft.next = rt
 		return ft
-	})
+	}), ft
+}
+
+// clientThrough is a client of cfg whose requests go through wrap's
+// RoundTripper, with no client-side rate limit (what the wrapper does is
+// what is tested).
+func clientThrough(t testing.TB, cfg *rest.Config, wrap func(http.RoundTripper) http.RoundTripper) kubernetes.Interface {
+	t.Helper()
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = -1, 0
+	cfg.Wrap(wrap)
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kube, ft
+	return kube
 }
 
 // recorder records what a Checkpointer tells its Recorder.
