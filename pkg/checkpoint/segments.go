@@ -17,6 +17,10 @@ import (
 // it follows: a load lists them in one call.
 const labelJournal = "leasing.crawl.example.com/checkpoint-journal"
 
+// minChangeBytes is less than any one change takes in a segment,
+// compressed (a deleted lease's ID, at the least).
+const minChangeBytes = 8
+
 // appendLocked writes c.delta as the journal's next segment: a Secret of
 // its own, created, then the index updated to name it (under its
 // resourceVersion: the commit, and what fences a replaced writer). It
@@ -30,6 +34,9 @@ const labelJournal = "leasing.crawl.example.com/checkpoint-journal"
 func (c *Checkpointer) appendLocked(ctx context.Context) (bool, error) {
 	if c.journal >= c.opts.JournalSegments || c.leftovers {
 		return false, nil // a snapshot, which also deletes the leftovers
+	}
+	if c.delta.changes()*minChangeBytes > min(shardBytes, c.snapshotBytes-c.journalBytes) {
+		return false, nil // too many changes to fit: not worth encoding them
 	}
 	seg, err := c.enc.encodeDelta(&c.delta, c.rvBase, c.deps.Codec)
 	if err != nil {
