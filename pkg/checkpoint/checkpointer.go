@@ -354,7 +354,11 @@ func (c *Checkpointer) writeIfNeededLocked(ctx context.Context, final bool) (wro
 	if c.rvBase == 0 {
 		c.rvBase = uint64(c.clock.Now().UnixMicro())
 	}
-	if c.journaling {
+	// The diff costs a look-up per lease: not made when the store changed
+	// more than a segment could hold (each change shows in at least one
+	// record for every two revisions: a lease granted and released within
+	// the interval is one ended lease).
+	if c.journaling && (changes-c.lastChanges)/2*minChangeBytes <= uint64(min(shardBytes, c.snapshotBytes-c.journalBytes)) {
 		c.base.diff(&c.state, c.state.TakenAt, &c.delta)
 		if c.base.empty(&c.delta) && (!final || c.journal == 0) {
 			c.lastChanges = changes

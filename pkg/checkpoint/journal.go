@@ -58,20 +58,46 @@ type storedUntil struct {
 	holder string
 }
 
-// reset makes st the baseline (a snapshot written or a checkpoint loaded).
+// reset makes st the baseline (a snapshot written or a checkpoint loaded),
+// reusing the entries of what it held: a snapshot of 100,000 leases
+// allocates nothing for what was there before.
 func (b *baseline) reset(st *lease.State) {
+	if b.leases == nil {
+		b.leases = make(map[string]*seen[uint64], len(st.Leases))
+		b.cooldowns = make(map[cooldownKey]*seen[storedUntil], len(st.Cooldowns))
+		b.ended = make(map[string]*seen[int64], len(st.Ended))
+	}
 	b.revision = st.Revision
-	b.leases = make(map[string]*seen[uint64], len(st.Leases))
-	b.cooldowns = make(map[cooldownKey]*seen[storedUntil], len(st.Cooldowns))
-	b.ended = make(map[string]*seen[int64], len(st.Ended))
+	b.pass++
 	for i := range st.Leases {
-		b.leases[st.Leases[i].ID] = &seen[uint64]{v: st.Leases[i].Revision}
+		mark(b.leases, st.Leases[i].ID, st.Leases[i].Revision, b.pass)
 	}
 	for _, c := range st.Cooldowns {
-		b.cooldowns[cooldownKey{c.Proxy, c.Target}] = &seen[storedUntil]{v: storedUntil{unixNano(c.Until), c.Holder}}
+		mark(b.cooldowns, cooldownKey{c.Proxy, c.Target}, storedUntil{unixNano(c.Until), c.Holder}, b.pass)
 	}
 	for _, e := range st.Ended {
-		b.ended[e.ID] = &seen[int64]{v: unixNano(e.Until)}
+		mark(b.ended, e.ID, unixNano(e.Until), b.pass)
+	}
+	sweep(b.leases, b.pass)
+	sweep(b.cooldowns, b.pass)
+	sweep(b.ended, b.pass)
+}
+
+// mark sets k's value to v, found in pass.
+func mark[K comparable, T comparable](m map[K]*seen[T], k K, v T, pass uint32) {
+	if e := m[k]; e != nil {
+		e.v, e.pass = v, pass
+		return
+	}
+	m[k] = &seen[T]{v: v, pass: pass}
+}
+
+// sweep deletes what pass did not find.
+func sweep[K comparable, T comparable](m map[K]*seen[T], pass uint32) {
+	for k, e := range m {
+		if e.pass != pass {
+			delete(m, k)
+		}
 	}
 }
 
@@ -143,23 +169,13 @@ func (b *baseline) empty(d *delta) bool { return d.changes() == 0 && d.puts.Revi
 func (b *baseline) apply(d *delta) {
 	b.revision = d.puts.Revision
 	for i := range d.puts.Leases {
-		l := &d.puts.Leases[i]
-		if e := b.leases[l.ID]; e != nil {
-			e.v = l.Revision
-		} else {
-			b.leases[l.ID] = &seen[uint64]{v: l.Revision, pass: b.pass}
-		}
+		mark(b.leases, d.puts.Leases[i].ID, d.puts.Leases[i].Revision, b.pass)
 	}
 	for _, c := range d.puts.Cooldowns {
-		k, v := cooldownKey{c.Proxy, c.Target}, storedUntil{unixNano(c.Until), c.Holder}
-		if e := b.cooldowns[k]; e != nil {
-			e.v = v
-		} else {
-			b.cooldowns[k] = &seen[storedUntil]{v: v, pass: b.pass}
-		}
+		mark(b.cooldowns, cooldownKey{c.Proxy, c.Target}, storedUntil{unixNano(c.Until), c.Holder}, b.pass)
 	}
 	for _, e := range d.puts.Ended {
-		b.ended[e.ID] = &seen[int64]{v: unixNano(e.Until), pass: b.pass}
+		mark(b.ended, e.ID, unixNano(e.Until), b.pass)
 	}
 	for _, id := range d.deletedLeases {
 		delete(b.leases, id)

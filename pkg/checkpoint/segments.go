@@ -35,7 +35,7 @@ func (c *Checkpointer) appendLocked(ctx context.Context) (bool, error) {
 	if c.journal >= c.opts.JournalSegments || c.leftovers {
 		return false, nil // a snapshot, which also deletes the leftovers
 	}
-	if c.delta.changes()*minChangeBytes > min(shardBytes, c.snapshotBytes-c.journalBytes) {
+	if uint64(c.delta.changes())*minChangeBytes > uint64(min(shardBytes, c.snapshotBytes-c.journalBytes)) {
 		return false, nil // too many changes to fit: not worth encoding them
 	}
 	seg, err := c.enc.encodeDelta(&c.delta, c.rvBase, c.deps.Codec)
