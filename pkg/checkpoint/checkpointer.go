@@ -345,10 +345,7 @@ func (c *Checkpointer) writeIfNeededLocked(ctx context.Context, final bool) (wro
 		return false, ErrFenced
 	}
 	if c.index != nil && c.deps.Store.Changes() == c.lastChanges && (!final || c.journal == 0) {
-		if final {
-			return false, c.markFinalLocked(ctx)
-		}
-		return false, nil
+		return false, c.nothingNewLocked(ctx, final)
 	}
 	changes := c.deps.Store.StateInto(&c.state)
 	if c.rvBase == 0 {
@@ -358,14 +355,11 @@ func (c *Checkpointer) writeIfNeededLocked(ctx context.Context, final bool) (wro
 	// more than a segment could hold (each change shows in at least one
 	// record for every two revisions: a lease granted and released within
 	// the interval is one ended lease).
-	if c.journaling && (changes-c.lastChanges)/2*minChangeBytes <= uint64(min(shardBytes, c.snapshotBytes-c.journalBytes)) {
+	if c.journaling && c.mayFit((changes-c.lastChanges)/2) {
 		c.base.diff(&c.state, c.state.TakenAt, &c.delta)
 		if c.base.empty(&c.delta) && (!final || c.journal == 0) {
 			c.lastChanges = changes
-			if final {
-				return false, c.markFinalLocked(ctx)
-			}
-			return false, nil
+			return false, c.nothingNewLocked(ctx, final)
 		}
 		if !final {
 			appended, err := c.appendLocked(ctx)
@@ -389,6 +383,16 @@ func (c *Checkpointer) writeIfNeededLocked(ctx context.Context, final bool) (wro
 	c.journaling, c.journal, c.journalBytes, c.snapshotBytes = true, 0, 0, len(payload)
 	c.lastChanges = changes
 	return true, nil
+}
+
+// nothingNewLocked is a write that finds nothing new to write: the last
+// one (final) marks the checkpoint final, so that the next leader need not
+// wait for it.
+func (c *Checkpointer) nothingNewLocked(ctx context.Context, final bool) error {
+	if final {
+		return c.markFinalLocked(ctx)
+	}
+	return nil
 }
 
 // markFinalLocked marks the checkpoint as written final without writing it

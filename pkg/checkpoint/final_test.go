@@ -45,9 +45,10 @@ func TestLastCheckpointRetriesOutagesNotRefusals(t *testing.T) {
 			want: apierrors.IsUnauthorized},
 		{name: "role removed", failures: 1 << 30, err: apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "leases", errors.New("RBAC: access denied")),
 			writes: [2]int32{1, 1}, want: apierrors.IsForbidden},
-		{name: "an outage that ends", failures: 3, err: apierrors.NewServiceUnavailable("etcd unavailable"), writes: [2]int32{5, 7},
-			// 3 refused, then a shard and the index (the index's create meets
-			// the one there: a shard and an update again)
+		{name: "an outage that ends", failures: 3, err: apierrors.NewServiceUnavailable("etcd unavailable"), writes: [2]int32{6, 6},
+			// 3 refused, then a shard and the index's create, which meets the
+			// index there (this writer's: nothing changed since), then the
+			// update that marks it final
 			want: func(err error) bool { return err == nil }},
 		{name: "an outage that does not end", failures: 1 << 30, err: errors.New("connection refused"),
 			// Retried until the deadline: about one write per pause, fewer when the

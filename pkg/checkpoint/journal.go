@@ -12,6 +12,10 @@ type cooldownKey struct {
 	target string
 }
 
+func keyOf(c lease.Cooldown) cooldownKey { return cooldownKey{c.Proxy, c.Target} }
+
+func untilOf(c lease.Cooldown) storedUntil { return storedUntil{unixNano(c.Until), c.Holder} }
+
 // delta is what changed between the stored state and the store's: puts are
 // leases, cooldowns and ended leases new or changed (with the store's
 // revision and time), the rest those gone. A journal segment holds one.
@@ -73,7 +77,7 @@ func (b *baseline) reset(st *lease.State) {
 		mark(b.leases, st.Leases[i].ID, st.Leases[i].Revision, b.pass)
 	}
 	for _, c := range st.Cooldowns {
-		mark(b.cooldowns, cooldownKey{c.Proxy, c.Target}, storedUntil{unixNano(c.Until), c.Holder}, b.pass)
+		mark(b.cooldowns, keyOf(c), untilOf(c), b.pass)
 	}
 	for _, e := range st.Ended {
 		mark(b.ended, e.ID, unixNano(e.Until), b.pass)
@@ -119,8 +123,8 @@ func (b *baseline) diff(st *lease.State, now time.Time, d *delta) {
 		d.puts.Leases = append(d.puts.Leases, *l)
 	}
 	for _, c := range st.Cooldowns {
-		v := storedUntil{unixNano(c.Until), c.Holder}
-		if e := b.cooldowns[cooldownKey{c.Proxy, c.Target}]; e != nil {
+		v := untilOf(c)
+		if e := b.cooldowns[keyOf(c)]; e != nil {
 			e.pass = b.pass
 			if e.v == v {
 				continue
@@ -172,7 +176,7 @@ func (b *baseline) apply(d *delta) {
 		mark(b.leases, d.puts.Leases[i].ID, d.puts.Leases[i].Revision, b.pass)
 	}
 	for _, c := range d.puts.Cooldowns {
-		mark(b.cooldowns, cooldownKey{c.Proxy, c.Target}, storedUntil{unixNano(c.Until), c.Holder}, b.pass)
+		mark(b.cooldowns, keyOf(c), untilOf(c), b.pass)
 	}
 	for _, e := range d.puts.Ended {
 		mark(b.ended, e.ID, unixNano(e.Until), b.pass)
@@ -200,7 +204,7 @@ func replay(st *lease.State, deltas []delta) {
 	}
 	cooldowns := make(map[cooldownKey]int, len(st.Cooldowns))
 	for i, c := range st.Cooldowns {
-		cooldowns[cooldownKey{c.Proxy, c.Target}] = i
+		cooldowns[keyOf(c)] = i
 	}
 	ended := make(map[string]int, len(st.Ended))
 	for i, e := range st.Ended {
@@ -219,12 +223,12 @@ func replay(st *lease.State, deltas []delta) {
 			delete(ended, id)
 		}
 		st.Leases = put(st.Leases, leases, d.puts.Leases, func(l lease.Lease) string { return l.ID })
-		st.Cooldowns = put(st.Cooldowns, cooldowns, d.puts.Cooldowns, func(c lease.Cooldown) cooldownKey { return cooldownKey{c.Proxy, c.Target} })
+		st.Cooldowns = put(st.Cooldowns, cooldowns, d.puts.Cooldowns, keyOf)
 		st.Ended = put(st.Ended, ended, d.puts.Ended, func(e lease.EndedLease) string { return e.ID })
 	}
 	st.Leases = keep(st.Leases, func(i int, l lease.Lease) bool { j, ok := leases[l.ID]; return ok && j == i })
 	st.Cooldowns = keep(st.Cooldowns, func(i int, c lease.Cooldown) bool {
-		j, ok := cooldowns[cooldownKey{c.Proxy, c.Target}]
+		j, ok := cooldowns[keyOf(c)]
 		return ok && j == i
 	})
 	st.Ended = keep(st.Ended, func(i int, e lease.EndedLease) bool { j, ok := ended[e.ID]; return ok && j == i })

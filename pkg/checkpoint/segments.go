@@ -21,6 +21,14 @@ const labelJournal = "leasing.crawl.example.com/checkpoint-journal"
 // compressed (a deleted lease's ID, at the least).
 const minChangeBytes = 8
 
+// mayFit reports whether a segment of records changes might still go into
+// the journal; false: they surely cannot fit, neither in one Secret nor
+// within the snapshot's size, and are a snapshot without being diffed or
+// encoded.
+func (c *Checkpointer) mayFit(records uint64) bool {
+	return records*minChangeBytes <= uint64(min(shardBytes, c.snapshotBytes-c.journalBytes))
+}
+
 // appendLocked writes c.delta as the journal's next segment: a Secret of
 // its own, created, then the index updated to name it (under its
 // resourceVersion: the commit, and what fences a replaced writer). It
@@ -35,8 +43,8 @@ func (c *Checkpointer) appendLocked(ctx context.Context) (bool, error) {
 	if c.journal >= c.opts.JournalSegments || c.leftovers {
 		return false, nil // a snapshot, which also deletes the leftovers
 	}
-	if uint64(c.delta.changes())*minChangeBytes > uint64(min(shardBytes, c.snapshotBytes-c.journalBytes)) {
-		return false, nil // too many changes to fit: not worth encoding them
+	if !c.mayFit(uint64(c.delta.changes())) {
+		return false, nil
 	}
 	seg, err := c.enc.encodeDelta(&c.delta, c.rvBase, c.deps.Codec)
 	if err != nil {
