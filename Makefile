@@ -144,10 +144,12 @@ cluster-images: image-deps cluster-tools
 	bin/image -image toolbox -tar bin/cluster-images/toolbox.tar -ref $(IMAGE_REGISTRY)/toolbox:$(IMAGE_VERSION) $(IMAGE_STAMP)
 	bin/image -image binary -binary bin/pause -tar bin/cluster-images/pause.tar -ref $(IMAGE_REGISTRY)/pause:$(IMAGE_VERSION) $(IMAGE_STAMP)
 	bin/image -image binary -binary bin/coredns -user 65532:65532 -tar bin/cluster-images/coredns.tar -ref $(IMAGE_REGISTRY)/coredns:$$(cat bin/.coredns.version) $(IMAGE_STAMP)
-	bin/image -image binary -binary bin/kube-network-policies -tar bin/cluster-images/kube-network-policies.tar -ref $(IMAGE_REGISTRY)/kube-network-policies:$$(cat bin/.kube-network-policies.version) $(IMAGE_STAMP)
+	if [ -x bin/kube-network-policies ]; then \
+		bin/image -image binary -binary bin/kube-network-policies -tar bin/cluster-images/kube-network-policies.tar -ref $(IMAGE_REGISTRY)/kube-network-policies:$$(cat bin/.kube-network-policies.version) $(IMAGE_STAMP); \
+	else rm -f bin/cluster-images/kube-network-policies.tar; fi
 
 .PHONY: cluster-tools
-cluster-tools: tools cluster-deps ## build the node's pinned parts into bin/ (kubelet, kube-scheduler, kube-proxy, CoreDNS, kube-network-policies) and apt-get install containerd, runc and the CNI plugins if missing
+cluster-tools: tools cluster-deps ## build the node's pinned parts into bin/ (kubelet, kube-scheduler, kube-proxy, CoreDNS, and kube-network-policies where nft can queue to user space) and apt-get install containerd, runc and the CNI plugins if missing
 	$(BUILD_NICE) hack/tools/install.sh cluster
 
 .PHONY: cluster-deps

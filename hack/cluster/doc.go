@@ -1,8 +1,9 @@
 // Command cluster is `make cluster`: a one-node Kubernetes cluster on this
 // machine, in the foreground until Ctrl-C, built from pinned sources
 // (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-// kube-proxy, CoreDNS, kube-network-policies: `hack/tools/install.sh` and
-// `install.sh cluster`) and Debian's containerd, runc and CNI plugins.
+// kube-proxy, CoreDNS with the plugins its Corefile names, and
+// kube-network-policies where this kernel can run it: `hack/tools/install.sh`
+// and `install.sh cluster`) and Debian's containerd, runc and CNI plugins.
 //
 // The node lives in a network namespace of its own, joined to the machine
 // by one veth pair and routed nowhere else; its daemons run in a mount

@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -75,8 +76,9 @@ func TestImageRefs(t *testing.T) {
 		}
 		f.Close()
 	}
-	names := []string{pauseImageName, corednsImageName, netpolImageName, "operator", "squid", "toolbox"}
-	for _, n := range names[:5] {
+	// kube-network-policies' image is optional (policyAgent).
+	names := []string{pauseImageName, corednsImageName, "operator", "squid", "toolbox"}
+	for _, n := range names[:4] {
 		write(n, `[{"Config":"c","RepoTags":["example.invalid/`+n+`:v1"],"Layers":[]}]`)
 	}
 	if _, err := imageRefs(dir); err == nil || !strings.Contains(err.Error(), "no toolbox.tar") {
@@ -118,6 +120,28 @@ func TestAddonsWithoutPolicyAgent(t *testing.T) {
 	} {
 		if got := strings.Contains(tc.text, tc.what); got != tc.want {
 			t.Errorf("add-ons contain %q: %v, want %v", tc.what, got, tc.want)
+		}
+	}
+}
+
+// TestPolicyAgent: the agent runs only where the kernel can queue to user
+// space and its image was built; otherwise the reason is said.
+func TestPolicyAgent(t *testing.T) {
+	built := map[string]string{netpolImageName: "example.invalid/netpol:v1"}
+	noQueue := errors.New("this kernel's nftables has no queue to user space (nft_queue)")
+	for _, tc := range []struct {
+		name   string
+		images map[string]string
+		probe  error
+		want   string
+	}{
+		{"runs", built, nil, netpolImageName},
+		{"kernel cannot", built, noQueue, "none: " + noQueue.Error()},
+		{"not built", map[string]string{}, nil, "none: no kube-network-policies.tar among the images"},
+		{"neither", map[string]string{}, noQueue, "none: " + noQueue.Error()},
+	} {
+		if got := policyAgent(tc.images, tc.probe); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: policyAgent = %q, want %q…", tc.name, got, tc.want)
 		}
 	}
 }

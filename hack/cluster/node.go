@@ -202,10 +202,9 @@ func (n *node) start(ctx context.Context) error {
 	// kube-network-policies decides on each new connection in user space,
 	// through the kernel's nfqueue: without nft's queue expression it
 	// cannot enforce anything, and no other agent runs here.
-	policy := netpolImageName
-	if err := nftQueueWorks(ctx); err != nil {
-		policy = "none: " + err.Error()
-		fmt.Printf("cluster: no NetworkPolicy agent: %v\n", err)
+	policy := policyAgent(n.images, nftQueueWorks(ctx))
+	if policy != netpolImageName {
+		fmt.Printf("cluster: no NetworkPolicy agent: %s\n", strings.TrimPrefix(policy, "none: "))
 	}
 	fmt.Println("cluster: starting CoreDNS" + map[bool]string{true: " and kube-network-policies"}[policy == netpolImageName])
 	if _, err := controlplane.ApplyYAML(ctx, n.admin, []byte(addons(c, images, policy == netpolImageName))); err != nil {
@@ -323,7 +322,9 @@ func imageRefs(dir string) (map[string]string, error) {
 		}
 		refs[strings.TrimSuffix(filepath.Base(p), ".tar")] = ref
 	}
-	for _, want := range []string{pauseImageName, corednsImageName, netpolImageName, "operator", "squid", "toolbox"} {
+	// kube-network-policies' image is built only where it can run
+	// (hack/tools/install.sh); policyAgent says when it is missing.
+	for _, want := range []string{pauseImageName, corednsImageName, "operator", "squid", "toolbox"} {
 		if refs[want] == "" {
 			return nil, fmt.Errorf("no %s.tar in %s (make cluster-images)", want, dir)
 		}
@@ -358,6 +359,20 @@ func tarballRef(path string) (string, error) {
 		}
 		return m[0].RepoTags[0], nil
 	}
+}
+
+// policyAgent is the NetworkPolicy agent the node runs, netpolImageName, or
+// "none: " and why not: the kernel cannot queue connections to user space
+// (probe, nftQueueWorks's answer), or the agent's image was not built
+// (hack/tools/install.sh builds it only where the same rule works).
+func policyAgent(images map[string]string, probe error) string {
+	switch {
+	case probe != nil:
+		return "none: " + probe.Error()
+	case images[netpolImageName] == "":
+		return "none: no " + netpolImageName + ".tar among the images (make cluster-tools builds the agent where nft can queue to user space; run it again)"
+	}
+	return netpolImageName
 }
 
 // nftQueueWorks tries, in a table of its own in the node's namespace, the

@@ -48,6 +48,9 @@ status=0
 for dir in "$here" "$here/helm" "$here/lint" "$here/coredns"; do
 	name=${dir#"$root"/}
 	raise=() newer=()
+	# CoreDNS is a main package of its own module (main.go); the others, tools.
+	pattern=tool
+	[[ $name == */coredns ]] && pattern=.
 	while read -r mod ours theirs; do
 		[[ $ours == "$theirs" ]] && continue
 		if ((check)); then
@@ -61,7 +64,7 @@ for dir in "$here" "$here/helm" "$here/lint" "$here/coredns"; do
 		else
 			newer+=("$mod $theirs (product: $ours)")
 		fi
-	done < <(join <(echo "$product") <(versions "$dir" tool))
+	done < <(join <(echo "$product") <(versions "$dir" "$pattern"))
 	((check)) && continue
 	if ((${#raise[@]})); then
 		echo "$name: raising ${#raise[@]} modules to the product's versions"

@@ -43,8 +43,11 @@ build() {
 	shift 3
 	# The module's go.mod is part of the key: the same tool version built
 	# against other dependency versions is another binary.
-	local key
-	key="$version-$(sha256sum "$dir/go.mod" | cut -c1-12)"
+	# So are its own Go files, where it has any (CoreDNS's main.go picks
+	# the plugins).
+	local key files=("$dir/go.mod")
+	if compgen -G "$dir/*.go" >/dev/null; then files+=("$dir"/*.go); fi
+	key="$version-$(cat "${files[@]}" | sha256sum | cut -c1-12)"
 	local todo=() names=() spec name path kept
 	for spec in "$@"; do
 		name=${spec%%=*} path=${spec#*=}
@@ -100,16 +103,46 @@ if [[ ${1:-} == lint ]]; then
 	exit 0
 fi
 
+# nft_queue_works: whether this machine's nftables can queue packets to
+# user space (the rule hack/cluster/node.go's nftQueueWorks tries in the
+# node); prints why not.
+nft_queue_works() {
+	local table=proxy-operator-tools-probe out
+	if ! command -v nft >/dev/null 2>&1; then
+		echo "no nft command (apt-get install nftables)"
+		return 1
+	fi
+	if ! out=$(printf '%s\n' "add table inet $table" \
+		"add chain inet $table c { type filter hook forward priority 0; }" \
+		"add rule inet $table c queue num 100 bypass" | nft -f - 2>&1); then
+		nft delete table inet "$table" >/dev/null 2>&1 || true
+		echo "this kernel's nftables has no queue to user space (nft_queue): ${out%%$'\n'*}"
+		return 1
+	fi
+	nft delete table inet "$table" >/dev/null 2>&1 || true
+}
+
 k8s=k8s.io/kubernetes/cmd
 if [[ ${1:-} == cluster ]]; then
 	build "$k8s_version" "$k8s_ldflags" "$here" kube-scheduler=$k8s/kube-scheduler kube-proxy=$k8s/kube-proxy kubelet=$k8s/kubelet &
 	started
 	coredns_version=$(cd "$here/coredns" && go list -m -f '{{.Version}}' github.com/coredns/coredns)
-	CGO_ENABLED=0 build "$coredns_version" "-s -w" "$here/coredns" coredns=github.com/coredns/coredns &
+	CGO_ENABLED=0 build "$coredns_version" "-s -w" "$here/coredns" coredns=github.com/proxy-operator/proxy-operator/hack/tools/coredns &
 	started
-	netpol_version=$(cd "$here/netpol" && go list -m -f '{{.Version}}' sigs.k8s.io/kube-network-policies)
-	CGO_ENABLED=0 build "$netpol_version" "-s -w" "$here/netpol" kube-network-policies=sigs.k8s.io/kube-network-policies/cmd &
-	started
+	# kube-network-policies only where it can run: it decides on each new
+	# connection in user space, through nft's queue expression, which some
+	# kernels lack (this project's CI VM's). `make cluster` probes the same
+	# rule in the node and runs without an agent, saying why, otherwise.
+	# Not built, it costs nothing: its Kubernetes v0.32 libraries are a
+	# dependency graph of their own (minutes on a cold 2-core machine).
+	if reason=$(nft_queue_works); then
+		netpol_version=$(cd "$here/netpol" && go list -m -f '{{.Version}}' sigs.k8s.io/kube-network-policies)
+		CGO_ENABLED=0 build "$netpol_version" "-s -w" "$here/netpol" kube-network-policies=sigs.k8s.io/kube-network-policies/cmd &
+		started
+	else
+		echo "not building kube-network-policies: $reason"
+		rm -f "$bin/kube-network-policies" "$bin/.kube-network-policies.version" "$bin/.kube-network-policies.key"
+	fi
 	finish
 fi
 
