@@ -28,6 +28,12 @@ func (b *ProxyBuilder) Managed(provider string) *ProxyBuilder {
 	return b
 }
 
+// Provider sets the provider and nothing else (no mode: the API's default).
+func (b *ProxyBuilder) Provider(provider string) *ProxyBuilder {
+	b.p.Spec.Provider = provider
+	return b
+}
+
 // External makes it an External Proxy at host:port.
 func (b *ProxyBuilder) External(host string, port int32) *ProxyBuilder {
 	b.p.Spec.Mode = crawlv1alpha1.ModeExternal

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 )
@@ -52,5 +54,34 @@ func TestObjIsACopy(t *testing.T) {
 	}
 	if _, ok := first.Spec.Attributes["b"]; ok {
 		t.Error("an attribute set after Obj reached the earlier object")
+	}
+}
+
+func TestProxyPool(t *testing.T) {
+	got := ProxyPool("ns", "pool").Replicas(2).
+		Template(Proxy("", "").Managed("kubernetes").Label("team", "crawl").Attr("pool", "pool")).
+		Autoscaling(1, 5).TargetUtilization(80).ScaleDownDelay(60).Obj()
+	want := crawlv1alpha1.ProxyPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool"},
+		Spec: crawlv1alpha1.ProxyPoolSpec{
+			Replicas: ptr.To[int32](2),
+			Template: crawlv1alpha1.ProxyTemplate{
+				Metadata: crawlv1alpha1.TemplateMetadata{Labels: map[string]string{"team": "crawl"}},
+				Spec: crawlv1alpha1.ProxySpec{Mode: crawlv1alpha1.ModeManaged, Provider: "kubernetes",
+					Attributes: map[string]crawlv1alpha1.AttributeValue{"pool": "pool"}},
+			},
+			Autoscaling: &crawlv1alpha1.PoolAutoscaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 5,
+				TargetUtilization: ptr.To[int32](80), ScaleDownDelaySeconds: ptr.To[int32](60)},
+		},
+	}
+	if diff := cmp.Diff(&want, got); diff != "" {
+		t.Errorf("ProxyPool (-want +got):\n%s", diff)
+	}
+	// Obj is a copy: building on does not change what was returned.
+	b := ProxyPool("ns", "p").Replicas(1)
+	first := b.Obj()
+	b.Replicas(3)
+	if *first.Spec.Replicas != 1 {
+		t.Errorf("Obj shares the builder's state: replicas %d after the builder moved on", *first.Spec.Replicas)
 	}
 }

@@ -2,8 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,8 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 // Shared is one control plane for every test of a package: started by the
@@ -23,7 +19,12 @@ import (
 //
 //	var shared = controlplane.NewShared(controlplane.Options{...})
 //
-//	func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }
+//	func TestMain(m *testing.M) {
+//		os.Exit(framework.Main(m, "pkg", func(_ context.Context, e *framework.Env) error {
+//			e.Share(shared)
+//			return nil
+//		}))
+//	}
 type Shared struct {
 	opts Options
 
@@ -36,29 +37,17 @@ type Shared struct {
 // NewShared is a Shared control plane started with opts.
 func NewShared(opts Options) *Shared { return &Shared{opts: opts} }
 
-// Tests is what Run runs: a *testing.M, or one wrapped to stop what the
-// package started on the control plane before it stops.
-type Tests interface{ Run() int }
-
-// Run runs the package's tests and stops the control plane if one started.
-// On a failure it prints the tails of etcd's and kube-apiserver's logs.
-func (s *Shared) Run(m Tests) int {
-	code := m.Run()
+// Stop stops the control plane if one started (framework.Env.Share calls
+// it when the package's tests end).
+func (s *Shared) Stop() error {
 	if s.cp == nil {
-		return code
+		return nil
 	}
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "--- last lines of etcd log ---\n%s\n", logtail.File(s.cp.EtcdLogPath, 30))
-		fmt.Fprintf(os.Stderr, "--- last lines of kube-apiserver log ---\n%s\n", logtail.File(s.cp.APIServerLogPath, 60))
-	}
-	if err := s.cp.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "stopping control plane: %v\n", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	return code
+	return s.cp.Stop()
 }
+
+// Started is the control plane if a test started it, else nil.
+func (s *Shared) Started() *ControlPlane { return s.cp }
 
 // Get is the control plane, started on the first call; a start that failed
 // fails every test that asks.

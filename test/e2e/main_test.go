@@ -2,13 +2,11 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -44,7 +42,8 @@ var (
 // shared is the environment of every test in the package; set by TestMain.
 var shared *environment
 
-// environment is one control plane, node agent, operator and target server.
+// environment is one control plane, node agent, operator and target server;
+// the package's framework.Env stops them.
 // operatorNamespace is the operator's own (its proxy auth key's Secret).
 const operatorNamespace = "default"
 
@@ -57,9 +56,6 @@ type environment struct {
 	target *httptest.Server
 	// targetHits counts requests that reached target.
 	targetHits *counter
-	logDir     string
-
-	stopOperator, stopAgent func() error
 }
 
 type counter struct {
@@ -79,80 +75,41 @@ func (c *counter) get() int {
 	return c.n
 }
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+func TestMain(m *testing.M) { os.Exit(framework.Main(m, "e2e", start)) }
 
-func runMain(m *testing.M) int {
-	env, err := start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: starting the environment: %v\n", err)
-		if env != nil {
-			_ = env.stop()
-			env.dumpLogs()
-		}
-		return 1
-	}
+// start brings up the package's control plane, a node agent running real
+// squids, a target site and the operator in process, and waits until the
+// operator reconciles.
+func start(ctx context.Context, fw *framework.Env) error {
+	env := &environment{targetHits: &counter{}}
 	shared = env
-	code := m.Run()
-	if err := env.stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: stopping the environment: %v\n", err)
-		code = 1
-	}
-	// No processes left behind: every squid was the agent's child.
-	if left := framework.SquidChildren(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "e2e: squid processes left behind: %v\n", left)
-		code = 1
-	}
-	if code != 0 {
-		env.dumpLogs()
-	}
-	if os.Getenv("E2E_KEEP_LOGS") == "" {
-		_ = os.RemoveAll(env.logDir)
-	} else {
-		fmt.Fprintf(os.Stderr, "e2e: logs kept in %s\n", env.logDir)
-	}
-	return code
-}
-
-func start() (_ *environment, retErr error) {
-	logDir, err := os.MkdirTemp("", "proxy-operator-e2e-")
-	if err != nil {
-		return nil, err
-	}
-	env := &environment{logDir: logDir, targetHits: &counter{}}
-	defer func() {
-		if retErr != nil {
-			_ = env.stop()
-		}
-	}()
 	if _, err := nodeagent.LookSquid(""); err != nil {
-		return env, fmt.Errorf("%w (the e2e tests run real squid)", err)
+		return fmt.Errorf("%w (the e2e tests run real squid)", err)
 	}
-
-	ctx := context.Background()
-	env.cp, err = controlplane.Start(ctx, controlplane.Options{CRDFS: crds.FS})
-	if err != nil {
-		return env, err
+	var err error
+	if env.cp, err = fw.ControlPlane(ctx, controlplane.Options{CRDFS: crds.FS}); err != nil {
+		return err
 	}
 	scheme, err := app.NewScheme()
 	if err != nil {
-		return env, err
+		return err
 	}
-	env.client, err = client.New(env.cp.RESTConfig(), client.Options{Scheme: scheme})
-	if err != nil {
-		return env, err
+	if env.client, err = framework.Client(env.cp, scheme); err != nil {
+		return err
 	}
 	if env.kube, err = kubernetes.NewForConfig(env.cp.RESTConfig()); err != nil {
-		return env, err
+		return err
 	}
 
 	env.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		env.targetHits.inc()
 		fmt.Fprintf(w, "e2e target; via=%s", r.Header.Get("Via"))
 	}))
+	fw.Defer("target", func() error { env.target.Close(); return nil })
 
-	agentLog, err := framework.FileLogger(filepath.Join(logDir, "nodeagent.log"))
+	agentLog, err := fw.Logger("nodeagent.log")
 	if err != nil {
-		return env, err
+		return err
 	}
 	env.agent, err = nodeagent.New(env.cp.RESTConfig(), nodeagent.Options{
 		NodeName:  nodeName,
@@ -162,37 +119,32 @@ func start() (_ *environment, retErr error) {
 		Workers:   32,
 	})
 	if err != nil {
-		return env, err
+		return err
 	}
-	env.stopAgent, err = framework.RunUntilStopped(ctx, env.agent.Run, env.agent.Ready())
-	if err != nil {
-		return env, fmt.Errorf("node agent: %w", err)
+	// Stopping the agent stops every squid it started.
+	if err := fw.Go(ctx, "node agent", env.agent.Run, env.agent.Ready()); err != nil {
+		return err
 	}
 
-	opLog, err := framework.FileLogger(filepath.Join(logDir, "operator.log"))
+	opLog, err := fw.Logger("operator.log")
 	if err != nil {
-		return env, err
+		return err
 	}
 	// controller-runtime warns loudly unless its global logger is set.
 	ctrl.SetLogger(opLog)
 	opts := operatorOptions()
 	if err := opts.Validate(); err != nil {
-		return env, fmt.Errorf("operator options: %w", err)
+		return fmt.Errorf("operator options: %w", err)
 	}
-	opCtx := log.IntoContext(ctx, opLog)
-	env.stopOperator, err = framework.RunUntilStopped(opCtx, func(ctx context.Context) error {
+	if err := fw.Go(log.IntoContext(ctx, opLog), "operator", func(ctx context.Context) error {
 		return app.Run(ctx, env.cp.RESTConfig(), opts)
-	}, nil)
-	if err != nil {
-		return env, fmt.Errorf("operator: %w", err)
+	}, nil); err != nil {
+		return err
 	}
 	if err := ensureNamespace(ctx, env.client, testNamespace); err != nil {
-		return env, err
+		return err
 	}
-	if err := waitOperatorWorking(ctx, env.client); err != nil {
-		return env, err
-	}
-	return env, nil
+	return waitOperatorWorking(ctx, env.client)
 }
 
 // waitOperatorWorking returns once the operator reconciles: an External
@@ -239,35 +191,6 @@ func operatorOptions() *app.Options {
 	opts.Intervals.DriftPoll = 5 * time.Second
 	opts.Health.Tick = 100 * time.Millisecond
 	return opts
-}
-
-// stop tears down in reverse order: operator, agent (stops every squid),
-// target, control plane.
-func (e *environment) stop() error {
-	var errs []error
-	if e.stopOperator != nil {
-		if err := e.stopOperator(); err != nil {
-			errs = append(errs, fmt.Errorf("operator: %w", err))
-		}
-	}
-	if e.stopAgent != nil {
-		if err := e.stopAgent(); err != nil {
-			errs = append(errs, fmt.Errorf("node agent: %w", err))
-		}
-	}
-	if e.target != nil {
-		e.target.Close()
-	}
-	if e.cp != nil {
-		if err := e.cp.Stop(); err != nil {
-			errs = append(errs, fmt.Errorf("control plane: %w", err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (e *environment) dumpLogs() {
-	framework.DumpLogTails(os.Stderr, e.logDir, 80, "operator.log", "nodeagent.log")
 }
 
 func ensureNamespace(ctx context.Context, c client.Client, name string) error {

@@ -38,16 +38,16 @@ type OperatorSuite struct {
 	ClusterRole string
 }
 
-// StartOperatorSuite starts a control plane with the CRDs and installs the
-// operator ClusterRole. The caller must Stop it.
-func StartOperatorSuite(ctx context.Context, scheme *runtime.Scheme) (*OperatorSuite, error) {
-	cp, err := controlplane.Start(ctx, controlplane.Options{CRDFS: crds.FS})
+// OperatorSuite starts the package's control plane with the CRDs and
+// installs the operator ClusterRole; the control plane stops after the
+// package's tests.
+func (e *Env) OperatorSuite(ctx context.Context, scheme *runtime.Scheme) (*OperatorSuite, error) {
+	cp, err := e.ControlPlane(ctx, controlplane.Options{CRDFS: crds.FS})
 	if err != nil {
-		return nil, fmt.Errorf("starting control plane: %w", err)
+		return nil, err
 	}
 	s := &OperatorSuite{CP: cp, Admin: cp.RESTConfig(), Scheme: scheme}
 	if err := s.init(ctx); err != nil {
-		_ = cp.Stop()
 		return nil, err
 	}
 	return s, nil
@@ -66,9 +66,6 @@ func (s *OperatorSuite) init(ctx context.Context) error {
 	}
 	return nil
 }
-
-// Stop stops the control plane.
-func (s *OperatorSuite) Stop() error { return s.CP.Stop() }
 
 // Namespace creates a namespace named after prefix in which OperatorUser
 // holds the operator ClusterRole, and returns an uncached admin client.

@@ -38,6 +38,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
 // outcomeLog records every counted lease request, per API.
@@ -104,49 +105,28 @@ func TestMain(m *testing.M) {
 		// The cost benchmark's client process: no environment of its own.
 		os.Exit(loadGeneratorMain(spec))
 	}
-	os.Exit(run(m))
+	os.Exit(framework.Main(m, "apiserver", start))
 }
 
-func run(m *testing.M) int {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	e, stop, err := setup(ctx)
+// start brings up the package's control plane, the operator's delegation
+// RBAC as shipped, the aggregated server and the HTTP API over one lease
+// store (as the operator wires them), and registers the APIService.
+func start(ctx context.Context, fw *framework.Env) (err error) {
+	cp, err := fw.ControlPlane(ctx, controlplane.Options{SkipCRDs: true})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "setting up the e2e environment: %v\n", err)
-		return 1
+		return err
 	}
-	defer stop()
-	shared = e
-	return m.Run()
-}
-
-func setup(ctx context.Context) (_ *env, stop func(), err error) {
-	var cleanups []func()
-	stop = func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}
-	defer func() {
-		if err != nil {
-			stop()
-		}
-	}()
-	cp, err := controlplane.Start(ctx, controlplane.Options{SkipCRDs: true})
-	if err != nil {
-		return nil, nil, err
-	}
-	cleanups = append(cleanups, func() { _ = cp.Stop() })
 	e := &env{cp: cp, admin: cp.RESTConfig()}
+	shared = e
 	if e.kube, err = kubernetes.NewForConfig(e.admin); err != nil {
-		return nil, nil, err
+		return err
 	}
 	if e.leasing, err = versioned.NewForConfig(e.admin); err != nil {
-		return nil, nil, err
+		return err
 	}
 	root, err := controlplane.RepoRoot()
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	binDir := os.Getenv(controlplane.BinDirEnv)
 	if binDir == "" {
@@ -157,23 +137,23 @@ func setup(ctx context.Context) (_ *env, stop func(), err error) {
 
 	// The operator's delegation RBAC, exactly as shipped.
 	if _, err := e.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "proxy-operator-system"}}, metav1.CreateOptions{}); err != nil {
-		return nil, nil, err
+		return err
 	}
 	if _, err := controlplane.ApplyFS(ctx, e.admin, onlyFiles(artifacts.FS, "rbac.yaml", "clusterroles.yaml")); err != nil {
-		return nil, nil, fmt.Errorf("applying RBAC: %w", err)
+		return fmt.Errorf("applying RBAC: %w", err)
 	}
 	operatorCfg, err := cp.ClientConfigFor(OperatorUser, "system:serviceaccounts", "system:serviceaccounts:proxy-operator-system")
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 
 	e.store, err = lease.New(lease.Options{MaxLeasesPerProxy: 1, CooldownWindow: time.Minute}, nil)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	e.serverURL = "https://" + ln.Addr().String()
@@ -190,20 +170,20 @@ func setup(ctx context.Context) (_ *env, stop func(), err error) {
 	// Both APIs through their services over one store and one queue, as the
 	// operator wires them.
 	leases := leasing.NewWithStore(e.store, leasing.DefaultOptions(), clock.RealClock{})
-	cleanups = append(cleanups, func() { _ = leases.Shutdown(context.Background()) })
+	fw.Defer("leasing", func() error { return leases.Shutdown(context.Background()) })
 	e.outcomes = &outcomeLog{}
 	kubeSvc, err := leases.Service(leasing.APIKubernetes, opts.MaxWait, e.outcomes)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	httpSvc, err := leases.Service(leasing.APIHTTP, discovery.DefaultMaxWait, e.outcomes)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	e.server, err = apiserver.New(opts, apiserver.Deps{Service: kubeSvc, RESTConfig: operatorCfg})
 	if err != nil {
 		_ = ln.Close()
-		return nil, nil, fmt.Errorf("building the aggregated server: %w", err)
+		return fmt.Errorf("building the aggregated server: %w", err)
 	}
 	// Info, not debug: the discovery server logs every request at debug level.
 	logger := zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true), zap.Level(zapcore.InfoLevel))
@@ -212,30 +192,28 @@ func setup(ctx context.Context) (_ *env, stop func(), err error) {
 	e.readyBeforeStart = e.server.Ready(nil)
 	go func() { srvDone <- e.server.Start(srvCtx) }()
 	go func() { _ = e.store.Start(srvCtx) }()
-	cleanups = append(cleanups, func() {
+	fw.Defer("aggregated server", func() error {
 		cancelSrv()
 		start := time.Now()
 		select {
 		case err := <-srvDone:
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "the aggregated server stopped with %v\n", err)
-			}
 			if took := time.Since(start); took > 5*time.Second {
 				fmt.Fprintf(os.Stderr, "the aggregated server took %s to stop\n", took)
 			}
+			return err
 		case <-time.After(30 * time.Second):
-			fmt.Fprintln(os.Stderr, "the aggregated server did not stop within 30s")
+			return errors.New("did not stop within 30s")
 		}
 	})
 
 	// The HTTP discovery API over the same store.
 	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	disc, err := discovery.New(discovery.Options{Service: httpSvc})
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	go func() { _ = disc.Serve(srvCtx, httpLn) }()
 	e.httpURL = "http://" + httpLn.Addr().String()
@@ -244,21 +222,21 @@ func setup(ctx context.Context) (_ *env, stop func(), err error) {
 	// (the operator would write its own), on this run's port.
 	dev, err := fs.ReadFile(artifacts.Dev, "dev/apiservice.yaml")
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	manifest := strings.Replace(string(dev), "  versionPriority: 15\n",
 		"  versionPriority: 15\n  caBundle: "+base64.StdEncoding.EncodeToString(e.server.CABundle())+"\n", 1)
 	manifest = strings.Replace(manifest, "port: 7443", "port: "+strconv.Itoa(port), 1)
 	if strings.Contains(manifest, "insecureSkipTLSVerify") || !strings.Contains(manifest, "caBundle: ") || !strings.Contains(manifest, "port: "+strconv.Itoa(port)) {
-		return nil, nil, errors.New("dev/apiservice.yaml no longer has the fields this test rewrites")
+		return errors.New("dev/apiservice.yaml no longer has the fields this test rewrites")
 	}
 	if _, err := controlplane.ApplyYAML(ctx, e.admin, []byte(manifest)); err != nil {
-		return nil, nil, fmt.Errorf("applying the APIService: %w", err)
+		return fmt.Errorf("applying the APIService: %w", err)
 	}
 	if err := waitAvailable(ctx, e.admin, 90*time.Second); err != nil {
-		return nil, nil, err
+		return err
 	}
-	return e, stop, nil
+	return nil
 }
 
 func onlyFiles(fsys fs.FS, names ...string) fs.FS {

@@ -2,8 +2,6 @@ package crash
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"testing"
 
@@ -31,64 +29,33 @@ type environment struct {
 	dir    string
 }
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+func TestMain(m *testing.M) { os.Exit(framework.Main(m, "crash", start)) }
 
-func runMain(m *testing.M) int {
-	env, err := start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "crash: starting: %v\n", err)
-		if env != nil {
-			_ = env.stop()
-		}
-		return 1
-	}
+// start brings up the package's control plane and the Compute Engine fake;
+// each run starts (and kills) its own operator processes, logging into the
+// Env's log directory.
+func start(ctx context.Context, fw *framework.Env) error {
+	env := &environment{dir: fw.LogDir}
 	shared = env
-	code := m.Run()
-	if err := env.stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "crash: stopping: %v\n", err)
-		code = 1
+	var err error
+	if env.binary, err = framework.OperatorBinary(fw.LogDir); err != nil {
+		return err
 	}
-	if code == 0 && os.Getenv("E2E_KEEP_LOGS") == "" {
-		_ = os.RemoveAll(env.dir)
-	} else {
-		fmt.Fprintf(os.Stderr, "crash: operator logs kept in %s\n", env.dir)
-	}
-	return code
-}
-
-func start() (*environment, error) {
-	dir, err := os.MkdirTemp("", "proxy-operator-crash-")
-	if err != nil {
-		return nil, err
-	}
-	env := &environment{dir: dir}
-	if env.binary, err = framework.OperatorBinary(dir); err != nil {
-		return env, err
-	}
-	ctx := context.Background()
-	if env.cp, err = controlplane.Start(ctx, controlplane.Options{CRDFS: crds.FS}); err != nil {
-		return env, err
+	if env.cp, err = fw.ControlPlane(ctx, controlplane.Options{CRDFS: crds.FS}); err != nil {
+		return err
 	}
 	scheme, err := app.NewScheme()
 	if err != nil {
-		return env, err
+		return err
 	}
-	if env.client, err = client.New(env.cp.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
-		return env, err
+	if env.client, err = framework.Client(env.cp, scheme); err != nil {
+		return err
 	}
 	// Pages of 8: listings span several pages, each of which can fail.
 	env.fake = gcefake.New(gcefake.Options{PageSize: 8})
-	env.endpoint, err = env.fake.Start("127.0.0.1:0")
-	return env, err
-}
-
-func (e *environment) stop() error {
-	var errs []error
-	if e.fake != nil {
-		errs = append(errs, e.fake.Close())
+	if env.endpoint, err = env.fake.Start("127.0.0.1:0"); err != nil {
+		return err
 	}
-	if e.cp != nil {
-		errs = append(errs, e.cp.Stop())
-	}
-	return errors.Join(errs...)
+	fw.Defer("compute engine fake", env.fake.Close)
+	return nil
 }

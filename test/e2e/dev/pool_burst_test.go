@@ -10,15 +10,14 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/devenv"
 )
 
@@ -45,21 +44,10 @@ func TestGCPPoolBurst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := &crawlv1alpha1.ProxyPool{
-		ObjectMeta: metav1.ObjectMeta{Name: "vms", Namespace: "default"},
-		Spec: crawlv1alpha1.ProxyPoolSpec{
-			Replicas: ptr.To[int32](0),
-			Autoscaling: &crawlv1alpha1.PoolAutoscaling{MinReplicas: ptr.To[int32](0), MaxReplicas: burst,
-				TargetUtilization: ptr.To[int32](100), ScaleDownDelaySeconds: ptr.To[int32](60)},
-			Template: crawlv1alpha1.ProxyTemplate{Spec: crawlv1alpha1.ProxySpec{
-				Provider:    "gcp",
-				Attributes:  map[string]string{"pool": "vms"},
-				HealthCheck: crawlv1alpha1.HealthCheck{URL: env.OriginURL + "/"},
-				GCP: &crawlv1alpha1.GCPProviderSpec{Zone: "us-central1-a", MachineType: "e2-small",
-					Image: "projects/debian-cloud/global/images/family/debian-12"},
-			}},
-		},
-	}
+	pool := builders.ProxyPool("default", "vms").Replicas(0).
+		Autoscaling(0, burst).TargetUtilization(100).ScaleDownDelay(60).
+		Template(builders.Proxy("", "").GCP("us-central1-a", "e2-small").NoAttrs().Attr("pool", "vms").Probe(env.OriginURL+"/", 0, 0)).
+		Obj()
 	if err := kc.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -88,122 +87,82 @@ type env struct {
 	metrics, readyz string
 
 	logDir string
-	stops  []func() error
+	fw     *framework.Env
 }
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+func TestMain(m *testing.M) { os.Exit(framework.Main(m, "fairness", start)) }
 
-func runMain(m *testing.M) int {
-	e, err := start(context.Background())
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "fairness e2e: starting: %v\n", err)
-		if e != nil {
-			_ = e.stop()
-			e.dumpLogs()
-			_ = os.RemoveAll(e.logDir)
-		}
-		return 1
-	}
+// start brings up the package's control plane, a target site, one squid of
+// its own, the operator in process with both lease APIs on loopback, the
+// APIService, and the one Proxy every test leases.
+func start(ctx context.Context, fw *framework.Env) (err error) {
+	e := &env{logDir: fw.LogDir, fw: fw}
 	shared = e
-	code := m.Run()
-	// The leak check below must be able to see a squid: ours, while it runs.
-	if running := framework.SquidChildren(); len(running) != 1 || !strings.HasPrefix(running[0], strconv.Itoa(e.squid.PID())+":") {
-		fmt.Fprintf(os.Stderr, "fairness e2e: squid children %v, want exactly ours (pid %d)\n", running, e.squid.PID())
-		code = 1
-	}
-	if err := e.stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "fairness e2e: stopping: %v\n", err)
-		code = 1
-	}
-	// No processes left behind: the squid was this process's child.
-	if left := framework.SquidChildren(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "fairness e2e: squid processes left behind: %v\n", left)
-		code = 1
-	}
-	if code != 0 {
-		e.dumpLogs()
-	}
-	if os.Getenv("E2E_KEEP_LOGS") == "" {
-		_ = os.RemoveAll(e.logDir)
-	} else {
-		fmt.Fprintf(os.Stderr, "fairness e2e: logs kept in %s\n", e.logDir)
-	}
-	return code
-}
-
-func start(ctx context.Context) (_ *env, err error) {
-	e := &env{}
-	if e.logDir, err = os.MkdirTemp("", "proxy-operator-fairness-e2e-"); err != nil {
-		return nil, err
-	}
 	squidPath, err := nodeagent.LookSquid("")
 	if err != nil {
-		return e, fmt.Errorf("%w (this e2e runs real squid)", err)
+		return fmt.Errorf("%w (this e2e runs real squid)", err)
 	}
-	if e.cp, err = controlplane.Start(ctx, controlplane.Options{CRDFS: crds.FS}); err != nil {
-		return e, err
+	if e.cp, err = fw.ControlPlane(ctx, controlplane.Options{CRDFS: crds.FS}); err != nil {
+		return err
 	}
-	e.stops = append(e.stops, e.cp.Stop)
 	e.admin = e.cp.RESTConfig()
 	scheme, err := app.NewScheme()
 	if err != nil {
-		return e, err
+		return err
 	}
-	if e.client, err = client.New(e.admin, client.Options{Scheme: scheme}); err != nil {
-		return e, err
+	if e.client, err = framework.Client(e.cp, scheme); err != nil {
+		return err
 	}
 	if e.leasing, err = versioned.NewForConfig(e.admin); err != nil {
-		return e, err
+		return err
 	}
 
 	// The site the health check fetches through squid.
 	e.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "fairness target; via=%s", r.Header.Get("Via"))
 	}))
-	e.stops = append(e.stops, func() error { e.target.Close(); return nil })
+	fw.Defer("target", func() error { e.target.Close(); return nil })
 
 	if err := e.startSquid(ctx, squidPath); err != nil {
-		return e, err
+		return err
 	}
 
 	opts, err := e.operatorOptions()
 	if err != nil {
-		return e, err
+		return err
 	}
 	if err := opts.Validate(); err != nil {
-		return e, fmt.Errorf("operator options: %w", err)
+		return fmt.Errorf("operator options: %w", err)
 	}
-	opLog, err := framework.FileLogger(filepath.Join(e.logDir, "operator.log"))
+	opLog, err := fw.Logger("operator.log")
 	if err != nil {
-		return e, err
+		return err
 	}
 	// One log for the operator, controller-runtime and the aggregated
 	// server's klog, shown when a test fails instead of on every run.
 	ctrl.SetLogger(opLog)
 	klog.SetLogger(opLog)
-	stopOperator, err := runUntilStopped(log.IntoContext(ctx, opLog), func(ctx context.Context) error {
+	if err := fw.Go(log.IntoContext(ctx, opLog), "operator", func(ctx context.Context) error {
 		return app.Run(ctx, e.admin, opts)
-	})
-	e.stops = append(e.stops, stopOperator)
-	if err != nil {
-		return e, fmt.Errorf("operator: %w", err)
+	}, nil); err != nil {
+		return err
 	}
 	if err := e.registerAPIService(ctx, opts.APIServer.SecureServing.BindPort); err != nil {
-		return e, err
+		return err
 	}
 	if err := waitFor(ctx, 60*time.Second, "the operator to be ready", func() (bool, string) {
 		code, body, err := httpGet(e.readyz, "")
 		return err == nil && code == http.StatusOK, fmt.Sprintf("%d %s %v", code, body, err)
 	}); err != nil {
-		return e, err
+		return err
 	}
 	if err := e.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}}); err != nil {
-		return e, fmt.Errorf("creating namespace %s: %w", testNamespace, err)
+		return fmt.Errorf("creating namespace %s: %w", testNamespace, err)
 	}
 	if err := e.createProxy(ctx); err != nil {
-		return e, err
+		return err
 	}
-	return e, nil
+	return nil
 }
 
 // startSquid runs one squid on the first free address of the package's range.
@@ -234,7 +193,16 @@ func (e *env) startSquid(ctx context.Context, squidPath string) error {
 		return err
 	}
 	e.squid = sq
-	e.stops = append(e.stops, func() error { return sq.Stop(5 * time.Second) })
+	e.fw.Defer("squid", func() error { return sq.Stop(5 * time.Second) })
+	e.fw.ShowLog("squid/cache.log", 80)
+	// Framework.Main fails the package when a squid outlives it; that check
+	// must be able to see one: ours, while it runs (before it stops).
+	e.fw.Defer("squid check", func() error {
+		if running := framework.SquidChildren(); len(running) != 1 || !strings.HasPrefix(running[0], strconv.Itoa(sq.PID())+":") {
+			return fmt.Errorf("squid children %v, want exactly ours (pid %d)", running, sq.PID())
+		}
+		return nil
+	})
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if err := nodeagent.WaitListening(wctx, cfg.ListenAddr(), sq.Done()); err != nil {
@@ -378,52 +346,6 @@ func (e *env) createProxy(ctx context.Context) error {
 		}
 		return list.Count == 1 && list.Proxies[0].Name == proxyName, string(body)
 	})
-}
-
-// stop tears down in reverse order: operator, squid, target, control plane.
-func (e *env) stop() error {
-	var errs []error
-	for i := len(e.stops) - 1; i >= 0; i-- {
-		if err := e.stops[i](); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	e.stops = nil
-	return errors.Join(errs...)
-}
-
-func (e *env) dumpLogs() {
-	framework.DumpLogTails(os.Stderr, e.logDir, 80, "operator.log", "squid/cache.log")
-}
-
-// runUntilStopped runs f on its own context and returns a stop function that
-// cancels it and waits for f to return.
-func runUntilStopped(ctx context.Context, f func(context.Context) error) (func() error, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- f(ctx) }()
-	var once sync.Once
-	var stopErr error
-	stop := func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				stopErr = err
-			case <-time.After(60 * time.Second):
-				stopErr = errors.New("did not stop within 60s")
-			}
-		})
-		return stopErr
-	}
-	// An immediate failure (bad options, port taken) is reported now.
-	select {
-	case err := <-done:
-		cancel()
-		return func() error { return nil }, fmt.Errorf("stopped at once: %v", err)
-	case <-time.After(500 * time.Millisecond):
-	}
-	return stop, nil
 }
 
 // waitFor polls cond every 100ms until it holds or timeout passes; the error

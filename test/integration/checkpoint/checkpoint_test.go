@@ -25,6 +25,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
 const componentLabel = "app.kubernetes.io/component=lease-checkpoint"
@@ -39,7 +40,12 @@ type env struct {
 // namespace of its own.
 var shared = controlplane.NewShared(controlplane.Options{SkipCRDs: true})
 
-func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }
+func TestMain(m *testing.M) {
+	os.Exit(framework.Main(m, "checkpoint", func(_ context.Context, e *framework.Env) error {
+		e.Share(shared)
+		return nil
+	}))
+}
 
 func setup(t *testing.T) *env {
 	t.Helper()

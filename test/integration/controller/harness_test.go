@@ -57,31 +57,25 @@ func TestMain(m *testing.M) {
 	// controller-runtime complains loudly when its global logger is unset;
 	// per-test loggers are passed explicitly below.
 	ctrllog.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	code, err := runSuite(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(code)
+	os.Exit(framework.Main(m, "controller", setupSuite))
 }
 
-func runSuite(m *testing.M) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+func setupSuite(ctx context.Context, e *framework.Env) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return 0, err
+		return err
 	}
 	if err := crawlv1alpha1.AddToScheme(s); err != nil {
-		return 0, err
+		return err
 	}
-	ops, err := framework.StartOperatorSuite(ctx, s)
+	ops, err := e.OperatorSuite(ctx, s)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	defer func() { _ = ops.Stop() }()
 	shared = suite{OperatorSuite: ops}
-	return m.Run(), nil
+	return nil
 }
 
 // env is one test's world: a namespace, a manager running the reconciler as

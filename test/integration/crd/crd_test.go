@@ -23,9 +23,9 @@ import (
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/artifacts/examples"
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
-
-	"github.com/proxy-operator/proxy-operator/test/logtail"
+	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
 // env is the package's one control plane, started by TestMain.
@@ -35,44 +35,28 @@ var env struct {
 	client client.Client
 }
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
+func TestMain(m *testing.M) { os.Exit(framework.Main(m, "crd", setup)) }
 
-func run(m *testing.M) int {
-	cp, err := controlplane.Start(context.Background(), controlplane.Options{})
+// setup starts the package's control plane (CRDs installed) and its
+// client.
+func setup(ctx context.Context, e *framework.Env) error {
+	cp, err := e.ControlPlane(ctx, controlplane.Options{})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting control plane: %v\n", err)
-		return 1
+		return err
 	}
-	defer func() {
-		if err := cp.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stopping control plane: %v\n", err)
-		}
-	}()
 	scheme := runtime.NewScheme()
 	if err := crawlv1alpha1.AddToScheme(scheme); err != nil {
-		fmt.Fprintf(os.Stderr, "building scheme: %v\n", err)
-		return 1
+		return fmt.Errorf("building scheme: %w", err)
 	}
 	if err := corev1.AddToScheme(scheme); err != nil {
-		fmt.Fprintf(os.Stderr, "building scheme: %v\n", err)
-		return 1
+		return fmt.Errorf("building scheme: %w", err)
 	}
-	cfg := cp.RESTConfig()
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := framework.Client(cp, scheme)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "building client: %v\n", err)
-		return 1
+		return err
 	}
-	env.cp, env.cfg, env.client = cp, cfg, c
-	code := m.Run()
-	if code != 0 {
-		if log, err := os.ReadFile(cp.APIServerLogPath); err == nil {
-			fmt.Fprintf(os.Stderr, "--- last lines of kube-apiserver log ---\n%s\n", logtail.Lines(string(log), 40))
-		}
-	}
-	return code
+	env.cp, env.cfg, env.client = cp, cp.RESTConfig(), c
+	return nil
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -335,10 +319,7 @@ func TestMinimalProxiesGetDefaults(t *testing.T) {
 func TestStatusSubresource(t *testing.T) {
 	ctx := ctxFor(t)
 	ns := newNamespace(t, ctx, "status")
-	p := &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns},
-		Spec:       crawlv1alpha1.ProxySpec{Provider: "kubernetes"},
-	}
+	p := builders.Proxy(ns, "p").Provider("kubernetes").Obj()
 	if err := env.client.Create(ctx, p); err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -456,10 +437,7 @@ func kubectlPath() (string, error) {
 func TestKubectlGetPrintsColumns(t *testing.T) {
 	ctx := ctxFor(t)
 	ns := newNamespace(t, ctx, "kubectl-get")
-	ready := &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "ready-proxy", Namespace: ns},
-		Spec:       crawlv1alpha1.ProxySpec{Provider: "kubernetes"},
-	}
+	ready := builders.Proxy(ns, "ready-proxy").Provider("kubernetes").Obj()
 	if err := env.client.Create(ctx, ready); err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -467,10 +445,7 @@ func TestKubectlGetPrintsColumns(t *testing.T) {
 	if err := env.client.Status().Update(ctx, ready); err != nil {
 		t.Fatalf("status update: %v", err)
 	}
-	external := &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: "external-proxy", Namespace: ns},
-		Spec:       crawlv1alpha1.ProxySpec{Mode: crawlv1alpha1.ModeExternal, Endpoint: &crawlv1alpha1.Endpoint{Host: "127.0.0.9"}},
-	}
+	external := builders.Proxy(ns, "external-proxy").External("127.0.0.9", 0).Obj()
 	if err := env.client.Create(ctx, external); err != nil {
 		t.Fatalf("create: %v", err)
 	}

@@ -2,14 +2,12 @@ package gcpprovider
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -57,80 +55,53 @@ type environment struct {
 	fake   *gcefake.Server
 	squids *gcefake.SquidBackend
 	target *httptest.Server
-	logDir string
-	stopOp func() error
 }
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+func TestMain(m *testing.M) { os.Exit(framework.Main(m, "gcpprovider", start)) }
 
-func runMain(m *testing.M) int {
-	env, err := start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gcpprovider: starting: %v\n", err)
-		if env != nil {
-			_ = env.stop()
-			framework.DumpLogTails(os.Stderr, env.logDir, 80, "operator.log")
-		}
-		return 1
-	}
-	shared = env
-	code := m.Run()
-	if err := env.stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "gcpprovider: stopping: %v\n", err)
-		code = 1
-	}
-	if left := framework.SquidChildren(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "gcpprovider: squid processes left behind: %v\n", left)
-		code = 1
-	}
-	if code != 0 {
-		framework.DumpLogTails(os.Stderr, env.logDir, 120, "operator.log")
-	}
-	_ = os.RemoveAll(env.logDir)
-	return code
-}
-
-func start() (_ *environment, retErr error) {
+// start brings up the package's control plane, a target site, the Compute
+// Engine fake with real squids behind it, and the operator in process.
+func start(ctx context.Context, fw *framework.Env) error {
 	if _, err := nodeagent.LookSquid(""); err != nil {
-		return nil, fmt.Errorf("%w (these tests run real squid)", err)
+		return fmt.Errorf("%w (these tests run real squid)", err)
 	}
-	logDir, err := os.MkdirTemp("", "proxy-operator-gcp-")
-	if err != nil {
-		return nil, err
-	}
-	env := &environment{logDir: logDir}
-	ctx := context.Background()
-	if env.cp, err = controlplane.Start(ctx, controlplane.Options{CRDFS: crds.FS}); err != nil {
-		return env, err
+	env := &environment{}
+	shared = env
+	var err error
+	if env.cp, err = fw.ControlPlane(ctx, controlplane.Options{CRDFS: crds.FS}); err != nil {
+		return err
 	}
 	scheme, err := app.NewScheme()
 	if err != nil {
-		return env, err
+		return err
 	}
-	if env.client, err = client.New(env.cp.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
-		return env, err
+	if env.client, err = framework.Client(env.cp, scheme); err != nil {
+		return err
 	}
 	if err := env.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
-		return env, err
+		return err
 	}
 	env.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "gcp integration target; via=%s", r.Header.Get("Via"))
 	}))
+	fw.Defer("target", func() error { env.target.Close(); return nil })
 	env.squids, err = gcefake.NewSquidBackend(gcefake.SquidOptions{
 		PoolFirst: netip.MustParseAddr("127.0.7.2"), PoolLast: netip.MustParseAddr("127.0.7.254"),
 	})
 	if err != nil {
-		return env, err
+		return err
 	}
+	fw.Defer("squids", env.squids.Close)
 	env.fake = gcefake.New(gcefake.Options{Backend: env.squids, PageSize: 3})
 	endpoint, err := env.fake.Start("127.0.0.1:0")
 	if err != nil {
-		return env, err
+		return err
 	}
+	fw.Defer("compute engine fake", env.fake.Close)
 
-	opLog, err := framework.FileLogger(filepath.Join(logDir, "operator.log"))
+	opLog, err := fw.Logger("operator.log")
 	if err != nil {
-		return env, err
+		return err
 	}
 	ctrl.SetLogger(opLog)
 	opts := app.NewOptions()
@@ -149,32 +120,11 @@ func start() (_ *environment, retErr error) {
 	opts.Intervals.CreateRetry = time.Second
 	opts.Health.Tick = 100 * time.Millisecond
 	if err := opts.Validate(); err != nil {
-		return env, err
+		return err
 	}
-	env.stopOp, err = framework.RunUntilStopped(log.IntoContext(ctx, opLog), func(ctx context.Context) error {
+	return fw.Go(log.IntoContext(ctx, opLog), "operator", func(ctx context.Context) error {
 		return app.Run(ctx, env.cp.RESTConfig(), opts)
 	}, nil)
-	return env, err
-}
-
-func (e *environment) stop() error {
-	var errs []error
-	if e.stopOp != nil {
-		errs = append(errs, e.stopOp())
-	}
-	if e.fake != nil {
-		errs = append(errs, e.fake.Close())
-	}
-	if e.squids != nil {
-		errs = append(errs, e.squids.Close())
-	}
-	if e.target != nil {
-		e.target.Close()
-	}
-	if e.cp != nil {
-		errs = append(errs, e.cp.Stop())
-	}
-	return errors.Join(errs...)
 }
 
 // --- helpers ---

@@ -63,32 +63,26 @@ var shared suite
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	code, err := runSuite(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(code)
+	os.Exit(framework.Main(m, "health", setupSuite))
 }
 
-func runSuite(m *testing.M) (int, error) {
+func setupSuite(ctx context.Context, e *framework.Env) error {
 	squidPath, err := nodeagent.LookSquid("")
 	if err != nil {
-		return 0, fmt.Errorf("%w (hack/install-squid.sh installs it)", err)
+		return fmt.Errorf("%w (hack/install-squid.sh installs it)", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	s, err := app.NewScheme()
 	if err != nil {
-		return 0, err
+		return err
 	}
-	ops, err := framework.StartOperatorSuite(ctx, s)
+	ops, err := e.OperatorSuite(ctx, s)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	defer func() { _ = ops.Stop() }()
 	shared = suite{OperatorSuite: ops, squidPath: squidPath}
-	return m.Run(), nil
+	return nil
 }
 
 // env is one test's world: a namespace the operator may act in, an admin

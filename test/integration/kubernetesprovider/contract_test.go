@@ -3,14 +3,12 @@ package kubernetesprovider
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,7 +22,6 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/provider/providertest"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
-	"github.com/proxy-operator/proxy-operator/test/logtail"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
@@ -42,43 +39,25 @@ type env struct {
 	agent *nodeagent.Agent
 }
 
-// suite starts the control plane, the namespace and the node agent once, for
-// the first test that asks.
+// suite starts the namespace and the node agent once, on the shared control
+// plane, for the first test that asks; the package's framework.Env stops
+// them after the tests.
 type suite struct {
 	cp   *controlplane.Shared
+	fw   *framework.Env
 	once sync.Once
 	env  *env
 	err  error
-	// logs is the agent's log, printed when a test failed.
-	logs framework.SyncBuffer
-	stop func() error
 }
 
 var shared = &suite{cp: controlplane.NewShared(controlplane.Options{})}
 
 func TestMain(m *testing.M) {
-	os.Exit(shared.cp.Run(&agentStopper{M: m, s: shared}))
-}
-
-// agentStopper stops the agent after the tests, before the control plane
-// stops, and prints its log after a failure.
-type agentStopper struct {
-	*testing.M
-	s *suite
-}
-
-func (a *agentStopper) Run() int {
-	code := a.M.Run()
-	if a.s.stop != nil {
-		if err := a.s.stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "node agent: %v\n", err)
-			code = max(code, 1)
-		}
-	}
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "--- node agent log ---\n%s\n", logtail.Lines(a.s.logs.String(), 80))
-	}
-	return code
+	os.Exit(framework.Main(m, "kubernetesprovider", func(_ context.Context, e *framework.Env) error {
+		e.Share(shared.cp)
+		shared.fw = e
+		return nil
+	}))
 }
 
 func setup(t *testing.T) *env {
@@ -95,18 +74,23 @@ func setup(t *testing.T) *env {
 }
 
 func (s *suite) start(cp *controlplane.ControlPlane) (*env, error) {
+	ctx := context.Background()
 	admin, err := client.New(cp.RESTConfig(), client.Options{})
 	if err != nil {
 		return nil, err
 	}
-	if err := admin.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		return nil, err
+	}
+	agentLog, err := s.fw.Logger("nodeagent.log")
+	if err != nil {
 		return nil, err
 	}
 	agent, err := nodeagent.New(cp.RESTConfig(), nodeagent.Options{
 		NodeName: nodeName,
 		// The suite tags every case differently.
 		AnyTag: true,
-		Log:    funcr.New(func(prefix, args string) { fmt.Fprintln(&s.logs, prefix, args) }, funcr.Options{}),
+		Log:    agentLog,
 		// Disjoint from the other test packages' agents.
 		PoolFirst: netip.MustParseAddr("127.0.5.2"),
 		PoolLast:  netip.MustParseAddr("127.0.5.250"),
@@ -114,17 +98,8 @@ func (s *suite) start(cp *controlplane.ControlPlane) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- agent.Run(ctx) }()
-	s.stop = func() error {
-		cancel()
-		return <-done
-	}
-	select {
-	case <-agent.Ready():
-	case err := <-done:
-		return nil, fmt.Errorf("node agent stopped: %w", err)
+	if err := s.fw.Go(ctx, "node agent", agent.Run, agent.Ready()); err != nil {
+		return nil, err
 	}
 	return &env{cp: cp, admin: admin, agent: agent}, nil
 }

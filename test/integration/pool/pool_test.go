@@ -31,6 +31,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/pool"
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 )
 
@@ -38,19 +39,14 @@ var suite *framework.OperatorSuite
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.InfoLevel)))
-	scheme, err := app.NewScheme()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	suite, err = framework.StartOperatorSuite(context.Background(), scheme)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = suite.Stop()
-	os.Exit(code)
+	os.Exit(framework.Main(m, "pool", func(ctx context.Context, e *framework.Env) error {
+		scheme, err := app.NewScheme()
+		if err != nil {
+			return err
+		}
+		suite, err = e.OperatorSuite(ctx, scheme)
+		return err
+	}))
 }
 
 // env is one namespace with the pool controller and a lease store running.
@@ -109,18 +105,9 @@ func start(t *testing.T, drainTimeout time.Duration) *env {
 
 func (e *env) newPool(t *testing.T, name string, replicas int32, auto *crawlv1alpha1.PoolAutoscaling) *crawlv1alpha1.ProxyPool {
 	t.Helper()
-	p := &crawlv1alpha1.ProxyPool{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
-		Spec: crawlv1alpha1.ProxyPoolSpec{
-			Replicas: ptr.To(replicas),
-			Template: crawlv1alpha1.ProxyTemplate{
-				Metadata: crawlv1alpha1.TemplateMetadata{Labels: map[string]string{"team": "crawl"}},
-				Spec: crawlv1alpha1.ProxySpec{Provider: "kubernetes",
-					Attributes: map[string]string{"pool": name, "tier": "standard"}},
-			},
-			Autoscaling: auto,
-		},
-	}
+	p := builders.ProxyPool(e.ns, name).Replicas(replicas).
+		Template(builders.Proxy("", "").Provider("kubernetes").Label("team", "crawl").Attr("pool", name).Attr("tier", "standard")).Obj()
+	p.Spec.Autoscaling = auto
 	if err := e.c.Create(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
@@ -490,14 +477,9 @@ func TestTemplateChangeRolls(t *testing.T) {
 func TestAutoscaledPoolStartsEmpty(t *testing.T) {
 	e := start(t, time.Minute)
 	ctx := context.Background()
-	p := &crawlv1alpha1.ProxyPool{
-		ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: e.ns},
-		Spec: crawlv1alpha1.ProxyPoolSpec{
-			Template: crawlv1alpha1.ProxyTemplate{Spec: crawlv1alpha1.ProxySpec{Provider: "kubernetes",
-				Attributes: map[string]string{"pool": "idle"}}},
-			Autoscaling: &crawlv1alpha1.PoolAutoscaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 3},
-		},
-	}
+	// No replicas: the CRD's default (1) is what this test is about.
+	p := builders.ProxyPool(e.ns, "idle").Template(builders.Proxy("", "").Provider("kubernetes").Attr("pool", "idle")).
+		Autoscaling(0, 3).Obj()
 	if err := e.c.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}

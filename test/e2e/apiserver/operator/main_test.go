@@ -62,62 +62,38 @@ type env struct {
 	kubectlBin string
 	cacheDir   string
 	logDir     string
-	stops      []func() error
 }
 
 var shared *env
 
-func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+func TestMain(m *testing.M) { os.Exit(framework.Main(m, "apiserver-operator", start)) }
 
-func runMain(m *testing.M) int {
-	e, err := start(context.Background())
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "operator e2e: starting: %v\n", err)
-		if e != nil {
-			_ = e.stop()
-			e.dumpLogs()
-		}
-		return 1
-	}
+// start brings up the package's control plane, a node agent running real
+// squids, a target site, the operator in process with its aggregated API
+// served on loopback, and registers the APIService.
+func start(ctx context.Context, fw *framework.Env) (err error) {
+	e := &env{logDir: fw.LogDir}
 	shared = e
-	code := m.Run()
-	if err := e.stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "operator e2e: stopping: %v\n", err)
-		code = 1
-	}
-	if code != 0 {
-		e.dumpLogs()
-	}
-	_ = os.RemoveAll(e.logDir)
-	return code
-}
-
-func start(ctx context.Context) (_ *env, err error) {
-	e := &env{}
-	if e.logDir, err = os.MkdirTemp("", "proxylease-operator-e2e-"); err != nil {
-		return nil, err
-	}
 	if _, err := nodeagent.LookSquid(""); err != nil {
-		return e, fmt.Errorf("%w (this e2e runs real squid)", err)
+		return fmt.Errorf("%w (this e2e runs real squid)", err)
 	}
-	if e.cp, err = controlplane.Start(ctx, controlplane.Options{CRDFS: crds.FS}); err != nil {
-		return e, err
+	if e.cp, err = fw.ControlPlane(ctx, controlplane.Options{CRDFS: crds.FS}); err != nil {
+		return err
 	}
-	e.stops = append(e.stops, e.cp.Stop)
 	e.admin = e.cp.RESTConfig()
 	scheme, err := app.NewScheme()
 	if err != nil {
-		return e, err
+		return err
 	}
-	if e.client, err = client.New(e.admin, client.Options{Scheme: scheme}); err != nil {
-		return e, err
+	if e.client, err = framework.Client(e.cp, scheme); err != nil {
+		return err
 	}
 	if e.leasing, err = versioned.NewForConfig(e.admin); err != nil {
-		return e, err
+		return err
 	}
 	root, err := controlplane.RepoRoot()
 	if err != nil {
-		return e, err
+		return err
 	}
 	binDir := os.Getenv(controlplane.BinDirEnv)
 	if binDir == "" {
@@ -130,20 +106,18 @@ func start(ctx context.Context) (_ *env, err error) {
 		e.targetHits.Add(1)
 		fmt.Fprintf(w, "target; via=%s", r.Header.Get("Via"))
 	}))
-	e.stops = append(e.stops, func() error { e.target.Close(); return nil })
+	fw.Defer("target", func() error { e.target.Close(); return nil })
 
-	agentLog, err := framework.FileLogger(filepath.Join(e.logDir, "nodeagent.log"))
+	agentLog, err := fw.Logger("nodeagent.log")
 	if err != nil {
-		return e, err
+		return err
 	}
 	agent, err := nodeagent.New(e.admin, nodeagent.Options{NodeName: nodeName, Log: agentLog, PoolFirst: poolFirst, PoolLast: poolLast})
 	if err != nil {
-		return e, err
+		return err
 	}
-	stopAgent, err := framework.RunUntilStopped(ctx, agent.Run, agent.Ready())
-	e.stops = append(e.stops, stopAgent)
-	if err != nil {
-		return e, fmt.Errorf("node agent: %w", err)
+	if err := fw.Go(ctx, "node agent", agent.Run, agent.Ready()); err != nil {
+		return err
 	}
 
 	// The serving certificate the APIService verifies: for the Service's DNS
@@ -151,18 +125,18 @@ func start(ctx context.Context) (_ *env, err error) {
 	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("proxy-lease-api.proxy-operator-system.svc",
 		[]net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
 	if err != nil {
-		return e, err
+		return err
 	}
 	certFile, keyFile := filepath.Join(e.logDir, "serving.crt"), filepath.Join(e.logDir, "serving.key")
 	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
-		return e, err
+		return err
 	}
 	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
-		return e, err
+		return err
 	}
 	ports, err := ports.Free(2)
 	if err != nil {
-		return e, err
+		return err
 	}
 	apiPort, discoveryPort := ports[0], ports[1]
 	e.discovery = fmt.Sprintf("http://127.0.0.1:%d", discoveryPort)
@@ -187,54 +161,34 @@ func start(ctx context.Context) (_ *env, err error) {
 	opts.APIServer.SecureServing.ServerCert.CertKey.CertFile = certFile
 	opts.APIServer.SecureServing.ServerCert.CertKey.KeyFile = keyFile
 	if err := opts.Validate(); err != nil {
-		return e, fmt.Errorf("operator options: %w", err)
+		return fmt.Errorf("operator options: %w", err)
 	}
-	opLog, err := framework.FileLogger(filepath.Join(e.logDir, "operator.log"))
+	opLog, err := fw.Logger("operator.log")
 	if err != nil {
-		return e, err
+		return err
 	}
 	ctrl.SetLogger(opLog)
-	stopOperator, err := framework.RunUntilStopped(log.IntoContext(ctx, opLog), func(ctx context.Context) error {
+	if err := fw.Go(log.IntoContext(ctx, opLog), "operator", func(ctx context.Context) error {
 		return app.Run(ctx, e.admin, opts)
-	}, nil)
-	e.stops = append(e.stops, stopOperator)
-	if err != nil {
-		return e, fmt.Errorf("operator: %w", err)
+	}, nil); err != nil {
+		return err
 	}
 
 	dev, err := fs.ReadFile(artifacts.Dev, "dev/apiservice.yaml")
 	if err != nil {
-		return e, err
+		return err
 	}
 	blocks := bytes.SplitAfter(certPEM, []byte("-----END CERTIFICATE-----\n"))
 	ca := blocks[len(blocks)-2] // the chain ends with the signing CA
 	manifest := strings.Replace(string(dev), "  versionPriority: 15\n", "  versionPriority: 15\n  caBundle: "+base64.StdEncoding.EncodeToString(ca)+"\n", 1)
 	if !strings.Contains(manifest, "caBundle: ") {
-		return e, errors.New("dev/apiservice.yaml no longer has the field this test writes caBundle after")
+		return errors.New("dev/apiservice.yaml no longer has the field this test writes caBundle after")
 	}
 	manifest = strings.Replace(manifest, "port: 7443", "port: "+strconv.Itoa(apiPort), 1)
 	if _, err := controlplane.ApplyYAML(ctx, e.admin, []byte(manifest)); err != nil {
-		return e, fmt.Errorf("registering the APIService: %w", err)
+		return fmt.Errorf("registering the APIService: %w", err)
 	}
-	if err := waitAvailable(ctx, e.admin, 120*time.Second); err != nil {
-		return e, err
-	}
-	return e, nil
-}
-
-func (e *env) stop() error {
-	var errs []error
-	for i := len(e.stops) - 1; i >= 0; i-- {
-		if err := e.stops[i](); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	e.stops = nil
-	return errors.Join(errs...)
-}
-
-func (e *env) dumpLogs() {
-	framework.DumpLogTails(os.Stderr, e.logDir, 60, "operator.log", "nodeagent.log")
+	return waitAvailable(ctx, e.admin, 120*time.Second)
 }
 
 func waitAvailable(ctx context.Context, cfg *rest.Config, timeout time.Duration) error {
