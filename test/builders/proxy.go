@@ -86,6 +86,12 @@ func (b *ProxyBuilder) FailureThreshold(n int32) *ProxyBuilder {
 	return b
 }
 
+// CloudInit sets what the proxy's machine runs at boot.
+func (b *ProxyBuilder) CloudInit(ci *crawlv1alpha1.CloudInit) *ProxyBuilder {
+	b.p.Spec.CloudInit = ci
+	return b
+}
+
 // Label sets label k to v.
 func (b *ProxyBuilder) Label(k, v string) *ProxyBuilder {
 	metav1.SetMetaDataLabel(&b.p.ObjectMeta, k, v)

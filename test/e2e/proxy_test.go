@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,20 +40,8 @@ const (
 // newProxy returns a Managed kubernetes Proxy whose health checks go through
 // it to the local target.
 func newProxy(namespace, name string, cloudInit *crawlv1alpha1.CloudInit) *crawlv1alpha1.Proxy {
-	return &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: crawlv1alpha1.ProxySpec{
-			Mode:       crawlv1alpha1.ModeManaged,
-			Provider:   "kubernetes",
-			Attributes: map[string]string{"suite": "e2e"},
-			CloudInit:  cloudInit,
-			HealthCheck: crawlv1alpha1.HealthCheck{
-				URL:             shared.target.URL + "/healthz",
-				IntervalSeconds: 2,
-				TimeoutSeconds:  1,
-			},
-		},
-	}
+	return builders.Proxy(namespace, name).Managed("kubernetes").Attr("suite", "e2e").CloudInit(cloudInit).
+		Probe(shared.target.URL+"/healthz", 2, 1).Obj()
 }
 
 func provisioned(p *crawlv1alpha1.Proxy) bool {

@@ -26,12 +26,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/cmd/proxy-operator/app"
 	"github.com/proxy-operator/proxy-operator/pkg/certs"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	dclient "github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/generated/clientset/versioned"
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 	"github.com/proxy-operator/proxy-operator/test/nodeagent"
@@ -255,14 +255,7 @@ func (c *cluster) fleet(t *testing.T) {
 		host, port, _ := net.SplitHostPort(sq.Config().ListenAddr())
 		var p32 int32
 		fmt.Sscan(port, &p32)
-		p := &crawlv1alpha1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: crawlNS},
-			Spec: crawlv1alpha1.ProxySpec{
-				Mode:        crawlv1alpha1.ModeExternal,
-				Endpoint:    &crawlv1alpha1.Endpoint{Host: host, Port: p32},
-				HealthCheck: crawlv1alpha1.HealthCheck{URL: origin.URL},
-			},
-		}
+		p := builders.Proxy(crawlNS, fmt.Sprintf("p%d", i)).External(host, p32).Probe(origin.URL, 0, 0).Obj()
 		if err := cl.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxy-operator/proxy-operator/test/builders"
 	"github.com/proxy-operator/proxy-operator/test/ports"
 
 	corev1 "k8s.io/api/core/v1"
@@ -91,10 +92,7 @@ func TestOperatorWiring(t *testing.T) {
 		return code == http.StatusOK, fmt.Sprint(code, body)
 	})
 
-	p := &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "pod-proxy"},
-		Spec:       crawlv1alpha1.ProxySpec{Provider: kubernetes.Name},
-	}
+	p := builders.Proxy(e.ns, "pod-proxy").Provider(kubernetes.Name).Obj()
 	e.create(p)
 	podKey := types.NamespacedName{Namespace: e.ns, Name: provider.NameFromUID(p.UID)}
 	var pod corev1.Pod

@@ -372,8 +372,7 @@ func TestAutoscaleFromZero(t *testing.T) {
 func TestAdoptAndRelease(t *testing.T) {
 	e := start(t, time.Minute)
 	ctx := context.Background()
-	orphan := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "orphan", Namespace: e.ns, Labels: map[string]string{crawlv1alpha1.PoolLabel: "adopt"}},
-		Spec: crawlv1alpha1.ProxySpec{Provider: "kubernetes"}}
+	orphan := builders.Proxy(e.ns, "orphan").Label(crawlv1alpha1.PoolLabel, "adopt").Provider("kubernetes").Obj()
 	if err := e.c.Create(ctx, orphan); err != nil {
 		t.Fatal(err)
 	}

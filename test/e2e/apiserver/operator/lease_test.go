@@ -20,6 +20,7 @@ import (
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 	discoveryclient "github.com/proxy-operator/proxy-operator/pkg/discovery/client"
+	"github.com/proxy-operator/proxy-operator/test/builders"
 )
 
 const leaseManifest = `apiVersion: leasing.crawl.example.com/v1alpha1
@@ -39,17 +40,7 @@ spec:
 func readyProxy(t *testing.T, ns, name string) *crawlv1alpha1.Proxy {
 	t.Helper()
 	ctx := context.Background()
-	p := &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: crawlv1alpha1.ProxySpec{
-			Mode:       crawlv1alpha1.ModeManaged,
-			Provider:   "kubernetes",
-			Attributes: map[string]string{"region": "eu"},
-			HealthCheck: crawlv1alpha1.HealthCheck{
-				URL: shared.target.URL + "/healthz", IntervalSeconds: 2, TimeoutSeconds: 1,
-			},
-		},
-	}
+	p := builders.Proxy(ns, name).Managed("kubernetes").Attr("region", "eu").Probe(shared.target.URL+"/healthz", 2, 1).Obj()
 	if err := shared.client.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
