@@ -100,13 +100,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{RequeueAfter: pollInterval}, nil
 	}
 	base := pool.DeepCopy()
-	members, err := r.members(ctx, &pool)
+	members, listed, err := r.members(ctx, &pool)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	counts := r.Demand.LeaseCounts()
 	now := r.Clock.Now()
 	st := observe(&pool, members, counts, r.Options.DrainTimeout, now)
+	st.listed = listed
 	waiting := r.Demand.Waiting(func(q lease.AcquireRequest) bool { return serves(&pool, q) })
 	dec := Desired(Input{
 		Replicas: replicasOf(&pool), Autoscaling: pool.Spec.Autoscaling, Held: st.held, Waiting: waiting, Owned: len(st.live) + len(st.draining),
@@ -123,13 +124,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		// scale subresource; the update's event reconciles again.
 		return ctrl.Result{}, r.setReplicas(ctx, &pool, dec.Replicas, describe(dec, st.held, waiting))
 	}
-	if err := r.scale(ctx, &pool, st, dec.Replicas, now); err != nil {
+	wait, err := r.scale(ctx, &pool, st, dec.Replicas, now)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if pool.Spec.Autoscaling != nil || len(st.draining) > 0 || !dec.LowSince.IsZero() {
-		return ctrl.Result{RequeueAfter: pollInterval}, nil
+	periodic := pool.Spec.Autoscaling != nil || len(st.draining) > 0 || !dec.LowSince.IsZero()
+	if periodic && (wait == 0 || wait > pollInterval) {
+		wait = pollInterval
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: wait}, nil
 }
 
 // describe says why a decision was taken, for its Event.

@@ -34,13 +34,17 @@ type expectation struct {
 // members lists the pool's Proxies: those it controls and still labels as
 // its own, plus labelled orphans it adopts; a controlled Proxy whose label
 // no longer names the pool is released (its owner reference removed), as a
-// ReplicaSet releases a Pod that stops matching.
-func (r *Reconciler) members(ctx context.Context, pool *crawlv1alpha1.ProxyPool) ([]*crawlv1alpha1.Proxy, error) {
+// ReplicaSet releases a Pod that stops matching. listed is the name of every
+// Proxy of the namespace the cache showed, members or not.
+func (r *Reconciler) members(ctx context.Context, pool *crawlv1alpha1.ProxyPool) (out []*crawlv1alpha1.Proxy, listed map[string]bool, _ error) {
 	var list crawlv1alpha1.ProxyList
 	if err := r.Client.List(ctx, &list, client.InNamespace(pool.Namespace)); err != nil {
-		return nil, fmt.Errorf("listing proxies of pool %s/%s: %w", pool.Namespace, pool.Name, err)
+		return nil, nil, fmt.Errorf("listing proxies of pool %s/%s: %w", pool.Namespace, pool.Name, err)
 	}
-	var out []*crawlv1alpha1.Proxy
+	listed = make(map[string]bool, len(list.Items))
+	for i := range list.Items {
+		listed[list.Items[i].Name] = true
+	}
 	for i := range list.Items {
 		p := &list.Items[i]
 		ref := metav1.GetControllerOf(p)
@@ -52,14 +56,14 @@ func (r *Reconciler) members(ctx context.Context, pool *crawlv1alpha1.ProxyPool)
 			orig := p.DeepCopy()
 			p.OwnerReferences = slices.DeleteFunc(p.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == pool.UID })
 			if err := r.Client.Patch(ctx, p, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("releasing proxy %s: %w", p.Name, err)
+				return nil, nil, fmt.Errorf("releasing proxy %s: %w", p.Name, err)
 			}
 			log.FromContext(ctx).Info("proxy released: its label no longer names the pool", "proxy", p.Name)
 			r.event(pool, p, EventReasonReleased, actionRelease, "released proxy %s: its %s label no longer names the pool", p.Name, crawlv1alpha1.PoolLabel)
 		case ref == nil && labelled && p.DeletionTimestamp.IsZero():
 			orig := p.DeepCopy()
 			if err := controllerutil.SetControllerReference(pool, p, r.Client.Scheme()); err != nil {
-				return nil, fmt.Errorf("adopting proxy %s: %w", p.Name, err)
+				return nil, nil, fmt.Errorf("adopting proxy %s: %w", p.Name, err)
 			}
 			// Adopted as it is: of the current template, not rolled.
 			if _, ok := p.Labels[crawlv1alpha1.TemplateHashLabel]; !ok {
@@ -69,14 +73,14 @@ func (r *Reconciler) members(ctx context.Context, pool *crawlv1alpha1.ProxyPool)
 				if apierrors.IsNotFound(err) {
 					continue
 				}
-				return nil, fmt.Errorf("adopting proxy %s: %w", p.Name, err)
+				return nil, nil, fmt.Errorf("adopting proxy %s: %w", p.Name, err)
 			}
 			log.FromContext(ctx).Info("proxy adopted", "proxy", p.Name)
 			r.event(pool, p, EventReasonAdopted, actionAdopt, "adopted proxy %s (labelled %s=%s, no owner)", p.Name, crawlv1alpha1.PoolLabel, pool.Name)
 			out = append(out, p)
 		}
 	}
-	return out, nil
+	return out, listed, nil
 }
 
 // observed is a pool's Proxies as this reconcile sees them.
@@ -84,9 +88,13 @@ type observed struct {
 	// live serve the pool; draining are being removed while leased;
 	// drained are draining ones whose leases ended or whose drain timed out.
 	live, draining, drained []*crawlv1alpha1.Proxy
-	deleting                int
-	ready, leased, held     int
-	leases                  map[string]int
+	// listed names every Proxy of the namespace the cache showed: one
+	// this pool created counts as seen even when it is no member (released
+	// before this pool's cache saw it labelled, say).
+	listed              map[string]bool
+	deleting            int
+	ready, leased, held int
+	leases              map[string]int
 }
 
 func observe(pool *crawlv1alpha1.ProxyPool, members []*crawlv1alpha1.Proxy, counts map[lease.ProxyKey]int, drainTimeout time.Duration, now time.Time) *observed {
@@ -122,23 +130,28 @@ func observe(pool *crawlv1alpha1.ProxyPool, members []*crawlv1alpha1.Proxy, coun
 // draining ones are taken back before new ones are made; to shrink, unleased
 // Proxies are deleted first (not Ready ones, then the newest), leased ones
 // drained. Nothing is done while the cache has not shown the last step.
-func (r *Reconciler) scale(ctx context.Context, pool *crawlv1alpha1.ProxyPool, st *observed, desired int32, now time.Time) error {
+//
+// While the cache has not caught up with the last step it does nothing and
+// returns how long the expectation may still hold: the caller requeues then,
+// so a step whose effect never shows (a created Proxy deleted at once) does
+// not leave the pool unreconciled until some unrelated event.
+func (r *Reconciler) scale(ctx context.Context, pool *crawlv1alpha1.ProxyPool, st *observed, desired int32, now time.Time) (time.Duration, error) {
 	key := client.ObjectKeyFromObject(pool)
-	if !r.expectationsMet(key, st, now) {
-		return nil
+	if wait := r.expectationWait(key, st, now); wait > 0 {
+		return wait, nil
 	}
 	exp := expectation{creates: map[string]bool{}, deletes: map[types.UID]bool{}, at: now}
 	defer r.setExpectation(key, exp)
 	for _, p := range st.drained {
 		if err := r.delete(ctx, p, &exp); err != nil {
-			return err
+			return 0, err
 		}
 		log.FromContext(ctx).Info("drained proxy deleted", "proxy", p.Name, "leases", st.leases[p.Name])
 		r.event(pool, p, EventReasonDrained, actionDelete, "deleted drained proxy %s (%d leases left: drained, or the drain timeout passed)", p.Name, st.leases[p.Name])
 	}
 	hash := TemplateHash(pool)
 	if cur, old := splitByTemplate(st.live, hash); len(old) > 0 {
-		return r.roll(ctx, pool, st, cur, old, desired, now, &exp)
+		return 0, r.roll(ctx, pool, st, cur, old, desired, now, &exp)
 	}
 	live := int32(len(st.live))
 	switch {
@@ -149,23 +162,23 @@ func (r *Reconciler) scale(ctx context.Context, pool *crawlv1alpha1.ProxyPool, s
 				break
 			}
 			if err := r.setDraining(ctx, p, ""); err != nil {
-				return err
+				return 0, err
 			}
 			need--
 		}
 		for ; need > 0; need-- {
 			if err := r.create(ctx, pool, &exp); err != nil {
-				return err
+				return 0, err
 			}
 		}
 	case live > desired:
 		for _, p := range victimsFirst(st.live, st)[:live-desired] {
 			if err := r.retire(ctx, pool, p, st, now, &exp); err != nil {
-				return err
+				return 0, err
 			}
 		}
 	}
-	return nil
+	return 0, nil
 }
 
 // victimsFirst orders Proxies for removal: unleased first, then not Ready,
@@ -265,14 +278,21 @@ func (r *Reconciler) setReplicas(ctx context.Context, pool *crawlv1alpha1.ProxyP
 	return nil
 }
 
-func (r *Reconciler) expectationsMet(key types.NamespacedName, st *observed, now time.Time) bool {
+// expectationWait is zero when the cache shows what the pool's last step
+// did (or it did nothing, or expectationTimeout passed); else how long the
+// expectation may still hold.
+func (r *Reconciler) expectationWait(key types.NamespacedName, st *observed, now time.Time) time.Duration {
 	r.mu.Lock()
 	exp, ok := r.expect[key]
 	r.mu.Unlock()
-	if !ok || now.Sub(exp.at) >= expectationTimeout {
-		return true
+	left := expectationTimeout - now.Sub(exp.at)
+	if !ok || left <= 0 {
+		return 0
 	}
-	seen := map[string]bool{}
+	seen := maps.Clone(st.listed)
+	if seen == nil {
+		seen = map[string]bool{}
+	}
 	present := map[types.UID]bool{}
 	for _, group := range [][]*crawlv1alpha1.Proxy{st.live, st.draining, st.drained} {
 		for _, p := range group {
@@ -282,15 +302,15 @@ func (r *Reconciler) expectationsMet(key types.NamespacedName, st *observed, now
 	}
 	for name := range exp.creates {
 		if !seen[name] {
-			return false
+			return left
 		}
 	}
 	for uid := range exp.deletes {
 		if present[uid] {
-			return false
+			return left
 		}
 	}
-	return true
+	return 0
 }
 
 func (r *Reconciler) setExpectation(key types.NamespacedName, exp expectation) {
