@@ -289,20 +289,16 @@ func (r *Reconciler) expectationWait(key types.NamespacedName, st *observed, now
 	if !ok || left <= 0 {
 		return 0
 	}
-	seen := maps.Clone(st.listed)
-	if seen == nil {
-		seen = map[string]bool{}
+	// Members come from the same listing: listed is every name seen.
+	for name := range exp.creates {
+		if !st.listed[name] {
+			return left
+		}
 	}
 	present := map[types.UID]bool{}
 	for _, group := range [][]*crawlv1alpha1.Proxy{st.live, st.draining, st.drained} {
 		for _, p := range group {
-			seen[p.Name] = true
 			present[p.UID] = true
-		}
-	}
-	for name := range exp.creates {
-		if !seen[name] {
-			return left
 		}
 	}
 	for uid := range exp.deletes {

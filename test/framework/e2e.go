@@ -13,6 +13,8 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 // FileLogger logs JSON lines at info level to path (creating its directory),
@@ -34,16 +36,21 @@ func FileLogger(path string) (logr.Logger, error) {
 // skipping files that do not exist.
 func DumpLogTails(w io.Writer, dir string, n int, names ...string) {
 	for _, name := range names {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			continue
+		if path := filepath.Join(dir, name); fileExists(path) {
+			writeTail(w, path, n)
 		}
-		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-		if len(lines) > n {
-			lines = lines[len(lines)-n:]
-		}
-		fmt.Fprintf(w, "--- last lines of %s ---\n%s\n", name, strings.Join(lines, "\n"))
 	}
+}
+
+// writeTail writes the last n lines of the log at path under a header
+// naming it (Env's failure output and DumpLogTails alike).
+func writeTail(w io.Writer, path string, n int) {
+	fmt.Fprintf(w, "--- last lines of %s ---\n%s\n", path, strings.TrimRight(logtail.File(path, n), "\n"))
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // SquidChildren lists the squid processes whose parent is this process (a

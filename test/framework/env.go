@@ -7,14 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
-	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
 // KeepLogsEnv, set to anything, keeps a package's log directory after a run
@@ -190,6 +188,6 @@ func (e *Env) showLogs() {
 		}
 	}
 	for _, l := range logs {
-		fmt.Fprintf(e.out, "--- last lines of %s ---\n%s\n", l.path, strings.TrimRight(logtail.File(l.path, l.lines), "\n"))
+		writeTail(e.out, l.path, l.lines)
 	}
 }
