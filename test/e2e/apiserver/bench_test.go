@@ -115,7 +115,7 @@ func BenchmarkCreateDelete(b *testing.B) {
 	for i := 0; i < 2*benchWorkers; i++ { // exclusive leases: one proxy per live lease, and spare
 		addProxy(b, ns, fmt.Sprintf("px-%02d", i), nil)
 	}
-	sa := serviceAccount(b, ns, "crawler", true)
+	sa := serviceAccount(b, ns, "crawler", crawlerRole(ns))
 	for _, who := range []struct {
 		name string
 		cfg  *rest.Config

@@ -115,7 +115,7 @@ func BenchmarkCostPerPair(b *testing.B) {
 	for i := 0; i < 2*benchWorkers; i++ {
 		addProxy(b, ns, fmt.Sprintf("px-%02d", i), nil)
 	}
-	sa := serviceAccount(b, ns, "crawler", true)
+	sa := serviceAccount(b, ns, "crawler", crawlerRole(ns))
 	pids := shared.cp.PIDs()
 	for _, who := range []struct {
 		name string
@@ -157,7 +157,7 @@ func BenchmarkProxyLeaseToConfigMap(b *testing.B) {
 	for i := 0; i < 2*benchWorkers; i++ {
 		addProxy(b, ns, fmt.Sprintf("px-%02d", i), nil)
 	}
-	sa := serviceAccount(b, ns, "crawler", true)
+	sa := serviceAccount(b, ns, "crawler", crawlerRole(ns))
 	per := max(b.N/interleavedRounds, benchWorkers)
 	rates := map[string][]float64{}
 	var operator time.Duration

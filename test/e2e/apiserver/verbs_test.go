@@ -133,25 +133,6 @@ func roleFor(ns, name string, c verbCase, allowed bool) *rbacv1.Role {
 	return &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: rules}
 }
 
-// boundServiceAccount is a ServiceAccount bound to role, and a client
-// config with a token of it.
-func boundServiceAccount(t *testing.T, ns string, role *rbacv1.Role) *rest.Config {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := shared.kube.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: role.Name, Namespace: ns}},
-	}
-	if _, err := shared.kube.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return serviceAccount(t, ns, role.Name, false)
-}
-
 // Every request is authorized as RBAC says, whichever way it comes:
 // through kube-apiserver (the lean path for bare creates and deletes, the
 // generic chain trusting kube-apiserver's decision for the rest, creates
@@ -185,7 +166,7 @@ func TestEveryVerbIsAuthorizedAlike(t *testing.T) {
 	for i, c := range verbCases {
 		for _, allowed := range []bool{true, false} {
 			role := roleFor(ns, fmt.Sprintf("verbs-%d-%v", i, allowed), c, allowed)
-			cfg := boundServiceAccount(t, ns, role)
+			cfg := serviceAccount(t, ns, role.Name, role)
 			user := serviceaccount.MakeUsername(ns, role.Name)
 			for _, via := range routes(cfg) {
 				cleanup()
