@@ -61,5 +61,11 @@ func appendLeaseJSON(b []byte, l *wire.Lease) ([]byte, bool) {
 		}
 		f.B = append(cf.B, '}')
 	}
+	if l.CoolingUntil != nil {
+		f.Key("coolingUntil")
+		if f.B, ok = plainjson.AppendTime(f.B, *l.CoolingUntil); !ok {
+			return b, false
+		}
+	}
 	return append(f.B, "}\n"...), true
 }

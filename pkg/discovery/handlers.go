@@ -270,15 +270,43 @@ func holder(tok Token) string {
 
 // getLease shows one of the caller's leases as it is now: where its proxy is
 // (a replaced instance's new address) and whether it is healthy.
+// With ?target=T, the answer's coolingUntil says whether its proxy cools
+// for T.
 func (s *Server) getLease(w http.ResponseWriter, r *http.Request) {
-	l, err := s.opts.Service.Get(holderOf(r), r.PathValue("id"))
+	target, err := ParseLeaseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeDecodeError(w, err)
+		return
+	}
+	out, err := s.leaseFor(holderOf(r), r.PathValue("id"), target)
 	if err != nil {
 		writeServiceError(w, r, err)
 		return
 	}
 	buf := s.buffer()
 	defer s.recycle(buf)
-	writeLease(w, http.StatusOK, s.toWireLease(&l), buf)
+	writeLease(w, http.StatusOK, out, buf)
+}
+
+// leaseFor is holder's lease id as GET /v1/leases/{id}?target=target
+// answers it ("": no target).
+func (s *Server) leaseFor(holder, id, target string) (wire.Lease, error) {
+	var until time.Time
+	if target != "" {
+		var err error
+		if until, err = s.opts.Service.CoolingFor(holder, id, target); err != nil {
+			return wire.Lease{}, err
+		}
+	}
+	l, err := s.opts.Service.Get(holder, id)
+	if err != nil {
+		return wire.Lease{}, err
+	}
+	out := s.toWireLease(&l)
+	if !until.IsZero() {
+		out.CoolingUntil = &until
+	}
+	return out, nil
 }
 
 // release is idempotent: an unknown or ended lease is 204 too.

@@ -82,6 +82,19 @@ func (p *InProcess) Renew(ctx context.Context, token, leaseID string, ttl time.D
 	return &out, nil
 }
 
+// GetFor is GET /v1/leases/{leaseID}?target=target with token.
+func (p *InProcess) GetFor(ctx context.Context, token, leaseID, target string) (*wire.Lease, error) {
+	tok, refused := p.s.identify(ctx, token)
+	if refused != nil {
+		return nil, refused.err()
+	}
+	out, err := p.s.leaseFor(holder(tok), leaseID, target)
+	if err != nil {
+		return nil, p.refusal(ctx, http.MethodGet, err)
+	}
+	return &out, nil
+}
+
 // refusal is a Service error as the caller gets it, logged when it is a
 // bug (as the HTTP API's request log does).
 func (p *InProcess) refusal(ctx context.Context, method string, err error) error {

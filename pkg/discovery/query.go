@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -90,4 +91,25 @@ func (q ProxyQuery) Encode() string {
 		v.Set("namespace", q.Namespace)
 	}
 	return v.Encode()
+}
+
+// ParseLeaseQuery parses the raw query of GET /v1/leases/{id}: target=T at
+// most once (T is checked as a lease's target is, by the Service). Anything
+// else is a *RequestError with code invalid_query.
+func ParseLeaseQuery(rawQuery string) (target string, err error) {
+	values, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return "", badRequest(wire.CodeInvalidQuery, "malformed query: %v", err)
+	}
+	for _, key := range slices.Sorted(maps.Keys(values)) { // deterministic error messages
+		vals := values[key]
+		if key != "target" {
+			return "", badRequest(wire.CodeInvalidQuery, "unknown parameter %q (want target)", key)
+		}
+		if len(vals) != 1 {
+			return "", badRequest(wire.CodeInvalidQuery, "parameter %q given %d times, at most once allowed", key, len(vals))
+		}
+		target = vals[0]
+	}
+	return target, nil
 }

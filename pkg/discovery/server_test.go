@@ -207,6 +207,8 @@ func TestEndpoints(t *testing.T) {
 		{name: "empty attribute name", method: "GET", path: "/v1/proxies?attr.=x", status: 400, code: wire.CodeInvalidQuery},
 		{name: "bad namespace", method: "GET", path: "/v1/proxies?namespace=Not_A_Label", status: 400, code: wire.CodeInvalidQuery},
 		{name: "malformed query", method: "GET", path: "/v1/proxies?attr.region=%zz", status: 400, code: wire.CodeInvalidQuery},
+		{name: "a lease query other than target", method: "GET", path: "/v1/leases/x?site=a.example", status: 400, code: wire.CodeInvalidQuery},
+		{name: "a lease query with target twice", method: "GET", path: "/v1/leases/x?target=a.example&target=b.example", status: 400, code: wire.CodeInvalidQuery},
 		{name: "lister fails", method: "GET", path: "/v1/proxies", status: 503, code: wire.CodeUnavailable,
 			setup: func(e *env) string { e.lister.nextErr = errors.New("cache not synced"); return "" }},
 		{name: "handler panic is a JSON 500", method: "GET", path: "/v1/proxies", status: 500, code: wire.CodeInternal,

@@ -22,6 +22,8 @@ type fakeLeaser struct {
 	proxyAddr string
 	// renewErr fails every renewal of a lease.
 	renewErr map[string]error
+	// cooling are the targets every lease's proxy cools for.
+	cooling map[string]bool
 }
 
 var _ Leaser = (*fakeLeaser)(nil)
@@ -81,6 +83,31 @@ func (f *fakeLeaser) Renew(_ context.Context, token, id string, ttl time.Duratio
 		return nil, err
 	}
 	return f.lease(id, ttl), nil
+}
+
+func (f *fakeLeaser) GetFor(_ context.Context, token, id, target string) (*wire.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record(fmt.Sprintf("get %s %s", id, target)); err != nil {
+		return nil, err
+	}
+	l := f.lease(id, time.Minute)
+	if f.cooling[target] {
+		until := f.now().Add(time.Minute)
+		l.CoolingUntil = &until
+	}
+	return l, nil
+}
+
+// coolFor makes every lease's proxy cool for target, as a report through
+// another lease would.
+func (f *fakeLeaser) coolFor(target string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cooling == nil {
+		f.cooling = map[string]bool{}
+	}
+	f.cooling[target] = true
 }
 
 // liveIDs are the leases granted and not released.

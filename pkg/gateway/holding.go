@@ -35,9 +35,12 @@ type holding struct {
 	expires  time.Time
 	// refs: the requests in flight on it, plus one while a session holds it.
 	refs int
-	// cooling are the hosts it was reported rate limited for (a session
-	// moves off it for them).
-	cooling map[string]bool
+	// cooling are the hosts its proxy cools for (a session moves off it
+	// for them): reported rate limited through it, or so the lease API said.
+	// checked are the hosts the lease API said it does not cool for (its
+	// grant's target first): a lease is checked against cooldowns only for
+	// the target it is granted for, and a session uses it for every host.
+	cooling, checked map[string]bool
 	// reporting counts its reports in flight; reported is closed when the
 	// count drops to 0 (nil when none ran). A session that moves off it
 	// waits for them: until a report is applied, the lease API does not
@@ -180,7 +183,8 @@ func (ls *leases) lease(ctx context.Context, token string, o UsernameOptions, ho
 		return nil, &Error{Reason: ReasonUpstream, Message: err.Error()}
 	}
 	traffic, end := context.WithCancel(context.Background())
-	return &holding{token: token, id: l.LeaseID, traffic: traffic, endTraffic: end, proxyAddr: addr, proxyURL: u, auth: auth, expires: l.ExpiresAt}, nil
+	return &holding{token: token, id: l.LeaseID, traffic: traffic, endTraffic: end, proxyAddr: addr, proxyURL: u, auth: auth, expires: l.ExpiresAt,
+		checked: map[string]bool{host: true}}, nil
 }
 
 func sessionKey(token, username string) (string, [32]byte) {
@@ -194,18 +198,43 @@ func (ls *leases) sessionHolding(ctx context.Context, token, username string, o 
 	key, sum := sessionKey(token, username)
 	ls.mu.Lock()
 	var reported <-chan struct{}
-	if s := ls.sessions[key]; s != nil {
+	for asked := 0; ; asked++ {
+		s := ls.sessions[key]
+		if s == nil {
+			break
+		}
 		if !s.h.cooling[host] {
-			s.h.refs++
-			s.lastUsed = ls.now()
-			h := s.h
-			ls.mu.Unlock()
-			return h, nil
+			checked := s.h.checked[host]
+			if !checked {
+				if asked == maxSessionChecks {
+					ls.mu.Unlock()
+					return nil, &Error{Reason: ReasonBusy, Message: "this session's lease changed during each of its checks: retry", RetryAfter: defaultRetryAfter}
+				}
+				ls.mu.Unlock()
+				cooling := ls.coolsFor(ctx, s.h, host)
+				ls.mu.Lock()
+				if ls.sessions[key] != s {
+					continue // moved or ended meanwhile: look again
+				}
+				if checked = !cooling; checked {
+					remember(&s.h.checked, host)
+				} else {
+					remember(&s.h.cooling, host)
+				}
+			}
+			if checked {
+				s.h.refs++
+				s.lastUsed = ls.now()
+				h := s.h
+				ls.mu.Unlock()
+				return h, nil
+			}
 		}
 		if s.h.reporting > 0 {
 			reported = s.h.reported
 		}
 		ls.endSessionLocked(key, s)
+		break
 	}
 	if ls.perToken[sum] >= ls.opts.MaxSessionsPerToken {
 		ls.mu.Unlock()
@@ -225,8 +254,13 @@ func (ls *leases) sessionHolding(ctx context.Context, token, username string, o 
 	}
 	ls.held[h] = struct{}{}
 	if s := ls.sessions[key]; s != nil {
-		// A concurrent request made the session first: use its lease.
+		// A concurrent request made the session first: use its lease if it
+		// is known good for host, else this request keeps its own.
 		ls.perToken[sum]--
+		if !s.h.checked[host] || s.h.cooling[host] {
+			h.refs = 1
+			return h, nil
+		}
 		h.refs = 0
 		ls.dropLocked(h)
 		s.h.refs++
@@ -294,18 +328,39 @@ func (ls *leases) leaseAfter(ctx context.Context, reported <-chan struct{}, toke
 	return ls.lease(ctx, token, o, host)
 }
 
+// maxSessionChecks bounds how often one request asks the lease API about
+// its session's lease when the session keeps changing meanwhile.
+const maxSessionChecks = 4
+
+// coolsFor asks the lease API whether h's proxy cools for host. An answer
+// that is not a clear no (the lease ended, the API unreachable) counts as a
+// yes: the session moves, and its new lease is checked as it is granted.
+func (ls *leases) coolsFor(ctx context.Context, h *holding, host string) bool {
+	ctx, cancel := context.WithTimeout(ctx, ls.opts.APITimeout)
+	defer cancel()
+	l, err := ls.leaser.GetFor(ctx, h.token, h.id, host)
+	return err != nil || l.CoolingUntil != nil
+}
+
+// remember adds host to *set, up to maxCoolingHosts hosts: past it a
+// session's cooling hosts are left to the lease API's grants, and its
+// checked ones are asked again at each use.
+func remember(set *map[string]bool, host string) {
+	if *set == nil {
+		*set = map[string]bool{}
+	}
+	if len(*set) < maxCoolingHosts {
+		(*set)[host] = true
+	}
+}
+
 // cool records that h's proxy was reported rate limited for host, so that
 // its session moves for host, and counts the report in flight until done
 // is called: a session moving off h waits for it.
 func (ls *leases) cool(h *holding, host string) (done func()) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if h.cooling == nil {
-		h.cooling = map[string]bool{}
-	}
-	if len(h.cooling) < maxCoolingHosts {
-		h.cooling[host] = true
-	}
+	remember(&h.cooling, host)
 	if h.reporting == 0 {
 		h.reported = make(chan struct{})
 	}

@@ -22,6 +22,9 @@ type Leaser interface {
 	// Renew extends a lease of token's identity by ttl from now; the answer
 	// carries new proxy credentials.
 	Renew(ctx context.Context, token, leaseID string, ttl time.Duration) (*wire.Lease, error)
+	// GetFor shows a lease of token's identity, its CoolingUntil set while
+	// its proxy cools for target.
+	GetFor(ctx context.Context, token, leaseID, target string) (*wire.Lease, error)
 }
 
 // APILeaser is the Leaser of the HTTP lease API at BaseURL (the Service in
@@ -76,4 +79,13 @@ func (a *APILeaser) Renew(ctx context.Context, token, leaseID string, ttl time.D
 		return nil, err
 	}
 	return c.Renew(ctx, leaseID, ttl)
+}
+
+// GetFor implements Leaser.
+func (a *APILeaser) GetFor(ctx context.Context, token, leaseID, target string) (*wire.Lease, error) {
+	c, err := a.client(token)
+	if err != nil {
+		return nil, err
+	}
+	return c.GetFor(ctx, leaseID, target)
 }

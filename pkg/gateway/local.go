@@ -55,6 +55,11 @@ func (l *localLeaser) Report(ctx context.Context, token, leaseID, result, target
 	return l.pick().Report(ctx, token, leaseID, result, target)
 }
 
+// GetFor implements Leaser.
+func (l *localLeaser) GetFor(ctx context.Context, token, leaseID, target string) (*wire.Lease, error) {
+	return l.pick().GetFor(ctx, token, leaseID, target)
+}
+
 // Renew implements Leaser.
 func (l *localLeaser) Renew(ctx context.Context, token, leaseID string, ttl time.Duration) (*wire.Lease, error) {
 	return l.pick().Renew(ctx, token, leaseID, ttl)

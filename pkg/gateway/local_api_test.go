@@ -94,6 +94,7 @@ type outcome struct {
 	ProxyURL   string
 	TTL        int64
 	Creds      bool
+	Cooling    bool
 }
 
 func outcomeOf(l *wire.Lease, err error) outcome {
@@ -107,7 +108,8 @@ func outcomeOf(l *wire.Lease, err error) outcome {
 	case l == nil:
 		return outcome{Status: http.StatusNoContent}
 	}
-	return outcome{Status: http.StatusOK, Leased: l.LeaseID != "", ProxyURL: l.Proxy.URL, TTL: l.TTLSeconds, Creds: l.Credentials != nil}
+	return outcome{Status: http.StatusOK, Leased: l.LeaseID != "", ProxyURL: l.Proxy.URL, TTL: l.TTLSeconds, Creds: l.Credentials != nil,
+		Cooling: l.CoolingUntil != nil}
 }
 
 // TestLeaseInProcessAnswersAsTheNetwork: the gateway's lease calls served
@@ -122,8 +124,9 @@ func TestLeaseInProcessAnswersAsTheNetwork(t *testing.T) {
 		call func(l gateway.Leaser, leased *string) outcome
 		// What the step must come to (messages aside): a door broken alike
 		// both ways would still fail here.
-		wantStatus int
-		wantCode   string
+		wantStatus  int
+		wantCode    string
+		wantCooling bool
 	}
 	acquire := func(token string, req wire.AcquireRequest) func(gateway.Leaser, *string) outcome {
 		return func(l gateway.Leaser, leased *string) outcome {
@@ -145,30 +148,47 @@ func TestLeaseInProcessAnswersAsTheNetwork(t *testing.T) {
 	renew := func(token string, ttl time.Duration) func(gateway.Leaser, *string) outcome {
 		return func(l gateway.Leaser, leased *string) outcome { return outcomeOf(l.Renew(ctx, token, *leased, ttl)) }
 	}
+	getFor := func(token, target string) func(gateway.Leaser, *string) outcome {
+		return func(l gateway.Leaser, leased *string) outcome {
+			return outcomeOf(l.GetFor(ctx, token, *leased, target))
+		}
+	}
 	unknown := func(f func(gateway.Leaser, *string) outcome) func(gateway.Leaser, *string) outcome {
 		return func(l gateway.Leaser, _ *string) outcome { id := "no-such-lease"; return f(l, &id) }
 	}
 	steps := []step{
-		{"an unknown token", acquire("nope", wire.AcquireRequest{Namespace: "crawl"}), http.StatusUnauthorized, wire.CodeUnauthorized},
-		{"a namespace the token may not use", acquire("token-a", wire.AcquireRequest{Namespace: "other"}), http.StatusForbidden, wire.CodeForbidden},
-		{"a TTL over the maximum", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", TTLSeconds: 7200}), http.StatusBadRequest, wire.CodeTTLTooLong},
-		{"a flow over its length", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", Flow: strings.Repeat("f", 129)}), http.StatusBadRequest, wire.CodeInvalidRequest},
-		{"a negative wait", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", WaitSeconds: -1}), http.StatusBadRequest, wire.CodeInvalidRequest},
-		{"granted", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", Target: "a.example", TTLSeconds: 30}), http.StatusOK, ""},
-		{"the only proxy is leased", acquire("token-b", wire.AcquireRequest{Namespace: "crawl"}), http.StatusConflict, wire.CodeNoMatch},
-		{"an unknown result", report("token-a", "slow", ""), http.StatusBadRequest, wire.CodeInvalidResult},
-		{"a result over its length", report("token-a", strings.Repeat("r", 65), ""), http.StatusBadRequest, wire.CodeInvalidRequest},
-		{"another identity's report", report("token-b", "ok", ""), http.StatusForbidden, wire.CodeForbidden},
-		{"the holder's report", report("token-a", "ok", "a.example"), http.StatusNoContent, ""},
-		{"a report on no lease", unknown(report("token-a", "ok", "")), http.StatusNotFound, wire.CodeUnknownLease},
-		{"a renewal over the maximum", renew("token-a", 2*time.Hour), http.StatusBadRequest, wire.CodeTTLTooLong},
-		{"another identity's renewal", renew("token-b", time.Minute), http.StatusForbidden, wire.CodeForbidden},
-		{"the holder's renewal", renew("token-a", time.Minute), http.StatusOK, ""},
-		{"another identity's release", release("token-b"), http.StatusForbidden, wire.CodeForbidden},
-		{"the holder's release", release("token-a"), http.StatusNoContent, ""},
-		{"released twice", release("token-a"), http.StatusNoContent, ""},
-		{"a renewal of a released lease", renew("token-a", time.Minute), http.StatusGone, wire.CodeLeaseEnded},
-		{"a renewal with an unknown token", renew("nope", time.Minute), http.StatusUnauthorized, wire.CodeUnauthorized},
+		{"an unknown token", acquire("nope", wire.AcquireRequest{Namespace: "crawl"}), http.StatusUnauthorized, wire.CodeUnauthorized, false},
+		{"a namespace the token may not use", acquire("token-a", wire.AcquireRequest{Namespace: "other"}), http.StatusForbidden, wire.CodeForbidden, false},
+		{"a TTL over the maximum", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", TTLSeconds: 7200}), http.StatusBadRequest, wire.CodeTTLTooLong, false},
+		{"a flow over its length", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", Flow: strings.Repeat("f", 129)}), http.StatusBadRequest, wire.CodeInvalidRequest, false},
+		{"a negative wait", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", WaitSeconds: -1}), http.StatusBadRequest, wire.CodeInvalidRequest, false},
+		{"granted", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", Target: "a.example", TTLSeconds: 30}), http.StatusOK, "", false},
+		{"the only proxy is leased", acquire("token-b", wire.AcquireRequest{Namespace: "crawl"}), http.StatusConflict, wire.CodeNoMatch, false},
+		{"an unknown result", report("token-a", "slow", ""), http.StatusBadRequest, wire.CodeInvalidResult, false},
+		{"a result over its length", report("token-a", strings.Repeat("r", 65), ""), http.StatusBadRequest, wire.CodeInvalidRequest, false},
+		{"another identity's report", report("token-b", "ok", ""), http.StatusForbidden, wire.CodeForbidden, false},
+		{"the holder's report", report("token-a", "ok", "a.example"), http.StatusNoContent, "", false},
+		{"a report on no lease", unknown(report("token-a", "ok", "")), http.StatusNotFound, wire.CodeUnknownLease, false},
+		{"a renewal over the maximum", renew("token-a", 2*time.Hour), http.StatusBadRequest, wire.CodeTTLTooLong, false},
+		{"another identity's renewal", renew("token-b", time.Minute), http.StatusForbidden, wire.CodeForbidden, false},
+		{"the holder's renewal", renew("token-a", time.Minute), http.StatusOK, "", false},
+		{"another identity's release", release("token-b"), http.StatusForbidden, wire.CodeForbidden, false},
+		{"the holder's release", release("token-a"), http.StatusNoContent, "", false},
+		{"released twice", release("token-a"), http.StatusNoContent, "", false},
+		{"a renewal of a released lease", renew("token-a", time.Minute), http.StatusGone, wire.CodeLeaseEnded, false},
+		{"a renewal with an unknown token", renew("nope", time.Minute), http.StatusUnauthorized, wire.CodeUnauthorized, false},
+		// A lease used for a site other than its target: does its proxy cool there?
+		{"granted again", acquire("token-a", wire.AcquireRequest{Namespace: "crawl", Target: "a.example"}), http.StatusOK, "", false},
+		{"its proxy does not cool for another site", getFor("token-a", "b.example"), http.StatusOK, "", false},
+		{"rate limited there", report("token-a", "rate_limited", "b.example"), http.StatusNoContent, "", false},
+		{"its proxy cools for it", getFor("token-a", "b.example"), http.StatusOK, "", true},
+		{"nor for its own target", getFor("token-a", "a.example"), http.StatusOK, "", false},
+		{"a malformed site", getFor("token-a", "b example"), http.StatusBadRequest, wire.CodeInvalidRequest, false},
+		{"another identity's lookup", getFor("token-b", "b.example"), http.StatusForbidden, wire.CodeForbidden, false},
+		{"a lookup of no lease", unknown(getFor("token-a", "b.example")), http.StatusNotFound, wire.CodeUnknownLease, false},
+		{"released again", release("token-a"), http.StatusNoContent, "", false},
+		{"a lookup of a released lease", getFor("token-a", "b.example"), http.StatusGone, wire.CodeLeaseEnded, false},
+		{"a lookup with an unknown token", getFor("nope", "b.example"), http.StatusUnauthorized, wire.CodeUnauthorized, false},
 	}
 	run := func(inProcess bool) (outs []outcome, network int64) {
 		api := startLeaseAPI(t)
@@ -196,8 +216,8 @@ func TestLeaseInProcessAnswersAsTheNetwork(t *testing.T) {
 		t.Errorf("in process vs over the network (-network +in process):\n%s", diff)
 	}
 	for i, s := range steps {
-		if got := overNetwork[i]; got.Status != s.wantStatus || got.Code != s.wantCode {
-			t.Errorf("%s: %d %q (%s), want %d %q", s.name, got.Status, got.Code, got.Message, s.wantStatus, s.wantCode)
+		if got := overNetwork[i]; got.Status != s.wantStatus || got.Code != s.wantCode || got.Cooling != s.wantCooling {
+			t.Errorf("%s: %d %q cooling %v (%s), want %d %q cooling %v", s.name, got.Status, got.Code, got.Cooling, got.Message, s.wantStatus, s.wantCode, s.wantCooling)
 		}
 	}
 	if got := overNetwork[2].MaxTTL; got != 3600 {

@@ -37,3 +37,27 @@ func (s *Store) uncountCoolingLocked(holder string) {
 		delete(s.cooledBy, holder)
 	}
 }
+
+// CoolingAs is when the proxy of holder's live lease id stops cooling for
+// target (a cooldown for every target counts too); the zero time when it
+// does not. A lease is checked against its own target's cooldowns only when
+// granted: whoever uses it for another target (the gateway, for a sticky
+// session's next site) asks this first. Errors are GetAs's.
+func (s *Store) CoolingAs(holder, id, target string) (time.Time, error) {
+	var p pending
+	s.mu.Lock()
+	now := s.now()
+	s.advanceLocked(now, &p)
+	defer s.unlockAndNotify(&p)
+	le, err := s.liveAsLocked(holder, id, now)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var until time.Time
+	for _, t := range []string{target, ""} {
+		if c, ok := le.proxy.cooldowns[t]; ok && c.until.After(now) && c.until.After(until) {
+			until = c.until
+		}
+	}
+	return until, nil
+}

@@ -131,3 +131,44 @@ func TestReportLostCountsToItsHolder(t *testing.T) {
 		t.Errorf("extending the running cooldown: %v", err)
 	}
 }
+
+// CoolingAs answers for any target, not only the lease's own: a cooldown a
+// report through an earlier lease started on the same proxy shows on a
+// later lease granted for another target, until its window ends; only the
+// holder may ask.
+func TestCoolingAsAnswersForAnyTarget(t *testing.T) {
+	s, fc := newTestStore(t, Options{CooldownWindow: time.Minute})
+	s.UpsertProxy(px("ns", "p", 1))
+	first := mustAcquire(t, s, AcquireRequest{Holder: "http:a", Target: "a.example"})
+	if err := s.ReportAs("http:a", first.ID, ResultRateLimited, "site.example"); err != nil {
+		t.Fatal(err)
+	}
+	cooledAt := fc.Now()
+	s.Release(first.ID)
+	fc.Step(10 * time.Second)
+	// Granted: the proxy cools for site.example only.
+	l := mustAcquire(t, s, AcquireRequest{Holder: "http:a", Target: "background.example"})
+	for _, tc := range []struct {
+		target string
+		want   time.Time
+	}{
+		{"site.example", cooledAt.Add(time.Minute)},
+		{"background.example", time.Time{}},
+		{"other.example", time.Time{}},
+	} {
+		got, err := s.CoolingAs("http:a", l.ID, tc.target)
+		if err != nil || !got.Equal(tc.want) {
+			t.Errorf("CoolingAs(%s) = %v, %v; want %v", tc.target, got, err, tc.want)
+		}
+	}
+	if _, err := s.CoolingAs("http:mallory", l.ID, "site.example"); !IsNotHolder(err) {
+		t.Errorf("another holder asked: %v, want NotHolder", err)
+	}
+	if _, err := s.CoolingAs("http:a", "no-such-lease", "site.example"); !IsUnknownLease(err) {
+		t.Errorf("an unknown lease: %v, want UnknownLease", err)
+	}
+	fc.Step(time.Minute)
+	if got, err := s.CoolingAs("http:a", l.ID, "site.example"); err != nil || !got.IsZero() {
+		t.Errorf("after the window: %v, %v; want the zero time", got, err)
+	}
+}

@@ -216,19 +216,28 @@ func (s *Store) GetAs(holder, id string) (Lease, error) {
 	now := s.now()
 	s.advanceLocked(now, &p)
 	defer s.unlockAndNotify(&p)
+	le, err := s.liveAsLocked(holder, id, now)
+	if err != nil {
+		return Lease{}, err
+	}
+	return le.Lease, nil
+}
+
+// liveAsLocked is holder's live lease id, with GetAs's errors.
+func (s *Store) liveAsLocked(holder, id string, now time.Time) (*leaseEntry, error) {
 	if le, ok := s.leases[id]; ok {
 		if !mayChange(holder, le.Holder) {
-			return Lease{}, &NotHolderError{ID: id}
+			return nil, &NotHolderError{ID: id}
 		}
-		return le.Lease, nil
+		return le, nil
 	}
 	if t, ok := s.tombs[id]; ok && t.until.After(now) {
 		if !mayChange(holder, t.holder) {
-			return Lease{}, &NotHolderError{ID: id}
+			return nil, &NotHolderError{ID: id}
 		}
-		return Lease{}, fmt.Errorf("lease %s: %w", id, &EndedError{Reason: t.reason})
+		return nil, fmt.Errorf("lease %s: %w", id, &EndedError{Reason: t.reason})
 	}
-	return Lease{}, fmt.Errorf("lease %s: %w", id, ErrUnknownLease)
+	return nil, fmt.Errorf("lease %s: %w", id, ErrUnknownLease)
 }
 
 // GetByName returns a live lease by namespace and name.

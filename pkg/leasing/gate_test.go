@@ -46,6 +46,10 @@ func TestGateRefusesUntilOpen(t *testing.T) {
 		"Renew":   func() error { _, err := closed.Renew("http:a", granted.ID, time.Minute); return err },
 		"Report":  func() error { return closed.Report("http:a", granted.ID, lease.ResultBanned, "site.example") },
 		"Get":     func() error { _, err := closed.Get("http:a", granted.ID); return err },
+		"CoolingFor": func() error {
+			_, err := closed.CoolingFor("http:a", granted.ID, "site.example")
+			return err
+		},
 		"Update":  func() error { _, err := closed.Update("http:a", granted.ID, time.Minute, nil); return err },
 		"Reclaim": func() error { _, err := closed.Reclaim("http:a", "", granted.ID); return err },
 		"ReportByName": func() error {

@@ -2,6 +2,11 @@ package leasing
 
 import (
 	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
@@ -18,6 +23,22 @@ func (s *Service) Get(holder, id string) (lease.Lease, error) {
 	}
 	l, err := s.store.GetAs(holder, id)
 	return l, storeError(id, err)
+}
+
+// CoolingFor is when the proxy of holder's live lease id stops cooling for
+// target, the zero time when it does not (lease.Store.CoolingAs). Errors:
+// ReasonInvalid (a malformed target), Get's.
+func (s *Service) CoolingFor(holder, id, target string) (time.Time, error) {
+	if errs := leasingv1alpha1.ValidateTarget(target, field.NewPath("target")); len(errs) > 0 {
+		e := invalid(errs...)
+		e.ID = id
+		return time.Time{}, e
+	}
+	if err := s.gate.check(context.Background()); err != nil {
+		return time.Time{}, err
+	}
+	until, err := s.store.CoolingAs(holder, id, target)
+	return until, storeError(id, err)
 }
 
 // GetByName returns the live lease of namespace/name (for an API whose

@@ -209,6 +209,18 @@ func (c *Client) Get(ctx context.Context, leaseID string) (*wire.Lease, error) {
 	return &out, nil
 }
 
+// GetFor is Get answering also whether the lease's proxy cools for target
+// (wire.Lease.CoolingUntil set while it does): ask before using a lease for
+// a site other than the one it was granted for.
+func (c *Client) GetFor(ctx context.Context, leaseID, target string) (*wire.Lease, error) {
+	var out wire.Lease
+	q := url.Values{"target": {target}}
+	if err := c.do(ctx, http.MethodGet, "/v1/leases/"+url.PathEscape(leaseID), q, nil, http.StatusOK, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Report tells the server how requests through the leased proxy went
 // (wire.ResultOK, ResultRateLimited, ResultBanned); target "" = the lease's.
 func (c *Client) Report(ctx context.Context, leaseID, result, target string) error {

@@ -146,6 +146,12 @@ type Lease struct {
 	// Proxy-Authorization; Proxy.URL carries them as userinfo). A renewal
 	// answers new ones. Absent for an External proxy, which checks none.
 	Credentials *Credentials `json:"credentials,omitempty"`
+	// CoolingUntil answers GET /v1/leases/{id}?target=T: set while the
+	// lease's proxy cools for T (reported rate_limited or banned for it, by
+	// any lease on it), when that ends. A lease is checked against cooldowns
+	// for its own target only when granted; a client about to use it for
+	// another site asks first.
+	CoolingUntil *time.Time `json:"coolingUntil,omitempty"`
 }
 
 // Credentials are a lease's proxy credentials.

@@ -198,7 +198,7 @@ func (h *harness) gateway(t *testing.T) {
 		awaitNoLeases(t, api, 10*time.Second)
 	})
 
-	var s1Via string
+	var s1Via, cooledRegion string
 	t.Run("sticky sessions: one egress for 20 requests, other sessions other proxies", func(t *testing.T) {
 		vias := map[string]string{}
 		for _, s := range []string{"s1", "s2", "s3"} {
@@ -272,6 +272,38 @@ func (h *harness) gateway(t *testing.T) {
 		}
 		if err := api.Release(context.Background(), other.LeaseID); err != nil {
 			t.Fatal(err)
+		}
+		cooledRegion = only["region"]
+	})
+
+	// As Chromium's background requests begin a browser's session: the
+	// session's lease is granted for another host, on the one proxy its
+	// selector allows, which cools for the origin.
+	t.Run("a session leased for another host never takes a host through a proxy cooling for it", func(t *testing.T) {
+		if cooledRegion == "" {
+			t.Skip("needs the cooldown above")
+		}
+		background := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "background via=%q\n", r.Header.Get("Via"))
+		}))
+		ln, err := net.Listen("tcp", "127.0.9.250:0") // in this package's range, outside its pools
+		if err != nil {
+			t.Fatal(err)
+		}
+		background.Listener = ln
+		background.Start()
+		defer background.Close()
+		proxy := h.gatewayProxy("region-"+cooledRegion+".session-background", token)
+		code, _, body := h.viaGateway(t, proxy, background.URL+"/first")
+		if code != http.StatusOK || via(t, body) != s1Via {
+			t.Fatalf("the session's first request, to another host: %d %q, want 200 through %s", code, body, s1Via)
+		}
+		code, _, body = h.viaGateway(t, proxy, h.env.OriginURL+"/through-the-cooled-proxy")
+		if code == http.StatusOK {
+			t.Fatalf("the session took 127.0.0.1 through %s, which cools for it: %q", s1Via, body)
+		}
+		if code != http.StatusTooManyRequests || !strings.Contains(body, "1 cooling down for this host") {
+			t.Errorf("the session's request to the host its proxy cools for: %d %q, want the gateway's 429 (its only proxy cools)", code, body)
 		}
 	})
 
