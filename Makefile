@@ -57,6 +57,10 @@ squid: ## apt-get install squid if missing (sudo only when not root)
 prometheus: ## apt-get install prometheus (for promtool) if missing: the alert rules' tests
 	hack/install-prometheus.sh
 
+.PHONY: crawlee
+crawlee: ## Debian's chromium and Crawlee with playwright-core from npm (the pinned lock, no browser download) into bin/crawlee: test/e2e/crawlee's real clients
+	hack/install-crawlee.sh
+
 .PHONY: python
 python: ## apt-get install python3-scrapy and python3-pytest if missing (the Python client's tests)
 	hack/install-python.sh
@@ -98,7 +102,7 @@ test-unit: tools prometheus python image-deps ## unit tests with the race detect
 	$(PYTHON) -m pytest -p no:cacheprovider -v clients/python
 
 .PHONY: test-integration
-test-integration: tools squid python build ## tests under test/ (INTEGRATION_PACKAGES) against real control planes: test binaries compiled first, then run INTEGRATION_RUNS (2) at a time, against one build of the operator
+test-integration: tools squid python crawlee build ## tests under test/ (INTEGRATION_PACKAGES) against real control planes: test binaries compiled first, then run INTEGRATION_RUNS (2) at a time, against one build of the operator
 	PROXY_OPERATOR_BINARY=$(CURDIR)/bin/proxy-operator INTEGRATION_P=$(INTEGRATION_P) INTEGRATION_RUNS=$(INTEGRATION_RUNS) \
 		INTEGRATION_TIMEOUT=$(INTEGRATION_TIMEOUT) INTEGRATION_FLAGS='$(INTEGRATION_FLAGS)' hack/run-integration.sh $(INTEGRATION_PACKAGES)
 
