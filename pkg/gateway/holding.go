@@ -212,6 +212,9 @@ func (ls *leases) sessionHolding(ctx context.Context, token, username string, o 
 				}
 				ls.mu.Unlock()
 				cooling := ls.coolsFor(ctx, s.h, host)
+				if err := ctx.Err(); err != nil {
+					return nil, err // the client left: no answer moves the session
+				}
 				ls.mu.Lock()
 				if ls.sessions[key] != s {
 					continue // moved or ended meanwhile: look again

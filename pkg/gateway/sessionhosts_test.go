@@ -86,3 +86,32 @@ func TestSessionChecksEachNewHost(t *testing.T) {
 		})
 	}
 }
+
+// A client that leaves while the gateway asks about its session's lease
+// does not move the session: only the lease API's answer does.
+func TestSessionCheckOfALeavingClientKeepsTheSession(t *testing.T) {
+	ls, f, _ := testLeases(t)
+	opts := UsernameOptions{Session: "s"}
+	first, done, err := ls.acquire(context.Background(), "tok", "session-s", opts, "background.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	f.coolFor("site.example")
+	left, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := ls.acquire(left, "tok", "session-s", opts, "site.example"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a request whose client left: %v, want context.Canceled", err)
+	}
+	h, done, err := ls.acquire(context.Background(), "tok", "session-s", opts, "background.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	if h != first {
+		t.Error("the session moved when its client left during the check")
+	}
+	if n := f.count("acquire"); n != 1 {
+		t.Errorf("%d leases, want the session's one", n)
+	}
+}
