@@ -311,7 +311,10 @@ func (e *env) runAsInstalled(t *testing.T, d appsv1.Deployment, extra []string) 
 		t.Fatal(err)
 	}
 
-	ports, err := ports.Free(4)
+	// Every server on a free port of loopback: the installed defaults (the
+	// gateway's :8888 on every interface) may be taken by a test running
+	// beside this one, as the real node's was in one CI run.
+	ports, err := ports.Free(5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +324,8 @@ func (e *env) runAsInstalled(t *testing.T, d appsv1.Deployment, extra []string) 
 		"--discovery-bind-address="+discoveryAddr,
 		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(ports[1]),
 		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(ports[2]),
-		"--apiserver-bind-address=127.0.0.1", "--apiserver-secure-port="+strconv.Itoa(ports[3]))
+		"--apiserver-bind-address=127.0.0.1", "--apiserver-secure-port="+strconv.Itoa(ports[3]),
+		"--gateway-bind-address=127.0.0.1:"+strconv.Itoa(ports[4]))
 	args = append(args, extra...)
 	o = app.NewOptions()
 	fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
