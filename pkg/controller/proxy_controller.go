@@ -280,7 +280,13 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res 
 
 	rc := &reconcileCtx{proxy: &p, base: p.DeepCopy()}
 	defer func() {
-		if err := r.finish(ctx, rc); err != nil {
+		err := r.finish(ctx, rc)
+		if errors.Is(err, errStaleRead) && retErr == nil {
+			log.FromContext(ctx).V(1).Info("read a stale Proxy, reconciling again")
+			res = ctrl.Result{RequeueAfter: r.intervals().RequeueNow}
+			return
+		}
+		if err != nil {
 			retErr = errors.Join(retErr, err)
 		}
 	}()

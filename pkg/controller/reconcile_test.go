@@ -29,13 +29,16 @@ import (
 // harness runs single Reconcile calls against controller-runtime's fake
 // client, counting status patches and metadata updates.
 type harness struct {
-	t        *testing.T
-	c        client.Client
-	r        *ProxyReconciler
-	prov     *fake.Provider
-	rec      *events.FakeRecorder
-	patches  int
-	updates  int
+	t       *testing.T
+	c       client.Client
+	r       *ProxyReconciler
+	prov    *fake.Provider
+	rec     *events.FakeRecorder
+	patches int
+	updates int
+	// stale, when set, is what the next Get of a Proxy returns: a cache
+	// that has not yet seen the latest write.
+	stale    *crawlv1alpha1.Proxy
 	key      types.NamespacedName
 	interval Intervals
 }
@@ -55,6 +58,14 @@ func newHarness(t *testing.T, objs ...client.Object) *harness {
 		WithObjects(objs...).
 		WithIndex(&crawlv1alpha1.Proxy{}, SecretRefIndex, secretRefIndexValue).
 		WithInterceptorFuncs(interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+				if p, ok := o.(*crawlv1alpha1.Proxy); ok && h.stale != nil {
+					h.stale.DeepCopyInto(p)
+					h.stale = nil
+					return nil
+				}
+				return c.Get(ctx, key, o, opts...)
+			},
 			Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
 				h.updates++
 				return c.Update(ctx, o, opts...)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,6 +15,10 @@ import (
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 )
+
+// errStaleRead: the Proxy changed since the reconcile read it (its cache
+// was behind); nothing was written, and the reconcile runs again.
+var errStaleRead = errors.New("the Proxy changed since it was read; reconciling again")
 
 // patchStatusIfChanged is the only status write of the reconciler. It stamps
 // observedGeneration, derives the phase, and sends a merge patch of .status
@@ -28,16 +33,23 @@ func (r *ProxyReconciler) patchStatusIfChanged(ctx context.Context, rc *reconcil
 		return nil
 	}
 	// Diff against the current object with the old status so the patch
-	// carries .status only (metadata may have been updated meanwhile, and
-	// a resourceVersion in the patch would turn it into a precondition).
+	// carries .status, plus the resourceVersion the reconcile read (or its
+	// own last write left) as a precondition: a merge patch carries only
+	// what differs from the base, so a base read from a cache that had not
+	// yet seen the previous reconcile's write would leave that write's
+	// fields (the phase, a condition) standing under the new ones — a Proxy
+	// left Unhealthy with a healthy verdict, and nothing to requeue it.
 	orig := p.DeepCopy()
 	orig.Status = *rc.base.Status.DeepCopy()
 	// Patched on a copy: the response would overwrite metadata staged on p
 	// for the update that follows; only its resourceVersion is taken over.
 	patched := p.DeepCopy()
-	if err := r.Client.Status().Patch(ctx, patched, client.MergeFrom(orig)); err != nil {
+	if err := r.Client.Status().Patch(ctx, patched, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil // deleted under us: nothing left to describe
+		}
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("proxy %s: %w", rc.key(), errStaleRead)
 		}
 		return fmt.Errorf("patching status of proxy %s: %w", rc.key(), err)
 	}
