@@ -15,12 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
-
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/devenv"
-	"github.com/proxy-operator/proxy-operator/test/framework"
+	"github.com/proxy-operator/proxy-operator/test/devenv/devenvtest"
 	"github.com/proxy-operator/proxy-operator/test/logtail"
 )
 
@@ -161,32 +158,12 @@ func TestCrawleeRetriesNeverReturnToTheCooledProxy(t *testing.T) {
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Fatalf("node is required (make crawlee): %v", err)
 	}
-	dir := t.TempDir()
-	logger, err := devenv.FileLogger(filepath.Join(dir, devenv.LogsDir, "dev.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrl.SetLogger(logger)
-	klog.SetLogger(logger)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	env, err := devenv.Start(ctx, devenv.Options{
+	env := devenvtest.Start(t, devenv.Options{
 		// Two replicas, as `make dev -operators 2` and an install run them:
 		// the gateway's Service spreads a browser's connections over both.
-		Dir: dir, Ports: devenv.Ports{}, NodeName: "proxy-operator-crawlee-e2e", Operators: 2,
+		Ports: devenv.Ports{}, NodeName: "proxy-operator-crawlee-e2e", Operators: 2,
 		PoolFirst: netip.MustParseAddr("127.0.14.2"), PoolLast: netip.MustParseAddr("127.0.14.60"),
 		GCEPoolFirst: netip.MustParseAddr("127.0.14.100"), GCEPoolLast: netip.MustParseAddr("127.0.14.140"),
-	})
-	if err != nil {
-		t.Fatalf("starting the dev environment: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(context.Background()); err != nil {
-			t.Errorf("stopping: %v", err)
-		}
-		if t.Failed() {
-			framework.DumpLogTails(os.Stderr, filepath.Join(dir, devenv.LogsDir), 60, "operator-0.log", "operator-1.log", "dev.log")
-		}
 	})
 
 	const runs = 3

@@ -18,8 +18,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
@@ -27,6 +25,7 @@ import (
 	leasingclientset "github.com/proxy-operator/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxy-operator/proxy-operator/test/controlplane"
 	"github.com/proxy-operator/proxy-operator/test/devenv"
+	"github.com/proxy-operator/proxy-operator/test/devenv/devenvtest"
 	"github.com/proxy-operator/proxy-operator/test/framework"
 
 	"github.com/proxy-operator/proxy-operator/test/logtail"
@@ -227,31 +226,11 @@ func activeLeases(t *testing.T, env *devenv.Env) int {
 
 func TestScrapy(t *testing.T) {
 	py := framework.ScrapyPython(t)
-	dir := t.TempDir()
-	logger, err := devenv.FileLogger(filepath.Join(dir, devenv.LogsDir, "dev.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrl.SetLogger(logger)
-	klog.SetLogger(logger)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	env, err := devenv.Start(ctx, devenv.Options{
+	env := devenvtest.Start(t, devenv.Options{
 		// Two replicas, as installed: the last subtest hands over between them.
-		Dir: dir, Ports: devenv.Ports{}, NodeName: "proxy-operator-python-e2e", Operators: 2,
+		Ports: devenv.Ports{}, NodeName: "proxy-operator-python-e2e", Operators: 2,
 		PoolFirst: netip.MustParseAddr("127.0.11.2"), PoolLast: netip.MustParseAddr("127.0.11.60"),
 		GCEPoolFirst: netip.MustParseAddr("127.0.11.100"), GCEPoolLast: netip.MustParseAddr("127.0.11.140"),
-	})
-	if err != nil {
-		t.Fatalf("starting the dev environment: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(context.Background()); err != nil {
-			t.Errorf("stopping: %v", err)
-		}
-		if t.Failed() {
-			framework.DumpLogTails(os.Stderr, filepath.Join(dir, devenv.LogsDir), 60, "operator.log", "dev.log")
-		}
 	})
 
 	t.Run("pip install clients/python works offline", func(t *testing.T) {
