@@ -159,8 +159,9 @@ func TestCrawleeRetriesNeverReturnToTheCooledProxy(t *testing.T) {
 		t.Fatalf("node is required (make crawlee): %v", err)
 	}
 	env := devenvtest.Start(t, devenv.Options{
-		// Two replicas, as `make dev -operators 2` and an install run them:
-		// the gateway's Service spreads a browser's connections over both.
+		// Two replicas, as `make dev -operators 2` runs them: its stand-in
+		// Service spreads a browser's connections over both (an install's
+		// keeps one client on one replica), each with its own sessions.
 		Ports: devenv.Ports{}, NodeName: "proxy-operator-crawlee-e2e", Operators: 2,
 		PoolFirst: netip.MustParseAddr("127.0.14.2"), PoolLast: netip.MustParseAddr("127.0.14.60"),
 		GCEPoolFirst: netip.MustParseAddr("127.0.14.100"), GCEPoolLast: netip.MustParseAddr("127.0.14.140"),
