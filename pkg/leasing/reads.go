@@ -4,10 +4,6 @@ import (
 	"context"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/validation/field"
-
-	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
-
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 )
 
@@ -29,10 +25,8 @@ func (s *Service) Get(holder, id string) (lease.Lease, error) {
 // target, the zero time when it does not (lease.Store.CoolingAs). Errors:
 // ReasonInvalid (a malformed target), Get's.
 func (s *Service) CoolingFor(holder, id, target string) (time.Time, error) {
-	if errs := leasingv1alpha1.ValidateTarget(target, field.NewPath("target")); len(errs) > 0 {
-		e := invalid(errs...)
-		e.ID = id
-		return time.Time{}, e
+	if err := checkTarget(id, target); err != nil {
+		return time.Time{}, err
 	}
 	if err := s.gate.check(context.Background()); err != nil {
 		return time.Time{}, err

@@ -320,6 +320,11 @@ func (s *Service) checkReport(id, result, target string) error {
 		e.ID = id
 		return e
 	}
+	return checkTarget(id, target)
+}
+
+// checkTarget refuses a malformed target (ReasonInvalid naming lease id).
+func checkTarget(id, target string) error {
 	if errs := leasingv1alpha1.ValidateTarget(target, field.NewPath("target")); len(errs) > 0 {
 		e := invalid(errs...)
 		e.ID = id
