@@ -14,7 +14,10 @@
 // (local.go, with discovery.InProcess: its token check and answers, without
 // HTTP or JSON) rather than through the Service back to itself.
 // Every answer of the gateway's own is written by one function (errors.go).
-// It never decrypts a tunnel.
+// A tunnel's CONNECT goes on a connection dialled ahead to its proxy when
+// there is one (warm.go); its bytes are spliced between the sockets through
+// pooled kernel pipes, or copied through pooled buffers (relay.go). It never
+// decrypts a tunnel.
 //
 // It must not import pkg/leasing, pkg/lease, pkg/flowcontrol, pkg/metrics or
 // cmd: its one way to leases is the Leaser; pkg/discovery/client and wire

@@ -66,8 +66,10 @@ type Gateway struct {
 	clock     clock.WithTicker
 	transport *http.Transport
 	dialer    net.Dialer
-	// buffers relay tunnels' bytes (taken only while bytes move).
-	buffers *sync.Pool
+	// relay moves tunnels' bytes.
+	relay *relayer
+	// warm are connections dialled ahead to proxies.
+	warm *warmConns
 
 	mu      sync.Mutex
 	tunnels map[net.Conn]struct{}
@@ -98,9 +100,12 @@ func New(o Options, d Deps) (*Gateway, error) {
 	if d.Clock == nil {
 		d.Clock = clock.RealClock{}
 	}
-	g := &Gateway{opts: o, rec: d.Recorder, clock: d.Clock, tunnels: map[net.Conn]struct{}{}, buffers: newBufferPool(),
+	g := &Gateway{opts: o, rec: d.Recorder, clock: d.Clock, tunnels: map[net.Conn]struct{}{}, relay: newRelayer(),
 		dialer: net.Dialer{Timeout: o.DialTimeout, Control: d.Denied.Control}}
 	g.leases = newLeases(d.Leaser, &g.opts, d.Clock.Now)
+	g.warm = newWarmConns(func(ctx context.Context, addr string) (net.Conn, error) {
+		return g.dialer.DialContext(ctx, "tcp", addr)
+	}, d.Clock.Now)
 	g.transport = &http.Transport{
 		Proxy:                 proxyFromContext,
 		DialContext:           g.dialer.DialContext,
@@ -205,6 +210,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		select {
 		case <-ticker.C():
 			g.leases.tick(ctx)
+			g.warm.expire()
 		case err := <-errc:
 			g.closeAll()
 			return fmt.Errorf("gateway: %w", err)
@@ -228,6 +234,8 @@ func (g *Gateway) closeAll() {
 	}
 	g.mu.Unlock()
 	g.transport.CloseIdleConnections()
+	g.relay.close()
+	g.warm.close()
 	g.leases.releaseAll()
 }
 

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync"
-	"syscall"
 	"time"
 )
 
@@ -81,120 +79,42 @@ func (g *Gateway) tunnel(w http.ResponseWriter, r *http.Request, token, username
 	}
 	errc := make(chan struct{}, 1)
 	go func() {
-		n := pipe(conn, up, g.buffers)
+		n := g.relay.copy(conn, up)
 		g.rec.GatewayBytes("down", n)
 		errc <- struct{}{}
 	}()
-	n := pipe(up, conn, g.buffers)
+	n := g.relay.copy(up, conn)
 	g.rec.GatewayBytes("up", n)
 	<-errc
 }
 
-// pipe copies src to dst until src ends, then closes dst's write side so
-// the other direction can finish. An idle tunnel holds no buffer and no
-// pipe: the read takes a pooled buffer only while it reads, and gives it
-// back before it waits for src to be readable (readPooled). Each chunk costs
-// one read and one write, and a wait one read more. (io.Copy between TCP
-// connections would splice(2), but holds a pipe — two descriptors — per
-// direction while it waits, tripling an idle tunnel's descriptors.)
-func pipe(dst, src net.Conn, pool *sync.Pool) int64 {
-	var n int64
-	raw, _ := rawConn(src)
-	for {
-		var buf *[]byte
-		var r int
-		var rerr error
-		if raw != nil {
-			buf, r, rerr = readPooled(raw, pool)
-		} else {
-			buf = pool.Get().(*[]byte)
-			r, rerr = src.Read(*buf)
-		}
-		if r > 0 {
-			w, werr := dst.Write((*buf)[:r])
-			n += int64(w)
-			if werr != nil {
-				pool.Put(buf)
-				break
-			}
-		}
-		if buf != nil {
-			pool.Put(buf)
-		}
-		if rerr != nil {
-			break
-		}
-	}
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-	} else {
-		_ = dst.Close()
-	}
-	return n
-}
-
-// readPooled reads what c holds into a buffer from pool, waiting for c to be
-// readable if it holds nothing yet — without a buffer: the buffer goes back
-// to the pool before each wait. It returns the buffer (nil on an error
-// before any read), the bytes read and io.EOF at the end.
-func readPooled(c syscall.RawConn, pool *sync.Pool) (*[]byte, int, error) {
-	var buf *[]byte
-	var n int
-	var err error
-	if cerr := c.Read(func(fd uintptr) bool {
-		if buf == nil {
-			buf = pool.Get().(*[]byte)
-		}
-		for {
-			n, err = syscall.Read(int(fd), *buf)
-			if err != syscall.EINTR {
-				break
-			}
-		}
-		if err == syscall.EAGAIN {
-			pool.Put(buf)
-			buf = nil
-			return false // wait for readable, holding nothing
-		}
-		return true
-	}); cerr != nil {
-		return buf, 0, cerr
-	}
-	switch {
-	case err != nil:
-		return buf, 0, err
-	case n == 0:
-		return buf, 0, io.EOF
-	}
-	return buf, n, nil
-}
-
-// copyBufferSize is a pooled relay buffer's size.
-const copyBufferSize = 128 << 10
-
-func newBufferPool() *sync.Pool {
-	return &sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
-}
-
-func rawConn(c net.Conn) (syscall.RawConn, error) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil, errors.New("not a syscall.Conn")
-	}
-	return sc.SyscallConn()
-}
-
-// connect opens a tunnel to authority through the proxy at addr. On an
+// connect opens a tunnel to authority through the proxy at addr: on a warm
+// connection to it when there is one (warm.go), else on a new one. On an
 // error, siteRefused says the proxy answered that the site refused (to be
 // reported); otherwise the proxy itself failed (unreachable, or it refused
 // the lease's credentials).
 func (g *Gateway) connect(ctx context.Context, addr, auth, authority string) (_ net.Conn, _ *bufio.Reader, _ *Error, siteRefused bool) {
+	if up := g.warm.take(addr); up != nil {
+		br, gerr, siteRefused, stale := g.handshake(up, addr, auth, authority)
+		if !stale {
+			return up, br, gerr, siteRefused
+		}
+		// The proxy closed it before the CONNECT: a new connection.
+	}
 	dctx, cancel := context.WithTimeout(ctx, g.opts.DialTimeout)
 	defer cancel()
 	up, err := g.dialer.DialContext(dctx, "tcp", addr)
 	if err != nil {
 		return nil, nil, upstreamDialError(addr, err), false
 	}
+	br, gerr, siteRefused, _ := g.handshake(up, addr, auth, authority)
+	return up, br, gerr, siteRefused
+}
+
+// handshake sends the CONNECT on up and reads the proxy's answer; on an
+// error it closes up, and stale says the connection had ended before the
+// proxy answered a byte (a warm connection the proxy closed).
+func (g *Gateway) handshake(up net.Conn, addr, auth, authority string) (_ *bufio.Reader, _ *Error, siteRefused, stale bool) {
 	_ = up.SetDeadline(time.Now().Add(g.opts.DialTimeout))
 	req := "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n"
 	if auth != "" {
@@ -202,23 +122,41 @@ func (g *Gateway) connect(ctx context.Context, addr, auth, authority string) (_ 
 	}
 	if _, err := io.WriteString(up, req+"\r\n"); err != nil {
 		up.Close()
-		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s: %v", addr, err)}, false
+		return nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s: %v", addr, err)}, false, true
 	}
-	br := bufio.NewReaderSize(up, 1024)
+	answer := &countingReader{r: up}
+	br := bufio.NewReaderSize(answer, 1024)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil {
 		up.Close()
-		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s did not answer the CONNECT: %v", addr, err)}, false
+		return nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s did not answer the CONNECT: %v", addr, err)}, false, answer.n == 0 && !isTimeout(err)
 	}
 	resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusProxyAuthRequired:
 		up.Close()
-		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s refused the lease's credentials (407)", addr)}, false
+		return nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("the leased proxy %s refused the lease's credentials (407)", addr)}, false, false
 	case resp.StatusCode/100 != 2:
 		up.Close()
-		return nil, nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("CONNECT %s through %s: the proxy answered %s", authority, addr, resp.Status)}, true
+		return nil, &Error{Reason: ReasonUpstream, Message: fmt.Sprintf("CONNECT %s through %s: the proxy answered %s", authority, addr, resp.Status)}, true, false
 	}
 	_ = up.SetDeadline(time.Time{})
-	return up, br, nil, false
+	return br, nil, false, false
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

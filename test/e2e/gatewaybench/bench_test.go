@@ -36,22 +36,27 @@ func BenchmarkGatewayThroughput(b *testing.B) {
 	drive := func(proxy string) childResult {
 		return runChild(b, childArgs{Mode: "throughput", Proxy: proxy, Clients: clients, Seconds: throughputSeconds})
 	}
+	// perMB is CPU time per MB that res relayed.
+	perMB := func(cpu time.Duration, res childResult) float64 {
+		return cpu.Seconds() * 1e6 / (res.BytesPerSec * throughputSeconds / 1e6)
+	}
 	// viaGateway drives the gateway at proxy; this process holds the
 	// gateways and the lease API: its CPU per MB relayed is the gateway's
 	// own cost, which the ratio (set by what saturates the machine first)
-	// does not show.
-	viaGateway := func(proxy string) (childResult, float64) {
-		cpu0 := cputime.Self(b)
-		res := drive(proxy)
-		return res, (cputime.Self(b) - cpu0).Seconds() * 1e6 / (res.BytesPerSec * throughputSeconds / 1e6)
+	// does not show. The Squid behind it relays the same bytes at the same
+	// time: its CPU per MB then is the like-for-like comparison.
+	viaGateway := func(proxy string) (res childResult, gatewayCPU, squidCPU float64) {
+		cpu0, squid0 := cputime.Self(b), cputime.Process(b, r.squidPIDs[0])
+		res = drive(proxy)
+		return res, perMB(cputime.Self(b)-cpu0, res), perMB(cputime.Process(b, r.squidPIDs[0])-squid0, res)
 	}
 	for b.Loop() {
 		squid0 := cputime.Process(b, r.squidPIDs[0])
 		direct := drive("http://" + r.squids[0])
-		squidCPU := (cputime.Process(b, r.squidPIDs[0]) - squid0).Seconds() * 1e6 / (direct.BytesPerSec * throughputSeconds / 1e6)
+		squidCPU := perMB(cputime.Process(b, r.squidPIDs[0])-squid0, direct)
 		hop := drive(r.hop.String())
-		via, gatewayCPU := viaGateway(r.gateway.String())
-		viaAPI, gatewayAPICPU := viaGateway(r.gatewayAPI.String())
+		via, gatewayCPU, squidBehindCPU := viaGateway(r.gateway.String())
+		viaAPI, gatewayAPICPU, _ := viaGateway(r.gatewayAPI.String())
 		b.ReportMetric(direct.BytesPerSec/1e6, "direct-MB/s")
 		b.ReportMetric(via.BytesPerSec/1e6, "gateway-MB/s")
 		b.ReportMetric(via.BytesPerSec/direct.BytesPerSec, "ratio")
@@ -60,6 +65,8 @@ func BenchmarkGatewayThroughput(b *testing.B) {
 		b.ReportMetric(gatewayCPU, "gateway-cpu-µs/MB")
 		b.ReportMetric(gatewayAPICPU, "api-cpu-µs/MB")
 		b.ReportMetric(squidCPU, "squid-cpu-µs/MB")
+		b.ReportMetric(squidBehindCPU, "squid-behind-cpu-µs/MB")
+		b.ReportMetric(gatewayCPU/squidBehindCPU, "cpu-ratio")
 		b.Logf("direct %.0f MB/s (%d requests, %d errors); bare hop %.2fx; gateway leasing in process %.0f MB/s (%d requests, %d errors): %.2fx (target >= 0.8x); through the lease API %.2fx (%d errors)",
 			direct.BytesPerSec/1e6, direct.Requests, direct.Errors, hop.BytesPerSec/direct.BytesPerSec, via.BytesPerSec/1e6, via.Requests, via.Errors,
 			via.BytesPerSec/direct.BytesPerSec, viaAPI.BytesPerSec/direct.BytesPerSec, viaAPI.Errors)

@@ -34,25 +34,29 @@ func tcpPair(t *testing.T) (a, b net.Conn) {
 	return a, b
 }
 
-// TestPipe relays a payload sent in bursts with pauses between them (so the
-// relay both reads back to back and waits for src to be readable) and ends
-// dst's write side when src ends. Over TCP the relay reads through the raw
-// descriptor (readPooled); over net.Pipe, which is no syscall.Conn, it reads
-// as io.Copy would: both must deliver the same bytes.
-func TestPipe(t *testing.T) {
+// TestRelay relays a payload sent in bursts with pauses between them (so the
+// relay both moves chunks back to back and waits for src to be readable) and
+// ends dst's write side when src ends. Between sockets it splices through
+// kernel pipes where it can, copies through a buffer when no pipe is free,
+// and copies when a side is no syscall.Conn (net.Pipe): each must deliver
+// the same bytes.
+func TestRelay(t *testing.T) {
 	payload := make([]byte, 3<<20)
 	rng := rand.NewChaCha8([32]byte{1})
 	_, _ = rng.Read(payload)
+	tcp := func(t *testing.T) (net.Conn, net.Conn, net.Conn, net.Conn) {
+		sender, src := tcpPair(t)
+		dst, receiver := tcpPair(t)
+		return sender, src, dst, receiver
+	}
 	for _, tc := range []struct {
 		name  string
+		pipes int
 		conns func(t *testing.T) (sender, src, dst, receiver net.Conn)
 	}{
-		{name: "tcp", conns: func(t *testing.T) (net.Conn, net.Conn, net.Conn, net.Conn) {
-			sender, src := tcpPair(t)
-			dst, receiver := tcpPair(t)
-			return sender, src, dst, receiver
-		}},
-		{name: "not a syscall.Conn", conns: func(t *testing.T) (net.Conn, net.Conn, net.Conn, net.Conn) {
+		{name: "tcp", pipes: maxPipes, conns: tcp},
+		{name: "tcp, no pipe free", pipes: 0, conns: tcp},
+		{name: "not a syscall.Conn", pipes: maxPipes, conns: func(t *testing.T) (net.Conn, net.Conn, net.Conn, net.Conn) {
 			sender, src := net.Pipe()
 			dst, receiver := net.Pipe()
 			t.Cleanup(func() { sender.Close(); src.Close(); dst.Close(); receiver.Close() })
@@ -61,8 +65,11 @@ func TestPipe(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sender, src, dst, receiver := tc.conns(t)
+			r := newRelayer()
+			r.pipes = newPipePool(tc.pipes)
+			t.Cleanup(r.close)
 			relayed := make(chan int64, 1)
-			go func() { relayed <- pipe(dst, src, newBufferPool()) }()
+			go func() { relayed <- r.copy(dst, src) }()
 			go func() {
 				for off := 0; off < len(payload); {
 					end := min(off+(700<<10), len(payload))
@@ -89,8 +96,9 @@ func TestPipe(t *testing.T) {
 				t.Fatalf("relayed %d bytes, not the %d sent (first difference at %d)", len(got), len(payload), firstDiff(got, payload))
 			}
 			if n := <-relayed; n != int64(len(payload)) {
-				t.Errorf("pipe counted %d bytes, relayed %d", n, len(payload))
+				t.Errorf("the relay counted %d bytes, relayed %d", n, len(payload))
 			}
+			checkPipes(t, r, tc.name == "tcp")
 		})
 	}
 }
