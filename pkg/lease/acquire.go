@@ -59,6 +59,19 @@ func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
 			return nil, &AlreadyExistsError{Namespace: req.Namespace, Name: req.Name}
 		}
 	}
+	site := s.sites.For(req.Target)
+	if site != nil {
+		if r := site.Admit(now); r != nil {
+			err := error(&SiteBusyError{Refusal: *r})
+			if explain {
+				nm := s.explainLocked(&req, now)
+				nm.Site = r
+				err = nm
+			}
+			s.unlockAndNotify(&p)
+			return nil, err
+		}
+	}
 	e := s.selectLocked(&req, now)
 	if s.probe != nil {
 		s.probe.selected()
@@ -80,6 +93,9 @@ func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
 			return nil, &AlreadyExistsError{Namespace: e.info.Namespace, Name: req.Name}
 		}
 	}
+	if site != nil {
+		site.Granted(now)
+	}
 	le, err := s.grantLocked(e, &req, ttl, now, &p)
 	if err != nil {
 		s.unlockAndNotify(&p)
@@ -99,6 +115,9 @@ func (s *Store) Diagnose(req AcquireRequest) *NoMatchError {
 	now := s.now()
 	s.advanceLocked(now, &p)
 	c := s.explainLocked(&req, now)
+	if b := s.sites.For(req.Target); b != nil {
+		c.Site = b.Admit(now)
+	}
 	s.unlockAndNotify(&p)
 	return c
 }

@@ -25,7 +25,9 @@
 // (release, report, renew and reads of leases), fleet.go (the proxies),
 // expiry.go (expiry and cooldown heaps, the timer), tombs.go (ended leases
 // kept for late reports, at most MaxEndedPerHolder per holder), notify.go
-// (events to subscribers, capacity hooks).
+// (events to subscribers, capacity hooks), sites.go (the site policies'
+// budgets, pkg/sites: checked before a proxy is picked, counted on every
+// live lease, cut by reports).
 //
 // Consumer: pkg/leasing, whose Service both lease APIs call and whose queue
 // adapter drives waiting requests (TryAcquire, OnCapacity, HeldBy,
@@ -33,5 +35,5 @@
 //
 // This package must not import pkg/discovery, pkg/apiserver, pkg/flowcontrol,
 // pkg/controller or pkg/metrics; it imports apis/crawl/v1alpha1 only to turn a
-// Proxy into a ProxyInfo.
+// Proxy into a ProxyInfo, and pkg/sites for the site budgets.
 package lease

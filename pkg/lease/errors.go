@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/pkg/sites"
 )
 
 // ErrNoMatch is returned by TryAcquire when no proxy can take the lease.
@@ -40,6 +42,9 @@ type NoMatchError struct {
 	// the request was not offered them (earlier requests of its flow for
 	// the same proxies wait ahead of it) or capacity appeared since.
 	Free int
+	// Site, when set, is why the target's site budget refused the lease
+	// (whatever the proxies' counts say).
+	Site *sites.Refusal
 }
 
 func (e *NoMatchError) Error() string {
@@ -47,6 +52,9 @@ func (e *NoMatchError) Error() string {
 		e.Considered, e.AtCapacity, e.InCooldown, e.Unhealthy)
 	if e.Free > 0 {
 		msg += fmt.Sprintf(", free %d", e.Free)
+	}
+	if e.Site != nil {
+		msg = e.Site.Error() + "; " + msg
 	}
 	return msg
 }

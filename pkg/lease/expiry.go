@@ -39,6 +39,11 @@ func (s *Store) advanceLocked(now time.Time, p *pending) {
 		p.capacity = p.capacity || e.indexed
 		s.forgetIfUnusedLocked(e)
 	}
+	for _, b := range s.sites.Budgets() {
+		if b.Advance(now) {
+			p.capacity = true
+		}
+	}
 	s.expireTombsLocked(now)
 }
 
@@ -61,8 +66,12 @@ func (s *Store) endLocked(le *leaseEntry, endedAt time.Time, reason Reason, p *p
 		delete(s.holders, le.Holder)
 	}
 	until := endedAt.Add(s.opts.CooldownWindow)
-	s.rememberLocked(&tombstone{id: le.ID, name: nk, proxy: le.proxy.key, target: le.Target, holder: le.Holder, reason: reason, until: until})
+	s.rememberLocked(&tombstone{id: le.ID, name: nk, proxy: le.proxy.key, target: le.Target, holder: le.Holder, reason: reason, until: until, acquiredAt: le.AcquiredAt})
 	e := le.proxy
+	if le.site != nil {
+		le.site.Ended(endedAt)
+		p.capacity = true // a slot of the site's budget
+	}
 	s.detachLocked(le)
 	p.capacity = p.capacity || e.indexed
 	s.forgetIfUnusedLocked(e)
@@ -117,6 +126,11 @@ func (s *Store) NextChange() time.Time {
 	}
 	if len(s.cools) > 0 && (next.IsZero() || s.cools[0].until.Before(next)) {
 		next = s.cools[0].until
+	}
+	for _, b := range s.sites.Budgets() {
+		if at := b.NextChange(); !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
 	}
 	s.unlockAndNotify(&p)
 	return next

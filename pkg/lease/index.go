@@ -112,6 +112,9 @@ func (s *Store) attachLocked(le *leaseEntry) {
 	}
 	e.live[le] = struct{}{}
 	s.setLeasesLocked(e, e.leases+1)
+	if le.site = s.sites.For(le.Target); le.site != nil {
+		le.site.Attach()
+	}
 }
 
 // detachLocked uncounts le, a lease that ended, from its proxy.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/pkg/sites"
 )
 
 // checkInvariants inspects the store's internals; the caller holds s.mu.
@@ -68,6 +70,23 @@ func checkInvariants(s *Store) []string {
 	}
 	if !maps.Equal(perHolder, s.holders) {
 		fail("leases per holder %v, HeldByHolder counts %v", perHolder, s.holders)
+	}
+
+	// Site budgets: each lease counts against its target's policy, and each
+	// budget's live count is its leases.
+	perSite := map[*sites.Budget]int{}
+	for id, le := range s.leases {
+		if want := s.sites.For(le.Target); le.site != want {
+			fail("lease %s for %q counts against the wrong site budget", id, le.Target)
+		}
+		if le.site != nil {
+			perSite[le.site]++
+		}
+	}
+	for _, b := range s.sites.Budgets() {
+		if b.Live() != perSite[b] {
+			fail("site policy %s: %d live counted, lease table %d", b.Policy().Name, b.Live(), perSite[b])
+		}
 	}
 
 	// Proxies: counts, capacity, index membership, members.
@@ -205,6 +224,9 @@ func grantChecker(s *Store, record func(string)) func(e *proxyEntry, req *Acquir
 		case req.Namespace != "" && e.info.Namespace != req.Namespace, !matches(e, req.Selector):
 			record(fmt.Sprintf("granted %s outside namespace/selector %s %v", e.key, req.Namespace, req.Selector))
 		}
+		if b := s.sites.For(req.Target); b != nil && b.Live() >= b.Limit() {
+			record(fmt.Sprintf("granted %s for %q over SitePolicy %s's limit (%d live of %d)", e.key, req.Target, b.Policy().Name, b.Live(), b.Limit()))
+		}
 	}
 }
 
@@ -311,6 +333,16 @@ func TestInvariantCheckerDetectsCorruption(t *testing.T) {
 			s.Release(l.ID)
 			s.opts.MaxEndedPerHolder = 0
 		}, `holder "" has 1 ended leases, limit 0`},
+		{"site budget drift", func(s *Store, l *Lease) {
+			s.SetSitePolicies([]sites.Policy{{Name: "all", Sites: []string{"t.example"}, MinConcurrency: 1, MaxConcurrency: 9,
+				IncreaseInterval: time.Second, DecreaseFactor: 0.5}})
+			s.sites.For("t.example").Attach()
+		}, "site policy all: 2 live counted, lease table 1"},
+		{"lease on no budget", func(s *Store, l *Lease) {
+			s.SetSitePolicies([]sites.Policy{{Name: "all", Sites: []string{"t.example"}, MinConcurrency: 1, MaxConcurrency: 9,
+				IncreaseInterval: time.Second, DecreaseFactor: 0.5}})
+			s.leases[l.ID].site = nil
+		}, "counts against the wrong site budget"},
 		{"ended lease lost from tombQ", func(s *Store, l *Lease) {
 			s.Release(l.ID)
 			s.tombQ = s.tombQ[:s.tombHead]
@@ -321,7 +353,7 @@ func TestInvariantCheckerDetectsCorruption(t *testing.T) {
 			s, _ := newTestStore(t, Options{})
 			s.UpsertProxy(px("ns", "p", 1, "zone", "x"))
 			s.UpsertProxy(px("ns", "q", 2))
-			l := mustAcquire(t, s, AcquireRequest{Flow: "f"})
+			l := mustAcquire(t, s, AcquireRequest{Flow: "f", Target: "t.example"})
 			if bad := checkInvariants(s); len(bad) > 0 {
 				t.Fatalf("clean store flagged: %q", bad)
 			}

@@ -80,19 +80,20 @@ func (s *Store) ReportAs(holder, id, result, target string) error {
 	}
 	var e *proxyEntry
 	var leaseTarget, leaseHolder string
+	var acquiredAt time.Time
 	le := s.leases[id]
 	if le != nil {
 		if !mayChange(holder, le.Holder) {
 			s.unlockAndNotify(&p)
 			return &NotHolderError{ID: id}
 		}
-		e, leaseTarget, leaseHolder = le.proxy, le.Target, le.Holder
+		e, leaseTarget, leaseHolder, acquiredAt = le.proxy, le.Target, le.Holder, le.AcquiredAt
 	} else if t, ok := s.tombs[id]; ok && t.until.After(now) {
 		if !mayChange(holder, t.holder) {
 			s.unlockAndNotify(&p)
 			return &NotHolderError{ID: id}
 		}
-		e, leaseTarget, leaseHolder = s.entryLocked(t.proxy), t.target, t.holder
+		e, leaseTarget, leaseHolder, acquiredAt = s.entryLocked(t.proxy), t.target, t.holder, t.acquiredAt
 	} else {
 		s.unlockAndNotify(&p)
 		return fmt.Errorf("reporting on lease %s: %w", id, ErrUnknownLease)
@@ -101,11 +102,18 @@ func (s *Store) ReportAs(holder, id, result, target string) error {
 		target = leaseTarget
 	}
 	if result != ResultOK {
-		if err := s.reportCoolLocked(e, leaseHolder, target, now); err != nil {
-			s.forgetIfUnusedLocked(e)
-			s.unlockAndNotify(&p)
-			return fmt.Errorf("reporting %q on lease %s: %w", result, id, err)
+		// Under a site policy, rate_limited is the site's limit on everyone:
+		// it cuts the site's budget, and cools no proxy (a site limiting its
+		// total rate would otherwise cool the whole fleet for it). banned
+		// does both.
+		if result == ResultBanned || s.sites.For(target) == nil {
+			if err := s.reportCoolLocked(e, leaseHolder, target, now); err != nil {
+				s.forgetIfUnusedLocked(e)
+				s.unlockAndNotify(&p)
+				return fmt.Errorf("reporting %q on lease %s: %w", result, id, err)
+			}
 		}
+		s.reportSiteLocked(result, target, acquiredAt, now)
 	}
 	s.forgetIfUnusedLocked(e)
 	if le != nil {

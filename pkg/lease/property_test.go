@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/pkg/sites"
 )
 
 // TestConcurrentPropertyInvariants: 64 goroutines do random acquire /
@@ -33,6 +35,9 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 		violMu.Unlock()
 	}
 	probeOf(s).onGrant = grantChecker(s, record) // runs under the store lock
+	// t1 has a site budget: its limit is cut by reports and grows back.
+	s.SetSitePolicies([]sites.Policy{{Name: "t1", Sites: []string{"t1"}, MinConcurrency: 1, MaxConcurrency: 4,
+		IncreaseInterval: time.Minute, DecreaseFactor: 0.5}})
 	fleet := func(i int) ProxyInfo {
 		ns := []string{"a", "b"}[i%2]
 		return px(ns, fmt.Sprintf("p%02d", i), int64(i%5), "zone", []string{"x", "y", "z"}[i%3])

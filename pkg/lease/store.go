@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/btree"
 	"k8s.io/utils/clock"
+
+	"github.com/proxy-operator/proxy-operator/pkg/sites"
 )
 
 // Store is the in-memory lease store. All methods are safe for concurrent use.
@@ -73,6 +75,8 @@ type Store struct {
 	readmitFrom, readmitUntil time.Time
 	// frozen: Freeze was called; lease changes are refused.
 	frozen bool
+	// sites are the site policies' budgets (sites.go); nil: none.
+	sites *sites.Table
 	// free counts the indexed proxies: those that can take a lease now.
 	free int
 	// armed is when Start's timer fires (UnixNano; MaxInt64 before Start);
@@ -131,7 +135,9 @@ type cooling struct {
 
 type leaseEntry struct {
 	Lease
-	proxy     *proxyEntry
+	proxy *proxyEntry
+	// site is the budget of the site policy the lease counts against.
+	site      *sites.Budget
 	heapIndex int
 	// expiresNanos mirrors ExpiresAt for cheap heap comparisons.
 	expiresNanos int64

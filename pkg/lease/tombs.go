@@ -14,6 +14,9 @@ type tombstone struct {
 	// reason is why the lease ended (Released, Expired, ProxyDeleted).
 	reason Reason
 	until  time.Time
+	// acquiredAt is when the lease was granted (zero: loaded from a
+	// checkpoint), for the site budget's cut on a late report.
+	acquiredAt time.Time
 	// gone: forgotten (the queues drop it when they reach it).
 	gone bool
 	// of is its holder's queue.

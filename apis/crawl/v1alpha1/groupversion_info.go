@@ -22,7 +22,7 @@ func Resource(resource string) schema.GroupResource {
 	return SchemeGroupVersion.WithResource(resource).GroupResource()
 }
 
-// AddToScheme registers Proxy, ProxyPool and their lists with s. It is a function rather
+// AddToScheme registers Proxy, ProxyPool, SitePolicy and their lists with s. It is a function rather
 // than the usual package-level SchemeBuilder so that nothing in this package
 // can be appended to at run time (no init() registries).
 func AddToScheme(s *runtime.Scheme) error {
@@ -31,7 +31,7 @@ func AddToScheme(s *runtime.Scheme) error {
 }
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &Proxy{}, &ProxyList{}, &ProxyPool{}, &ProxyPoolList{})
+	s.AddKnownTypes(SchemeGroupVersion, &Proxy{}, &ProxyList{}, &ProxyPool{}, &ProxyPoolList{}, &SitePolicy{}, &SitePolicyList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }

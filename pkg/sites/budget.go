@@ -1,0 +1,284 @@
+package sites
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Budget is one policy's budget. It bounds a site two ways, both adapted:
+// the leases live at once (limit) and the new leases a second (rate, a
+// token bucket). A cut on a refused report sets the limit to DecreaseFactor
+// of itself, and the rate to DecreaseFactor of the grants in the last second
+// (what the site was taking, so that a rate far above it still bites);
+// after IncreaseInterval in full use each grows by a step, half of its last
+// cut (the limit by at least one), up to the policy's ceilings.
+type Budget struct {
+	policy Policy
+	limit  int
+	live   int
+	// rate is the adapted grants a second (0: no bound yet); rateStep its
+	// additive increase.
+	rate, rateStep float64
+	// limitStep is the limit's additive increase.
+	limitStep int
+	// changed is when the bounds were last cut or raised; cutAt when last
+	// cut.
+	changed, cutAt time.Time
+	// full: since changed, a lease was refused for a bound or filled the
+	// limit (only a site that uses its budget earns a raise).
+	full bool
+	// tokens and tokensAt are the rate's bucket.
+	tokens   float64
+	tokensAt time.Time
+	// recent counts grants in the tenths of the last second.
+	recent     [10]int
+	recentTick int64
+	// window counts leases ended and reported refused in the current and
+	// the previous shareWindow, for the rate-limited share.
+	window      [2]windowCounts
+	windowStart time.Time
+	cuts        int64
+}
+
+type windowCounts struct{ ended, refused int }
+
+const (
+	// shareWindow is the span of the rate-limited share (two of them).
+	shareWindow = 30 * time.Second
+	// cutSpacing: a report cuts only for a lease granted at least this long
+	// after the last cut. A site's rate window is commonly a second: a
+	// lease granted sooner met a site still counting what came before the
+	// cut, and its refusal is the signal the cut already answered.
+	cutSpacing = time.Second
+	// minRate is the lowest adapted rate, grants a second.
+	minRate = 0.2
+)
+
+func newBudget(p Policy) *Budget {
+	b := &Budget{policy: p, limit: p.MaxConcurrency, rate: p.MaxGrantsPerSecond}
+	b.tokens = b.burst()
+	return b
+}
+
+// burst is the bucket's size: a second's worth, at least one.
+func (b *Budget) burst() float64 { return math.Max(1, b.rate) }
+
+func (b *Budget) carry(o *Budget) {
+	b.limit = min(max(o.limit, b.policy.MinConcurrency), b.policy.MaxConcurrency)
+	b.rate, b.rateStep, b.limitStep = o.rate, o.rateStep, o.limitStep
+	if c := b.policy.MaxGrantsPerSecond; c > 0 && (b.rate == 0 || b.rate > c) {
+		b.rate = c
+	}
+	b.changed, b.cutAt, b.full = o.changed, o.cutAt, o.full
+	b.tokens, b.tokensAt = math.Min(o.tokens, b.burst()), o.tokensAt
+	b.recent, b.recentTick = o.recent, o.recentTick
+	b.window, b.windowStart, b.cuts = o.window, o.windowStart, o.cuts
+}
+
+// Policy is the budget's policy.
+func (b *Budget) Policy() Policy { return b.policy }
+
+// Live is the leases for the site it counts live; Limit how many it
+// admits now.
+func (b *Budget) Live() int  { return b.live }
+func (b *Budget) Limit() int { return b.limit }
+
+// Refusal says why a lease for the site waits: the limit in use, or the
+// grant rate. Retry is when the rate lets the next lease through (zero:
+// when a lease for the site ends, or the limit is raised).
+type Refusal struct {
+	Policy      string
+	Limit, Live int
+	Retry       time.Time
+}
+
+func (r *Refusal) Error() string {
+	if !r.Retry.IsZero() {
+		return fmt.Sprintf("SitePolicy %q: the site's grant rate is in use", r.Policy)
+	}
+	return fmt.Sprintf("SitePolicy %q: the site's %d leases are in use (its limit now)", r.Policy, r.Limit)
+}
+
+// Admit says whether a lease for the site may be granted at now: nil, or
+// why it must wait. Granted and Attach follow a grant.
+func (b *Budget) Admit(now time.Time) *Refusal {
+	b.advance(now)
+	if b.live >= b.limit {
+		b.full = true
+		return &Refusal{Policy: b.policy.Name, Limit: b.limit, Live: b.live}
+	}
+	if b.rate > 0 && b.tokens < 1 {
+		b.full = true
+		wait := time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
+		return &Refusal{Policy: b.policy.Name, Limit: b.limit, Live: b.live, Retry: now.Add(max(wait, time.Millisecond))}
+	}
+	return nil
+}
+
+// Granted spends the rate on a lease granted for the site at now (after
+// Admit); Attach counts it live.
+func (b *Budget) Granted(now time.Time) {
+	b.advance(now)
+	if b.rate > 0 {
+		b.tokens--
+	}
+	b.recent[b.recentTick%10]++
+}
+
+// Attach counts a live lease for the site: one just granted, or one the
+// store already held when the policy was set or a checkpoint loaded.
+func (b *Budget) Attach() {
+	b.live++
+	if b.live >= b.limit {
+		b.full = true
+	}
+}
+
+// Ended uncounts a lease for the site that ended at now.
+func (b *Budget) Ended(now time.Time) {
+	b.roll(now)
+	b.live = max(b.live-1, 0)
+	b.window[0].ended++
+}
+
+// Reported applies a rate_limited or banned report at now on a lease for
+// the site granted at acquiredAt: the limit is cut to DecreaseFactor of
+// itself, the rate to DecreaseFactor of the grants in the last second (never
+// under the floors). Once per signal: a report on a
+// lease granted before the last cut, or within cutSpacing after it, was
+// answered by it. It says whether it cut.
+func (b *Budget) Reported(acquiredAt, now time.Time) bool {
+	b.advance(now)
+	b.window[0].refused++
+	if !b.cutAt.IsZero() && acquiredAt.Before(b.cutAt.Add(cutSpacing)) {
+		return false
+	}
+	f := b.policy.DecreaseFactor
+	old := b.limit
+	b.limit = max(int(math.Floor(f*float64(old))), b.policy.MinConcurrency)
+	b.limitStep = max(1, (old-b.limit)/2)
+	granted := float64(b.grantsLastSecond())
+	if b.rate > 0 {
+		granted = math.Min(granted, b.rate)
+	}
+	if granted > 0 {
+		newRate := math.Max(f*granted, minRate)
+		b.rateStep = math.Max((granted-newRate)/2, minRate)
+		b.rate = newRate
+		b.tokens = math.Min(b.tokens, b.burst())
+	}
+	b.cutAt, b.changed, b.full = now, now, false
+	b.cuts++
+	return true
+}
+
+// Advance applies what is due at now, and says whether a lease refused
+// before could now be admitted (a bound was raised while in full use, or
+// the rate has a token again).
+func (b *Budget) Advance(now time.Time) bool { return b.advance(now) }
+
+// advance raises the bounds by a step when they have stood
+// IncreaseInterval in full use, refills the bucket and moves the windows.
+func (b *Budget) advance(now time.Time) (opened bool) {
+	b.roll(now)
+	if tick := now.UnixNano() / int64(100*time.Millisecond); tick != b.recentTick {
+		for t := b.recentTick + 1; t <= tick && t <= b.recentTick+10; t++ {
+			b.recent[t%10] = 0
+		}
+		b.recentTick = tick
+	}
+	if b.full && now.Sub(b.changed) >= b.policy.IncreaseInterval {
+		raised := false
+		if b.limit < b.policy.MaxConcurrency {
+			b.limit = min(b.limit+max(b.limitStep, 1), b.policy.MaxConcurrency)
+			raised = true
+		}
+		if b.rate > 0 && b.rateStep > 0 {
+			b.rate += b.rateStep
+			if c := b.policy.MaxGrantsPerSecond; c > 0 && b.rate >= c {
+				b.rate, b.rateStep = c, 0
+			}
+			raised = true
+		}
+		if raised {
+			b.changed, b.full = now, false
+			opened = true
+		}
+	}
+	if b.rate > 0 {
+		before := b.tokens
+		if !b.tokensAt.IsZero() && now.After(b.tokensAt) {
+			b.tokens = math.Min(b.burst(), b.tokens+now.Sub(b.tokensAt).Seconds()*b.rate)
+		}
+		b.tokensAt = now
+		opened = opened || (before < 1 && b.tokens >= 1)
+	}
+	return opened
+}
+
+func (b *Budget) grantsLastSecond() int {
+	n := 0
+	for _, c := range b.recent {
+		n += c
+	}
+	return n
+}
+
+// NextChange is when a lease refused now could be admitted without any
+// lease ending: the next raise of bounds in full use, or the rate's next
+// token; zero when only an end can.
+func (b *Budget) NextChange() time.Time {
+	var at time.Time
+	if b.full && (b.limit < b.policy.MaxConcurrency || b.rateStep > 0) && (b.live >= b.limit || b.tokens < 1) {
+		at = b.changed.Add(b.policy.IncreaseInterval)
+	}
+	if b.rate > 0 && b.tokens < 1 && b.live < b.limit {
+		t := b.tokensAt.Add(max(time.Duration((1-b.tokens)/b.rate*float64(time.Second)), time.Millisecond))
+		if at.IsZero() || t.Before(at) {
+			at = t
+		}
+	}
+	return at
+}
+
+// roll moves the share's window along.
+func (b *Budget) roll(now time.Time) {
+	switch {
+	case b.windowStart.IsZero():
+		b.windowStart = now
+	case now.Sub(b.windowStart) >= 2*shareWindow:
+		b.window = [2]windowCounts{}
+		b.windowStart = now
+	case now.Sub(b.windowStart) >= shareWindow:
+		b.window[1], b.window[0] = b.window[0], windowCounts{}
+		b.windowStart = b.windowStart.Add(shareWindow)
+	}
+}
+
+// Status is a budget's state, for the SitePolicy's status and metrics.
+type Status struct {
+	Policy string
+	// Limit is the leases the site may have live now; Live those it has.
+	Limit, Live int
+	// Rate is the new leases a second it may take now (0: no bound).
+	Rate float64
+	// RefusedShare is the share of the site's leases over the last 30–60 s
+	// reported rate_limited or banned (reports over leases ended and
+	// reported, at most 1).
+	RefusedShare float64
+	// Cuts counts the cuts since the operator started.
+	Cuts int64
+}
+
+// Status is b's state at now.
+func (b *Budget) Status(now time.Time) Status {
+	b.advance(now)
+	ended := b.window[0].ended + b.window[1].ended
+	refused := b.window[0].refused + b.window[1].refused
+	share := 0.0
+	if n := max(ended, refused); n > 0 {
+		share = float64(refused) / float64(n)
+	}
+	return Status{Policy: b.policy.Name, Limit: b.limit, Live: b.live, Rate: b.rate, RefusedShare: share, Cuts: b.cuts}
+}
