@@ -30,6 +30,7 @@ go run "$controller_gen" \
 	rbac:roleName=proxy-operator \
 	paths=./pkg/controller/... \
 	paths=./pkg/pool/... \
+	paths=./pkg/sites/... \
 	paths=./artifacts/rbac/... \
 	output:rbac:artifacts:config=artifacts/rbac
 

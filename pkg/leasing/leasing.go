@@ -10,6 +10,7 @@ import (
 
 	"github.com/proxy-operator/proxy-operator/pkg/flowcontrol/flowcontrolmetrics"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
+	"github.com/proxy-operator/proxy-operator/pkg/sites/sitesync"
 )
 
 // Leasing is the lease store with the wait queue in front of it, as both
@@ -105,7 +106,7 @@ func (l *Leasing) Collectors() []prometheus.Collector {
 		}
 		return 0
 	})
-	return []prometheus.Collector{lease.NewActiveLeasesCollector(l.Store), serving, l.queueMetrics}
+	return []prometheus.Collector{lease.NewActiveLeasesCollector(l.Store), sitesync.NewCollector(l.Store), serving, l.queueMetrics}
 }
 
 // Runnables are the store's sweep and the queue's shutdown, none

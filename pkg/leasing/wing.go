@@ -14,6 +14,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/checkpoint"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leaseid"
+	"github.com/proxy-operator/proxy-operator/pkg/sites/sitesync"
 )
 
 // WingConfig is what the operator's lease wing is built from: each part's
@@ -118,6 +119,18 @@ func (w *Wing) Register(ctx context.Context, mgr manager.Manager, add func(manag
 	}
 	if _, err := inf.AddEventHandler(lease.NewProxySync(w.Store)); err != nil {
 		return nil, fmt.Errorf("feeding the lease store from the Proxy informer: %w", err)
+	}
+	spInf, err := mgr.GetCache().GetInformer(ctx, &crawlv1alpha1.SitePolicy{})
+	if err != nil {
+		return nil, fmt.Errorf("getting the SitePolicy informer for the lease store: %w", err)
+	}
+	policies := sitesync.NewSync(w.Store)
+	if _, err := spInf.AddEventHandler(policies); err != nil {
+		return nil, fmt.Errorf("feeding the lease store from the SitePolicy informer: %w", err)
+	}
+	if err := mgr.Add(&sitesync.Status{Client: mgr.GetClient(), Store: w.Store, Sync: policies, Clock: w.cfg.Clock,
+		Interval: sitesync.DefaultStatusInterval}); err != nil {
+		return nil, fmt.Errorf("adding the SitePolicy status writer: %w", err)
 	}
 	for _, r := range w.Runnables() {
 		if err := add(r); err != nil {
