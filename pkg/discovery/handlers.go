@@ -187,10 +187,15 @@ func serviceAnswer(err error) *answer {
 	case leasing.ReasonNoMatch:
 		nm, ahead := e.Counts, e.QueuedAhead
 		msg := "no proxy can take this lease now"
-		if ahead > 0 {
+		var site string
+		switch {
+		case ahead > 0:
 			msg = e.QueuedAheadMessage()
+		case nm.Site != nil:
+			msg, site = nm.Site.Error(), nm.Site.Policy
 		}
 		return &answer{status: http.StatusConflict, body: wire.Error{
+			SitePolicy:  site,
 			Error:       wire.CodeNoMatch,
 			Message:     msg,
 			Considered:  &nm.Considered,

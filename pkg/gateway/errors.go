@@ -88,6 +88,9 @@ func noMatchWords(n *client.NoMatch) string {
 	if n == nil {
 		return "every matching proxy is leased or cooling"
 	}
+	if n.SitePolicy != "" {
+		return fmt.Sprintf("the site's budget (SitePolicy %q) is in use", n.SitePolicy)
+	}
 	return fmt.Sprintf("%d considered: %d at capacity, %d cooling down for this host, %d unhealthy", n.Considered, n.AtCapacity, n.InCooldown, n.Unhealthy)
 }
 

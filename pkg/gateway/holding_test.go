@@ -218,15 +218,19 @@ func TestErrorAnswers(t *testing.T) {
 		wantStatus int
 		wantReason string
 		wantRetry  string
+		// wantWords must be in the message ("": anything).
+		wantWords string
 	}{
-		{"bad token", &client.APIError{StatusCode: 401, Code: wire.CodeUnauthorized}, 407, ReasonUnauthorized, ""},
-		{"a namespace not the token's", &client.APIError{StatusCode: 403, Code: wire.CodeForbidden, Message: "namespace x"}, 403, ReasonForbidden, ""},
-		{"a bad selector", &client.APIError{StatusCode: 400, Code: wire.CodeInvalidRequest, Message: "selector: bad"}, 400, ReasonInvalid, ""},
-		{"everything cools", &client.APIError{StatusCode: 409, Code: wire.CodeNoMatch}, 429, ReasonBusy, "1"},
-		{"queue full", &client.APIError{StatusCode: 429, Code: wire.CodeQueueFull, RetryAfter: 7 * time.Second}, 429, ReasonBusy, "7"},
-		{"a standby", &client.APIError{StatusCode: 503, Code: wire.CodeNotLeader, RetryAfter: 2 * time.Second}, 503, ReasonUnavailable, "2"},
-		{"the API down", errors.New("dial tcp: connection refused"), 503, ReasonUnavailable, "1"},
-		{"an upstream failure", &Error{Reason: ReasonUpstream, Message: "proxy said 502"}, 502, ReasonUpstream, ""},
+		{"bad token", &client.APIError{StatusCode: 401, Code: wire.CodeUnauthorized}, 407, ReasonUnauthorized, "", ""},
+		{"a namespace not the token's", &client.APIError{StatusCode: 403, Code: wire.CodeForbidden, Message: "namespace x"}, 403, ReasonForbidden, "", ""},
+		{"a bad selector", &client.APIError{StatusCode: 400, Code: wire.CodeInvalidRequest, Message: "selector: bad"}, 400, ReasonInvalid, "", ""},
+		{"everything cools", &client.APIError{StatusCode: 409, Code: wire.CodeNoMatch}, 429, ReasonBusy, "1", ""},
+		{"a site's budget in use", &client.APIError{StatusCode: 409, Code: wire.CodeNoMatch, NoMatch: &client.NoMatch{Considered: 2, Free: 2, SitePolicy: "shop"}},
+			429, ReasonBusy, "1", `the site's budget (SitePolicy "shop") is in use`},
+		{"queue full", &client.APIError{StatusCode: 429, Code: wire.CodeQueueFull, RetryAfter: 7 * time.Second}, 429, ReasonBusy, "7", ""},
+		{"a standby", &client.APIError{StatusCode: 503, Code: wire.CodeNotLeader, RetryAfter: 2 * time.Second}, 503, ReasonUnavailable, "2", ""},
+		{"the API down", errors.New("dial tcp: connection refused"), 503, ReasonUnavailable, "1", ""},
+		{"an upstream failure", &Error{Reason: ReasonUpstream, Message: "proxy said 502"}, 502, ReasonUpstream, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
@@ -238,6 +242,9 @@ func TestErrorAnswers(t *testing.T) {
 			got := []any{rec.Code, b.Error, rec.Header().Get("Retry-After"), b.Message != ""}
 			if d := cmp.Diff([]any{tc.wantStatus, tc.wantReason, tc.wantRetry, true}, got); d != "" {
 				t.Errorf("(-want +got):\n%s", d)
+			}
+			if !strings.Contains(b.Message, tc.wantWords) {
+				t.Errorf("message %q does not say %q", b.Message, tc.wantWords)
 			}
 			if (rec.Code == http.StatusProxyAuthRequired) != (rec.Header().Get("Proxy-Authenticate") != "") {
 				t.Errorf("Proxy-Authenticate %q on a %d", rec.Header().Get("Proxy-Authenticate"), rec.Code)

@@ -20,6 +20,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/gateway"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
+	"github.com/proxy-operator/proxy-operator/pkg/sites"
 )
 
 // leaseAPI is a real HTTP lease API over a lease store of one proxy, served
@@ -31,6 +32,7 @@ type leaseAPI struct {
 	gate      *leasing.Gate
 	srv       *httptest.Server
 	network   atomic.Int64
+	store     *lease.Store
 }
 
 func startLeaseAPI(t *testing.T) *leaseAPI {
@@ -59,7 +61,7 @@ func startLeaseAPI(t *testing.T) *leaseAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &leaseAPI{handler: srv.Handler(), inProcess: srv.InProcess(), gate: l.Gate}
+	a := &leaseAPI{handler: srv.Handler(), inProcess: srv.InProcess(), gate: l.Gate, store: store}
 	a.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.network.Add(1)
 		a.handler.ServeHTTP(w, r)
@@ -240,5 +242,27 @@ func TestLeaseInProcessAnswersAsTheNetwork(t *testing.T) {
 	got := outcomeOf(l.Acquire(ctx, "token-a", wire.AcquireRequest{Namespace: "crawl"}))
 	if api.network.Load() != 1 || got.Status != http.StatusServiceUnavailable || got.Code != wire.CodeNotLeader {
 		t.Errorf("not serving: %d calls through the network, answer %+v; want 1 and 503 %s", api.network.Load(), got, wire.CodeNotLeader)
+	}
+}
+
+// TestSiteBudgetRefusalNamesItsPolicy: both ways to the lease API, a lease
+// over a site's budget is refused naming the SitePolicy (the gateway's own
+// answer says it: TestErrorAnswers).
+func TestSiteBudgetRefusalNamesItsPolicy(t *testing.T) {
+	for _, inProcess := range []bool{true, false} {
+		api := startLeaseAPI(t)
+		api.store.UpsertProxy(lease.ProxyInfo{Namespace: "crawl", Name: "p2", URL: "http://127.0.0.2:3128", Host: "127.0.0.2", Port: 3128, LatencyMillis: 1, Healthy: true})
+		api.store.SetSitePolicies([]sites.Policy{{Name: "policed", Sites: []string{"policed.example"}, MinConcurrency: 1, MaxConcurrency: 1,
+			IncreaseInterval: time.Minute, DecreaseFactor: 0.8}})
+		l := api.leaser(t, inProcess)
+		req := wire.AcquireRequest{Namespace: "crawl", Target: "policed.example"}
+		if _, err := l.Acquire(context.Background(), "token-a", req); err != nil {
+			t.Fatalf("in process %v: the first lease for the site: %v", inProcess, err)
+		}
+		_, err := l.Acquire(context.Background(), "token-a", req)
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.NoMatch == nil || ae.NoMatch.SitePolicy != "policed" || ae.NoMatch.Free != 1 {
+			t.Errorf("in process %v: the second lease for the site: %v (%+v), want a no match naming SitePolicy policed with the other proxy free", inProcess, err, ae)
+		}
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing/leasingtest"
 	"github.com/proxy-operator/proxy-operator/pkg/registry/proxylease"
+	"github.com/proxy-operator/proxy-operator/pkg/sites"
 )
 
 // doorAnswer is what one door answered an acquire: the HTTP status and the
@@ -51,6 +52,8 @@ func TestBothDoorsMapEveryOutcome(t *testing.T) {
 		{name: "granted", res: nil,
 			http: doorAnswer{201, "", 0}, kube: doorAnswer{201, "", 0}},
 		{name: "no proxy before the deadline", res: &leasing.Error{Reason: leasing.ReasonNoMatch, Counts: leasing.NoMatchCounts{Considered: 1, AtCapacity: 1}},
+			http: doorAnswer{409, wire.CodeNoMatch, 0}, kube: doorAnswer{409, string(metav1.StatusReasonConflict), 0}},
+		{name: "a site's budget in use", res: &leasing.Error{Reason: leasing.ReasonNoMatch, Counts: leasing.NoMatchCounts{Considered: 2, Free: 2, Site: &sites.Refusal{Policy: "shop", Limit: 2, Live: 2}}},
 			http: doorAnswer{409, wire.CodeNoMatch, 0}, kube: doorAnswer{409, string(metav1.StatusReasonConflict), 0}},
 		{name: "a queue limit", res: &leasing.Error{Reason: leasing.ReasonQueueFull, RetryAfter: 2 * time.Second, Cause: errors.New("band full")},
 			http: doorAnswer{429, wire.CodeQueueFull, 2}, kube: doorAnswer{429, string(metav1.StatusReasonTooManyRequests), 2}},

@@ -78,6 +78,8 @@ class NoMatch(APIError):
     unhealthy + free``. ``queued_ahead`` counts this flow's earlier requests for
     the same target and selector that wait ahead of this one: when it is over
     0 the request was refused because of them, not because the fleet is busy.
+    ``site_policy`` names the SitePolicy whose budget for the target's site is
+    in use ("" if none held the lease back): the proxies may then be free.
     """
 
     def _count(self, key: str) -> int:
@@ -106,6 +108,10 @@ class NoMatch(APIError):
     @property
     def queued_ahead(self) -> int:
         return self._count("queuedAhead")
+
+    @property
+    def site_policy(self) -> str:
+        return str(self.body.get("sitePolicy") or "")
 
 
 class NoRoom(APIError):

@@ -56,7 +56,8 @@ Settings (all optional but the URL):
 Scrapy stats: ``proxy_operator/leases_acquired``, ``leases_released``,
 ``leases_renewed``, ``leases_left_draining``, ``reports/rate_limited``, ``reports/banned``, ``retries``,
 ``proxy_auth_retries`` (requests the proxy answered 407, sent again with the current lease),
-``no_match`` (wait pieces that ran out), ``gave_up``, ``site_cooling`` (requests
+``no_match`` (wait pieces that ran out), ``site_budget`` (refusals because the
+site's SitePolicy budget was in use: the request waits on), ``gave_up``, ``site_cooling`` (requests
 dropped while their site backs off), ``errors`` and
 ``lease_wait_seconds_max`` (the longest a lease took to come).
 """
@@ -327,6 +328,11 @@ class ProxyOperatorMiddleware:
                 except NoMatch as e:
                     if site_cooling(e):
                         return _COOLING
+                    if e.site_policy:
+                        # The site's budget for the whole fleet is in use:
+                        # waiting is right (the operator paces the site).
+                        logger.debug("SitePolicy %s holds %s: waiting for its budget", e.site_policy, domain)
+                        self.stats.inc_value(STATS + "site_budget")
                     if w > 0:
                         self.stats.inc_value(STATS + "no_match")
                 budget -= w

@@ -252,6 +252,21 @@ class ClientTest(unittest.TestCase):
         self.assertEqual((5, 2), (e.free, e.queued_ahead))
         self.assertEqual(e.considered, e.at_capacity + e.in_cooldown + e.unhealthy + e.free)
 
+    def test_no_match_names_the_site_policy(self):
+        self.api.answer("POST", "/v1/leases", 409, {"error": "no_match", "message": 'SitePolicy "shop": the site\'s 4 leases are in use',
+                                                    "considered": 6, "atCapacity": 0, "inCooldown": 0, "unhealthy": 0,
+                                                    "free": 6, "queuedAhead": 0, "sitePolicy": "shop"})
+        with self.assertRaises(po.NoMatch) as ctx:
+            self.client.lease(target="shop.test")
+        self.assertEqual("shop", ctx.exception.site_policy)
+        self.assertIn("SitePolicy", str(ctx.exception))
+
+    def test_no_match_without_a_site_policy_names_none(self):
+        self.api.answer("POST", "/v1/leases", 409, {"error": "no_match", "message": "no proxy", "considered": 1, "atCapacity": 1})
+        with self.assertRaises(po.NoMatch) as ctx:
+            self.client.lease()
+        self.assertEqual("", ctx.exception.site_policy)
+
     def test_ttl_too_long_carries_the_maximum(self):
         self.api.answer("POST", "/v1/leases", 400, {"error": "ttl_too_long", "message": "too long", "maxTtlSeconds": 3600})
         with self.assertRaises(po.TTLTooLong) as ctx:

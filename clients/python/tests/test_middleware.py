@@ -277,6 +277,17 @@ def test_a_leader_handover_drops_no_request(tmp_path: Any, reactor: Optional[str
     assert stat(result, "gave_up") == 0 and stat(result, "errors") == 0
 
 
+def test_a_site_budget_in_use_is_waited_for_and_counted(tmp_path: Any, reactor: Optional[str], fleet: Any) -> None:
+    api, _ = fleet()
+    budget = (409, {"error": "no_match", "message": 'SitePolicy "a": the site\'s 1 leases are in use', "considered": 2,
+                    "atCapacity": 0, "inCooldown": 0, "unhealthy": 0, "free": 2, "queuedAhead": 0, "sitePolicy": "a"})
+    api.script["lease"] = [budget] * 2
+    result = crawl(tmp_path, api.url, ["http://site-a.test/1"], reactor)
+
+    assert [p["status"] for p in result["seen"]] == [200]
+    assert stat(result, "site_budget") == 2 and stat(result, "site_cooling") == 0 and stat(result, "gave_up") == 0
+
+
 def test_an_api_that_is_not_up_yet_is_waited_for(tmp_path: Any, reactor: Optional[str], fleet: Any) -> None:
     # The API's port refuses connections for its first two seconds (a restart).
     with socket.socket() as s:

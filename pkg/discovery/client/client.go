@@ -86,6 +86,9 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 // that wait ahead (they, not the fleet, kept the request from Free proxies).
 type NoMatch struct {
 	Considered, AtCapacity, InCooldown, Unhealthy, Free, QueuedAhead int
+	// SitePolicy names the SitePolicy whose budget for the target's site
+	// is in use ("" if none held the request back).
+	SitePolicy string
 }
 
 // APIError is any non-success answer.
@@ -316,7 +319,7 @@ func ErrorOf(status int, body wire.Error, retryAfter time.Duration) *APIError {
 	if body.Error == wire.CodeNoMatch {
 		e.NoMatch = &NoMatch{Considered: deref(body.Considered), AtCapacity: deref(body.AtCapacity),
 			InCooldown: deref(body.InCooldown), Unhealthy: deref(body.Unhealthy),
-			Free: deref(body.Free), QueuedAhead: deref(body.QueuedAhead)}
+			Free: deref(body.Free), QueuedAhead: deref(body.QueuedAhead), SitePolicy: body.SitePolicy}
 	}
 	if body.MaxTTLSeconds != nil {
 		e.MaxTTLSeconds = *body.MaxTTLSeconds

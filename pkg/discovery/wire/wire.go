@@ -59,7 +59,8 @@ const (
 // Error is every error body. The count fields are set only for no_match
 // (considered = atCapacity + inCooldown + unhealthy + free; queuedAhead
 // counts the caller's own earlier requests for the same target and
-// selector that wait ahead and kept it from the free ones),
+// selector that wait ahead and kept it from the free ones; sitePolicy
+// names the SitePolicy whose site budget is in use, whatever the counts),
 // maxTtlSeconds only for ttl_too_long, leader only for not_leader.
 type Error struct {
 	Error         string `json:"error"`
@@ -70,6 +71,7 @@ type Error struct {
 	Unhealthy     *int   `json:"unhealthy,omitempty"`
 	Free          *int   `json:"free,omitempty"`
 	QueuedAhead   *int   `json:"queuedAhead,omitempty"`
+	SitePolicy    string `json:"sitePolicy,omitempty"`
 	MaxTTLSeconds *int64 `json:"maxTtlSeconds,omitempty"`
 	Leader        string `json:"leader,omitempty"`
 }

@@ -94,6 +94,9 @@ const (
 	// CauseRequestsQueuedAhead counts the requests of the same user for the
 	// same selector and target that wait ahead of this one.
 	CauseRequestsQueuedAhead = metav1.CauseType("RequestsQueuedAhead")
+	// CauseSitePolicy names the SitePolicy whose budget for the target's
+	// site is in use (only when one held the lease back).
+	CauseSitePolicy = metav1.CauseType("SitePolicy")
 )
 
 // noMatchStatus is the answer when no proxy can be leased: 409 Conflict, as
@@ -106,6 +109,8 @@ func noMatchStatus(pl *leasingv1alpha1.ProxyLease, nm *leasing.NoMatchCounts, ah
 	case ahead > 0:
 		why = fmt.Sprintf("%d earlier ProxyLeases of this user for the same selector and target wait for a proxy ahead of this one", ahead)
 	case why != "":
+	case nm.Site != nil:
+		why = nm.Site.Error()
 	case nm.Considered == 0:
 		why = "no Proxy in the namespace matches the selector"
 	case nm.AtCapacity == nm.Considered:
@@ -120,23 +125,27 @@ func noMatchStatus(pl *leasingv1alpha1.ProxyLease, nm *leasing.NoMatchCounts, ah
 	msg := fmt.Sprintf("no proxy available for ProxyLease %s/%s (selector %s, target %q): %s: considered %d, at capacity %d, in cooldown %d, unhealthy %d, free %d, queued ahead %d",
 		pl.Namespace, pl.Name, selectorString(pl.Spec.Selector), pl.Spec.Target, why,
 		nm.Considered, nm.AtCapacity, nm.InCooldown, nm.Unhealthy, nm.Free, ahead)
+	causes := []metav1.StatusCause{
+		{Type: CauseProxiesConsidered, Message: fmt.Sprint(nm.Considered)},
+		{Type: CauseProxiesAtCapacity, Message: fmt.Sprint(nm.AtCapacity)},
+		{Type: CauseProxiesInCooldown, Message: fmt.Sprint(nm.InCooldown)},
+		{Type: CauseProxiesUnhealthy, Message: fmt.Sprint(nm.Unhealthy)},
+		{Type: CauseProxiesFree, Message: fmt.Sprint(nm.Free)},
+		{Type: CauseRequestsQueuedAhead, Message: fmt.Sprint(ahead)},
+	}
+	if nm.Site != nil {
+		causes = append(causes, metav1.StatusCause{Type: CauseSitePolicy, Message: nm.Site.Policy})
+	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status:  metav1.StatusFailure,
 		Code:    409,
 		Reason:  metav1.StatusReasonConflict,
 		Message: msg,
 		Details: &metav1.StatusDetails{
-			Group: proxyLeaseResource.Group,
-			Kind:  proxyLeaseResource.Resource,
-			Name:  pl.Name,
-			Causes: []metav1.StatusCause{
-				{Type: CauseProxiesConsidered, Message: fmt.Sprint(nm.Considered)},
-				{Type: CauseProxiesAtCapacity, Message: fmt.Sprint(nm.AtCapacity)},
-				{Type: CauseProxiesInCooldown, Message: fmt.Sprint(nm.InCooldown)},
-				{Type: CauseProxiesUnhealthy, Message: fmt.Sprint(nm.Unhealthy)},
-				{Type: CauseProxiesFree, Message: fmt.Sprint(nm.Free)},
-				{Type: CauseRequestsQueuedAhead, Message: fmt.Sprint(ahead)},
-			},
+			Group:  proxyLeaseResource.Group,
+			Kind:   proxyLeaseResource.Resource,
+			Name:   pl.Name,
+			Causes: causes,
 		},
 	}}
 }
