@@ -175,6 +175,10 @@ bench: ## Go benchmarks (speed and memory targets)
 bench-gateway: squid ## the gateway against the same Squid: throughput, new-tunnel latency, idle-tunnel memory (docs/benchmarks.md)
 	$(GO) test ./test/e2e/gatewaybench -run '^$$' -bench Gateway -benchtime 1x -count 3 -v
 
+.PHONY: bench-sites
+bench-sites: squid ## crawler workers against a site that limits its total rate, without and with a SitePolicy: goodput and 429 share (docs/sites.md, docs/benchmarks.md)
+	$(GO) test ./test/e2e/sitebench -run '^$$' -bench SitePolicy -benchtime 1x -count 1 -timeout 30m -v
+
 .PHONY: crash
 crash: tools ## kill the operator at CRASH_RUNS (20) random points under faults; print leaked/duplicate/missing per run
 	$(GO) test ./test/e2e/crash -run '^$$' -bench CrashRestart -benchtime $(CRASH_RUNS)x -timeout 60m -v

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -563,6 +564,10 @@ func TestScrapy(t *testing.T) {
 		}
 	})
 
+	t.Run("two crawler processes share one site's SitePolicy budget", func(t *testing.T) {
+		sharedSiteBudget(t, py, env)
+	})
+
 	// Last, since it restarts the leader.
 	t.Run("a planned leader handover drops no request", func(t *testing.T) {
 		plannedHandover(t, py, env)
@@ -680,5 +685,122 @@ func setDraining(t *testing.T, kube ctrlclient.Client, ns, name, since string) {
 	}
 	if err := kube.Patch(context.Background(), &p, ctrlclient.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// sharedSiteBudget: two Scrapy processes crawl one site, each wanting three
+// leases for it (PROXY_OPERATOR_LEASES_PER_DOMAIN). Under a SitePolicy of
+// two, the fleet never holds more than two leases for the site at once, the
+// middleware counts the refusals that named the policy, and every page is
+// fetched; without it (the negative control) the two hold more.
+func sharedSiteBudget(t *testing.T, py string, env *devenv.Env) {
+	scheme := runtime.NewScheme()
+	if err := crawlv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	kube, err := ctrlclient.New(env.ControlPlane.RESTConfig(), ctrlclient.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const host = "127.0.10.50"
+	site := newSite(t, host, 250*time.Millisecond, ok200)
+	run := func(t *testing.T) (maxLeases int, results []crawlResult) {
+		t.Helper()
+		var urls []string
+		// Long enough for the two crawls to overlap: 48 pages, 4 at once
+		// per lease, 250 ms each.
+		for i := range 48 {
+			urls = append(urls, fmt.Sprintf("%s/%d", site.url, i))
+		}
+		settings := func() map[string]any {
+			return map[string]any{"PROXY_OPERATOR_LEASES_PER_DOMAIN": 3, "PROXY_OPERATOR_WAIT": 10, "PROXY_OPERATOR_IDLE_RELEASE": 0.5,
+				"CONCURRENT_REQUESTS_PER_DOMAIN": 4}
+		}
+		type out struct {
+			res crawlResult
+			err error
+		}
+		done := make(chan out, 2)
+		for i := range 2 {
+			dir := filepath.Join(t.TempDir(), fmt.Sprint(i))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				res, err := runCrawl(t.Context(), py, dir, env, urls, settings(), nil)
+				done <- out{res, err}
+			}()
+		}
+		for finished := 0; finished < 2; {
+			select {
+			case o := <-done:
+				if o.err != nil {
+					t.Fatal(o.err)
+				}
+				results = append(results, o.res)
+				finished++
+			case <-time.After(50 * time.Millisecond):
+				maxLeases = max(maxLeases, activeLeases(t, env))
+			}
+		}
+		for _, res := range results {
+			ok := 0
+			for _, s := range res.Seen {
+				if s.Status == http.StatusOK {
+					ok++
+				}
+			}
+			if ok != len(urls) || res.stat("gave_up") != 0 {
+				t.Errorf("a crawl fetched %d of %d pages, %v gave up", ok, len(urls), res.stat("gave_up"))
+			}
+		}
+		return maxLeases, results
+	}
+
+	sp := &crawlv1alpha1.SitePolicy{ObjectMeta: metav1.ObjectMeta{Name: "python-e2e-shared-site"},
+		Spec: crawlv1alpha1.SitePolicySpec{Sites: []string{host}, MaxConcurrency: 2}}
+	if err := kube.Create(t.Context(), sp); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := kube.Get(t.Context(), ctrlclient.ObjectKeyFromObject(sp), sp); err != nil {
+			t.Fatal(err)
+		}
+		if c := apimeta.FindStatusCondition(sp.Status.Conditions, crawlv1alpha1.ConditionApplied); c != nil && c.Status == metav1.ConditionTrue {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the SitePolicy was not applied within 30 s: %+v", sp.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	maxLeases, results := run(t)
+	refused := 0.0
+	for _, res := range results {
+		refused += res.stat("site_budget")
+	}
+	t.Logf("under the policy: at most %d leases at once, %v refusals naming it", maxLeases, refused)
+	if maxLeases > 2 || maxLeases == 0 {
+		t.Errorf("the two crawls held up to %d leases at once under a SitePolicy of 2", maxLeases)
+	}
+	if refused == 0 {
+		t.Error("no refusal named the SitePolicy: the crawls never wanted more than its budget")
+	}
+
+	if err := kube.Delete(t.Context(), sp); err != nil {
+		t.Fatal(err)
+	}
+	// The deletion reaches the store through the informer: the negative
+	// control waits until more than two leases are granted.
+	var without int
+	for range 3 {
+		if without, _ = run(t); without > 2 {
+			break
+		}
+	}
+	t.Logf("without the policy: up to %d leases at once", without)
+	if without <= 2 {
+		t.Errorf("without the SitePolicy the crawls held at most %d leases at once: the check above cannot tell", without)
 	}
 }

@@ -1,0 +1,96 @@
+package deve2e
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sitePolicy: a SitePolicy bounds the leases for its site over the whole
+// fleet, through both doors (the HTTP API's 409 names it, as does the
+// Kubernetes API's Status); other sites are untouched; a rate_limited report
+// cuts its limit, which its status, `kubectl get sitepolicies` and the
+// metrics show; deleting it lifts the bound.
+func (h *harness) sitePolicy(t *testing.T) {
+	url, token := h.env.DiscoveryURL, h.env.DiscoveryToken
+	const name, site = "dev-e2e-site", "budget.dev-e2e.test"
+	h.mustKubectlIn(t, `{"apiVersion":"crawl.example.com/v1alpha1","kind":"SitePolicy","metadata":{"name":"`+name+`"},`+
+		`"spec":{"sites":["`+site+`"],"maxConcurrency":2,"decreasePercent":50}}`, "create", "-f", "-")
+	defer h.mustKubectl(t, "delete", "sitepolicy", name, "--ignore-not-found")
+	waitFor := func(what, jsonpath, want string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		got := ""
+		for time.Now().Before(deadline) {
+			if got = h.mustKubectl(t, "get", "sitepolicy", name, "-o", "jsonpath="+jsonpath); got == want {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("%s: %s = %q, want %q", what, jsonpath, got, want)
+	}
+	waitFor("the policy applied", `{.status.conditions[?(@.type=="Applied")].status} {.status.limit}`, "True 2")
+
+	lease := func(target string) (int, string) {
+		return h.curl(t, token, "-d", `{"target":"`+target+`","ttlSeconds":60}`, url+"/v1/leases")
+	}
+	var held []wireLease
+	for range 2 {
+		code, body := lease(site)
+		var l wireLease
+		if code != 201 || json.Unmarshal([]byte(body), &l) != nil {
+			t.Fatalf("a lease for the site within its budget: HTTP %d %s", code, body)
+		}
+		held = append(held, l)
+	}
+	defer func() {
+		for _, l := range held {
+			h.curlNoFatal(token, "-X", "DELETE", url+"/v1/leases/"+l.LeaseID)
+		}
+	}()
+	if code, body := lease(site); code != 409 || !strings.Contains(body, `"sitePolicy":"`+name+`"`) {
+		t.Fatalf("a third lease for the site: HTTP %d %s, want 409 naming SitePolicy %s", code, body, name)
+	}
+	if code, body := lease("another.dev-e2e.test"); code != 201 {
+		t.Fatalf("a lease for another site: HTTP %d %s", code, body)
+	} else {
+		var l wireLease
+		_ = json.Unmarshal([]byte(body), &l)
+		held = append(held, l)
+	}
+	manifest := `{"apiVersion":"leasing.crawl.example.com/v1alpha1","kind":"ProxyLease","metadata":{"generateName":"dev-e2e-site-"},` +
+		`"spec":{"target":"` + site + `","ttlSeconds":60}}`
+	if out, err := h.runKubectl(manifest, "create", "-f", "-"); err == nil || !strings.Contains(out+err.Error(), `SitePolicy "`+name+`"`) {
+		t.Fatalf("a ProxyLease for the site over its budget: %v %s, want refused naming SitePolicy %s", err, out, name)
+	}
+
+	// A rate_limited report cuts 2 to 1: shown in the status and the metrics.
+	if code, body := h.curl(t, token, "-d", `{"result":"rate_limited","target":"`+site+`"}`, url+"/v1/leases/"+held[0].LeaseID+"/report"); code != 204 && code != 200 {
+		t.Fatalf("report: HTTP %d %s", code, body)
+	}
+	waitFor("the cut", `{.status.limit} {.status.live} {.status.cuts}`, "1 2 1")
+	if table := h.mustKubectl(t, "get", "sitepolicies"); !strings.Contains(table, name) || !strings.Contains(table, site) {
+		t.Errorf("kubectl get sitepolicies lacks the policy:\n%s", table)
+	}
+	if v := h.metric(t, h.env.MetricsURL, `proxy_operator_site_limit{policy="`+name+`"}`); v != "1" {
+		t.Errorf(`proxy_operator_site_limit{policy=%q} = %q, want 1`, name, v)
+	}
+
+	// Deleted: the bound is lifted.
+	h.mustKubectl(t, "delete", "sitepolicy", name)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := lease(site)
+		if code == 201 {
+			var l wireLease
+			_ = json.Unmarshal([]byte(body), &l)
+			held = append(held, l)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the policy's deletion: HTTP %d %s", code, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
