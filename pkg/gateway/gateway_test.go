@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,6 +42,14 @@ func serveGateway(t *testing.T, o Options) string {
 // address.
 func serve(t *testing.T, g *Gateway) string {
 	t.Helper()
+	addr, _ := serveUntilStopped(t, g)
+	return addr
+}
+
+// serveUntilStopped serves g on a loopback port until stop (which returns
+// once Serve has) or the end of the test.
+func serveUntilStopped(t *testing.T, g *Gateway) (addr string, stop func()) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -48,11 +57,10 @@ func serve(t *testing.T, g *Gateway) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		<-served
-	})
-	return ln.Addr().String()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-served }) }
+	t.Cleanup(stop)
+	return ln.Addr().String(), stop
 }
 
 // A client's keep-alive connection idle past --gateway-idle-timeout is

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"encoding/base64"
 	"io"
 	"net"
@@ -127,17 +126,10 @@ func TestWarmConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(ctx, ln) }()
-	defer func() { cancel(); <-served }()
+	addr, stop := serveUntilStopped(t, g)
 	tunnel := func() {
 		t.Helper()
-		conn, _, err := tunneltest.Tunnel(ln.Addr().String(), basicAuth("x", "tok"), "site.example:443")
+		conn, _, err := tunneltest.Tunnel(addr, basicAuth("x", "tok"), "site.example:443")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,9 +203,7 @@ func TestWarmConnections(t *testing.T) {
 	tunnel()
 	conns = proxy.waitConns(t, 9)
 	_, w = split(t, conns[7:9], basicAuth("u-l5", "p"))
-	cancel()
-	<-served
-	served <- nil
+	stop()
 	select {
 	case <-conns[7+w].ended:
 	case <-time.After(10 * time.Second):

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/gateway"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
@@ -63,33 +61,18 @@ func startRig(b *testing.B, n, perProxy int) *rig {
 	r := &rig{}
 	for i := range n {
 		sq := framework.StartSquid(b, pool, fmt.Sprintf("gwbench-%d", i))
-		cfg := sq.Config()
-		r.squids, r.squidPIDs = append(r.squids, cfg.ListenAddr()), append(r.squidPIDs, sq.PID())
-		store.UpsertProxy(lease.ProxyInfo{Namespace: "bench", Name: cfg.VisibleHostname, URL: "http://" + cfg.ListenAddr(),
-			Host: cfg.Addr.String(), Port: int32(nodeagent.DefaultSquidPort), LatencyMillis: 1, Healthy: true})
+		r.squids, r.squidPIDs = append(r.squids, sq.Config().ListenAddr()), append(r.squidPIDs, sq.PID())
+		framework.LeaseSquid(store, "bench", sq)
 	}
-	l := leasing.NewWithStore(store, leasing.DefaultOptions(), clock.RealClock{})
-	for _, run := range l.Runnables() {
-		go func() { _ = run.Start(ctx) }()
-	}
-	svc, err := l.Service(leasing.APIHTTP, time.Minute, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	api, err := discovery.New(discovery.Options{Tokens: discovery.SingleToken(benchToken), Service: svc})
-	if err != nil {
-		b.Fatal(err)
-	}
-	apiSrv := httptest.NewServer(api.Handler())
-	b.Cleanup(apiSrv.Close)
+	api := framework.StartLeaseAPI(b, store, leasing.DefaultOptions(), benchToken)
 
 	// The replica that serves leases calls its lease API in process; any
 	// other replica's gateway leases through the API (plain HTTP here).
 	o := gateway.DefaultOptions()
-	o.Addr, o.LeaseAPIURL = "127.0.0.1:0", apiSrv.URL
+	o.Addr, o.LeaseAPIURL = "127.0.0.1:0", api.URL
 	// One token from one address holds every tunnel of the benchmark.
 	o.MaxInFlightPerToken, o.MaxInFlightPerSession, o.MaxUnauthenticatedPerSource = o.MaxInFlight, o.MaxInFlight, o.MaxInFlight
-	leader, err := o.Leaser(nil, &gateway.LocalAPI{Leaser: api.InProcess(), Serving: l.Ready})
+	leader, err := o.Leaser(nil, &gateway.LocalAPI{Leaser: api.Server.InProcess(), Serving: api.Leasing.Ready})
 	if err != nil {
 		b.Fatal(err)
 	}

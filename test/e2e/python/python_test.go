@@ -467,14 +467,7 @@ func TestScrapy(t *testing.T) {
 			}
 		}
 		t.Logf("the domain's lease is on %s/%s: marking it draining", leasedNS, leasedName)
-		scheme := runtime.NewScheme()
-		if err := crawlv1alpha1.AddToScheme(scheme); err != nil {
-			t.Fatal(err)
-		}
-		kube, err := ctrlclient.New(env.ControlPlane.RESTConfig(), ctrlclient.Options{Scheme: scheme})
-		if err != nil {
-			t.Fatal(err)
-		}
+		kube := kubeClient(t, env)
 		setDraining(t, kube, leasedNS, leasedName, time.Now().UTC().Format(time.RFC3339))
 		defer setDraining(t, kube, leasedNS, leasedName, "")
 		res := <-done
@@ -694,14 +687,7 @@ func setDraining(t *testing.T, kube ctrlclient.Client, ns, name, since string) {
 // middleware counts the refusals that named the policy, and every page is
 // fetched; without it (the negative control) the two hold more.
 func sharedSiteBudget(t *testing.T, py string, env *devenv.Env) {
-	scheme := runtime.NewScheme()
-	if err := crawlv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	kube, err := ctrlclient.New(env.ControlPlane.RESTConfig(), ctrlclient.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := kubeClient(t, env)
 	const host = "127.0.10.50"
 	site := newSite(t, host, 250*time.Millisecond, ok200)
 	run := func(t *testing.T) (maxLeases int, results []crawlResult) {
@@ -803,4 +789,18 @@ func sharedSiteBudget(t *testing.T, py string, env *devenv.Env) {
 	if without <= 2 {
 		t.Errorf("without the SitePolicy the crawls held at most %d leases at once: the check above cannot tell", without)
 	}
+}
+
+// kubeClient is a client of env's control plane for the crawl API's types.
+func kubeClient(t *testing.T, env *devenv.Env) ctrlclient.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := crawlv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	kube, err := ctrlclient.New(env.ControlPlane.RESTConfig(), ctrlclient.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube
 }

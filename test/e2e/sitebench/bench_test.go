@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/proxy-operator/proxy-operator/pkg/discovery"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
@@ -142,31 +140,14 @@ func startRig(b *testing.B) *rig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
 	opts := leasing.DefaultOptions()
 	opts.MaxLeasesPerProxy = workers
-	l := leasing.NewWithStore(mustStore(b, opts), opts, clock.RealClock{})
-	for _, run := range l.Runnables() {
-		go func() { _ = run.Start(ctx) }()
-	}
+	store := mustStore(b, opts)
 	for i := range proxies {
-		sq := framework.StartSquid(b, pool, fmt.Sprintf("sitebench-%d", i))
-		cfg := sq.Config()
-		l.Store.UpsertProxy(lease.ProxyInfo{Namespace: "bench", Name: cfg.VisibleHostname, URL: "http://" + cfg.ListenAddr(),
-			Host: cfg.Addr.String(), Port: int32(nodeagent.DefaultSquidPort), LatencyMillis: 1, Healthy: true})
+		framework.LeaseSquid(store, "bench", framework.StartSquid(b, pool, fmt.Sprintf("sitebench-%d", i)))
 	}
-	svc, err := l.Service(leasing.APIHTTP, time.Minute, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	api, err := discovery.New(discovery.Options{Tokens: discovery.SingleToken(token), Service: svc})
-	if err != nil {
-		b.Fatal(err)
-	}
-	apiSrv := httptest.NewServer(api.Handler())
-	b.Cleanup(apiSrv.Close)
-	return &rig{store: l.Store, api: apiSrv.URL}
+	api := framework.StartLeaseAPI(b, store, opts, token)
+	return &rig{store: store, api: api.URL}
 }
 
 func mustStore(b *testing.B, opts leasing.Options) *lease.Store {
