@@ -16,7 +16,7 @@ func (h *harness) sitePolicy(t *testing.T) {
 	url, token := h.env.DiscoveryURL, h.env.DiscoveryToken
 	const name, site = "dev-e2e-site", "budget.dev-e2e.test"
 	h.mustKubectlIn(t, `{"apiVersion":"crawl.example.com/v1alpha1","kind":"SitePolicy","metadata":{"name":"`+name+`"},`+
-		`"spec":{"sites":["`+site+`"],"maxConcurrency":2,"decreasePercent":50}}`, "create", "-f", "-")
+		`"spec":{"sites":["`+site+`"],"maxConcurrency":2,"decreasePercent":50,"increaseIntervalSeconds":3600}}`, "create", "-f", "-")
 	defer h.mustKubectl(t, "delete", "sitepolicy", name, "--ignore-not-found")
 	waitFor := func(what, jsonpath, want string) {
 		t.Helper()
@@ -65,7 +65,8 @@ func (h *harness) sitePolicy(t *testing.T) {
 		t.Fatalf("a ProxyLease for the site over its budget: %v %s, want refused naming SitePolicy %s", err, out, name)
 	}
 
-	// A rate_limited report cuts 2 to 1: shown in the status and the metrics.
+	// A rate_limited report cuts 2 to 1 (and it stays cut: the interval
+	// before a raise is an hour here): shown in the status and the metrics.
 	if code, body := h.curl(t, token, "-d", `{"result":"rate_limited","target":"`+site+`"}`, url+"/v1/leases/"+held[0].LeaseID+"/report"); code != 204 && code != 200 {
 		t.Fatalf("report: HTTP %d %s", code, body)
 	}

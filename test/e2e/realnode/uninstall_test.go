@@ -29,7 +29,7 @@ func (c *cluster) uninstall(t *testing.T, uninstall []string) {
 	} else {
 		c.must(t, 3*time.Minute, nil, uninstall...)
 	}
-	c.must(t, 2*time.Minute, nil, "delete", "crd", "proxies.crawl.example.com", "proxypools.crawl.example.com", "--ignore-not-found")
+	c.must(t, 2*time.Minute, nil, "delete", "crd", "proxies.crawl.example.com", "proxypools.crawl.example.com", "sitepolicies.crawl.example.com", "--ignore-not-found")
 	c.must(t, 4*time.Minute, nil, "delete", "namespace", operatorNS, "--ignore-not-found", "--wait=true")
 	t.Logf("removal took %v", time.Since(start).Round(time.Second))
 	c.nothingLeft(t)
