@@ -81,10 +81,21 @@ func newNamespace(t *testing.T, ctx context.Context, name string) string {
 // Go object would drop them through omitempty).
 func proxyFromJSON(t *testing.T, namespace, name, specJSON string) *unstructured.Unstructured {
 	t.Helper()
+	return fromJSON(t, "Proxy", namespace, name, specJSON)
+}
+
+// fromJSON builds an unstructured object of kind (of the crawl API) whose
+// spec is the given JSON ("": none); namespace "" for a cluster-scoped kind.
+func fromJSON(t *testing.T, kind, namespace, name, specJSON string) *unstructured.Unstructured {
+	t.Helper()
+	meta := map[string]any{"name": name}
+	if namespace != "" {
+		meta["namespace"] = namespace
+	}
 	obj := map[string]any{
 		"apiVersion": crawlv1alpha1.SchemeGroupVersion.String(),
-		"kind":       "Proxy",
-		"metadata":   map[string]any{"name": name, "namespace": namespace},
+		"kind":       kind,
+		"metadata":   meta,
 	}
 	if specJSON != "" {
 		var spec any
@@ -94,6 +105,22 @@ func proxyFromJSON(t *testing.T, namespace, name, specJSON string) *unstructured
 		obj["spec"] = spec
 	}
 	return &unstructured.Unstructured{Object: obj}
+}
+
+// rejectedAsInvalid: kube-apiserver refuses obj (a dry run) with 422
+// Invalid, its message naming want.
+func rejectedAsInvalid(t *testing.T, ctx context.Context, obj client.Object, want string) {
+	t.Helper()
+	err := env.client.Create(ctx, obj, client.DryRunAll)
+	if err == nil {
+		t.Fatalf("%s accepted, want %q", obj.GetName(), want)
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("error is not 422 Invalid: %v", err)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("error does not name the field:\n got: %v\nwant substring: %s", err, want)
+	}
 }
 
 const (

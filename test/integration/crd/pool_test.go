@@ -1,31 +1,11 @@
 package crd
 
 import (
-	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 )
-
-func poolFromJSON(t *testing.T, namespace, name, specJSON string) *unstructured.Unstructured {
-	t.Helper()
-	var spec any
-	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
-		t.Fatalf("bad test spec %s: %v", specJSON, err)
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": crawlv1alpha1.SchemeGroupVersion.String(),
-		"kind":       "ProxyPool",
-		"metadata":   map[string]any{"name": name, "namespace": namespace},
-		"spec":       spec,
-	}}
-}
 
 // Every cross-field rule of a ProxyPool is a CEL rule whose message names
 // the field; the template's Proxy spec keeps the Proxy's own rules.
@@ -38,7 +18,7 @@ func TestInvalidProxyPoolsAreRejected(t *testing.T) {
 		"control-fixed": `{"replicas":3,` + tmpl + `}`,
 		"control-auto":  `{"autoscaling":{"minReplicas":0,"maxReplicas":5,"targetUtilization":80,"scaleDownDelaySeconds":60},"strategy":{"maxSurge":0,"maxUnavailable":1},` + tmpl + `}`,
 	} {
-		if err := env.client.Create(ctx, poolFromJSON(t, ns, name, spec), client.DryRunAll); err != nil {
+		if err := env.client.Create(ctx, fromJSON(t, "ProxyPool", ns, name, spec), client.DryRunAll); err != nil {
 			t.Fatalf("control pool %s rejected: %v", name, err)
 		}
 	}
@@ -55,16 +35,7 @@ func TestInvalidProxyPoolsAreRejected(t *testing.T) {
 		{"no template", `{"replicas":1}`, "spec.template: Required value"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := env.client.Create(ctx, poolFromJSON(t, ns, fmt.Sprintf("invalid-%d", i), tt.spec), client.DryRunAll)
-			if err == nil {
-				t.Fatalf("pool %s accepted, want %q", tt.spec, tt.want)
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("error is not 422 Invalid: %v", err)
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error does not name the field:\n got: %v\nwant substring: %s", err, tt.want)
-			}
+			rejectedAsInvalid(t, ctx, fromJSON(t, "ProxyPool", ns, fmt.Sprintf("invalid-%d", i), tt.spec), tt.want)
 		})
 	}
 }

@@ -1,32 +1,13 @@
 package crd
 
 import (
-	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
 	"github.com/proxy-operator/proxy-operator/pkg/sites"
 )
-
-func sitePolicyFromJSON(t *testing.T, name, specJSON string) *unstructured.Unstructured {
-	t.Helper()
-	var spec any
-	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
-		t.Fatalf("bad test spec %s: %v", specJSON, err)
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": crawlv1alpha1.SchemeGroupVersion.String(),
-		"kind":       "SitePolicy",
-		"metadata":   map[string]any{"name": name},
-		"spec":       spec,
-	}}
-}
 
 // A SitePolicy the store could not apply is refused by kube-apiserver with
 // the field named; the defaults are the store's.
@@ -34,7 +15,7 @@ func TestInvalidSitePoliciesAreRejected(t *testing.T) {
 	ctx := ctxFor(t)
 	// Negative control: accepted as written, and defaulted as pkg/sites'
 	// defaults.
-	control := sitePolicyFromJSON(t, "control", `{"sites":["example.com","*.shop.example.com","127.0.0.1"],"maxConcurrency":20}`)
+	control := fromJSON(t, "SitePolicy", "", "control", `{"sites":["example.com","*.shop.example.com","127.0.0.1"],"maxConcurrency":20}`)
 	if err := env.client.Create(ctx, control, client.DryRunAll); err != nil {
 		t.Fatalf("control policy rejected: %v", err)
 	}
@@ -59,16 +40,7 @@ func TestInvalidSitePoliciesAreRejected(t *testing.T) {
 		{"no ceiling", `{"sites":["a.example"]}`, "spec.maxConcurrency: Required value"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := env.client.Create(ctx, sitePolicyFromJSON(t, fmt.Sprintf("invalid-%d", i), tt.spec), client.DryRunAll)
-			if err == nil {
-				t.Fatalf("policy %s accepted, want %q", tt.spec, tt.want)
-			}
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("error is not 422 Invalid: %v", err)
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error does not name the field:\n got: %v\nwant substring: %s", err, tt.want)
-			}
+			rejectedAsInvalid(t, ctx, fromJSON(t, "SitePolicy", "", fmt.Sprintf("invalid-%d", i), tt.spec), tt.want)
 		})
 	}
 }
