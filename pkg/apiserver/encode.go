@@ -84,6 +84,21 @@ func appendObjectMeta(b []byte, m *metav1.ObjectMeta) []byte {
 func appendSpec(b []byte, s *leasingv1alpha1.ProxyLeaseSpec) []byte {
 	f := plainjson.Fields{B: append(b, '{')}
 	f.StringMap("selector", s.Selector)
+	if len(s.Selectors) > 0 { // omitempty
+		f.Key("selectors")
+		f.B = append(f.B, '[')
+		for i, sel := range s.Selectors {
+			if i > 0 {
+				f.B = append(f.B, ',')
+			}
+			if sel == nil {
+				f.B = append(f.B, "null"...)
+				continue
+			}
+			f.B = plainjson.AppendStringMap(f.B, sel)
+		}
+		f.B = append(f.B, ']')
+	}
 	f.String("target", s.Target, true)
 	if s.TTLSeconds != nil {
 		f.Int("ttlSeconds", int64(*s.TTLSeconds), false)
@@ -113,6 +128,7 @@ func appendStatus(b []byte, s *leasingv1alpha1.ProxyLeaseStatus) []byte {
 	timePtr(&f, "acquireTime", s.AcquireTime)
 	timePtr(&f, "expireTime", s.ExpireTime)
 	f.String("lastResult", string(s.LastResult), true)
+	f.Int("tier", int64(s.Tier), true)
 	if c := s.Credentials; c != nil {
 		f.Key("credentials")
 		cf := plainjson.Fields{B: append(f.B, '{')}

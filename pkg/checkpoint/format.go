@@ -70,6 +70,7 @@ type storedLease struct {
 	Holder         string            `json:"holder,omitempty"`
 	Flow           string            `json:"flow,omitempty"`
 	Target         string            `json:"target,omitempty"`
+	Tier           int               `json:"tier,omitempty"`
 	Proxy          int               `json:"proxy"`
 	AcquiredAt     int64             `json:"acquired"`
 	ProxyChangedAt int64             `json:"proxyChanged,omitempty"`
@@ -201,7 +202,7 @@ func (enc *encoder) encodeDocument(st *lease.State, gone *delta, rvBase uint64, 
 	var sl storedLease
 	for i := range st.Leases {
 		l := &st.Leases[i]
-		sl = storedLease{ID: l.ID, Namespace: l.Namespace, Name: l.Name, Holder: l.Holder, Flow: l.Flow, Target: l.Target,
+		sl = storedLease{ID: l.ID, Namespace: l.Namespace, Name: l.Name, Holder: l.Holder, Flow: l.Flow, Target: l.Target, Tier: l.Tier,
 			Proxy: enc.leaseProxy[i], AcquiredAt: unixNano(l.AcquiredAt), ProxyChangedAt: unixNano(l.ProxyChangedAt),
 			ExpiresAt: unixNano(l.ExpiresAt), TTL: l.TTL, LastResult: l.LastResult, Revision: l.Revision,
 			Labels: l.Meta.Labels, Annotations: l.Meta.Annotations}
@@ -338,6 +339,7 @@ func (l *storedLease) appendJSON(b []byte) []byte {
 	f.String("holder", l.Holder, true)
 	f.String("flow", l.Flow, true)
 	f.String("target", l.Target, true)
+	f.Int("tier", int64(l.Tier), true)
 	f.Int("proxy", int64(l.Proxy), false)
 	f.Int("acquired", l.AcquiredAt, false)
 	f.Int("proxyChanged", l.ProxyChangedAt, true)
@@ -456,7 +458,7 @@ func (doc *document) state(codec ExtraCodec) (lease.State, error) {
 		if sl.Proxy < 0 || sl.Proxy >= len(doc.Proxies) {
 			return lease.State{}, fmt.Errorf("%w: lease %s names proxy %d of %d", ErrCorrupt, sl.ID, sl.Proxy, len(doc.Proxies))
 		}
-		l := lease.Lease{ID: sl.ID, Namespace: sl.Namespace, Name: sl.Name, Holder: sl.Holder, Flow: sl.Flow, Target: sl.Target,
+		l := lease.Lease{ID: sl.ID, Namespace: sl.Namespace, Name: sl.Name, Holder: sl.Holder, Flow: sl.Flow, Target: sl.Target, Tier: sl.Tier,
 			Proxy: doc.Proxies[sl.Proxy], AcquiredAt: fromUnixNano(sl.AcquiredAt), ProxyChangedAt: fromUnixNano(sl.ProxyChangedAt),
 			ExpiresAt: fromUnixNano(sl.ExpiresAt), TTL: sl.TTL, LastResult: sl.LastResult, Revision: sl.Revision,
 			Meta: lease.Metadata{Labels: sl.Labels, Annotations: sl.Annotations}}

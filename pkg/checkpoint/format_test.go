@@ -39,7 +39,7 @@ func sampleState() lease.State {
 	return lease.State{
 		Revision: 42,
 		Leases: []lease.Lease{{
-			ID: "a", Namespace: "crawl", Name: "named", Holder: "h", Flow: "h", Target: "site",
+			ID: "a", Namespace: "crawl", Name: "named", Holder: "h", Flow: "h", Target: "site", Tier: 1,
 			Proxy:      lease.ProxyInfo{Namespace: "crawl", Name: "p1", URL: "http://10.0.0.1:3128", Host: "10.0.0.1", Port: 3128, Attributes: map[string]string{"tier": "gold"}, Healthy: true},
 			AcquiredAt: t0, ExpiresAt: t0.Add(time.Hour), TTL: time.Hour, LastResult: "ok", Revision: 41,
 			Meta: lease.Metadata{Labels: map[string]string{"app": "x"}, Annotations: map[string]string{"n": "v"}, Extra: "template"},
@@ -167,7 +167,7 @@ func TestStreamedDocumentIsTheDocument(t *testing.T) {
 	want := document{Version: formatVersion, RVBase: 777, Revision: 42, TakenAt: t0.UnixNano(),
 		Proxies: []lease.ProxyInfo{want0, want1},
 		Leases: []storedLease{
-			{ID: "a", Namespace: "crawl", Name: "named", Holder: "h", Flow: "h", Target: "site", Proxy: 0, AcquiredAt: t0.UnixNano(),
+			{ID: "a", Namespace: "crawl", Name: "named", Holder: "h", Flow: "h", Target: "site", Tier: 1, Proxy: 0, AcquiredAt: t0.UnixNano(),
 				ExpiresAt: t0.Add(time.Hour).UnixNano(), TTL: time.Hour, LastResult: "ok", Revision: 41,
 				Labels: map[string]string{"app": "x"}, Annotations: map[string]string{"n": "v"}, Extra: []byte("template")},
 			{ID: "b", Namespace: "crawl", Proxy: 1, ExpiresAt: t0.Add(time.Minute).UnixNano()},

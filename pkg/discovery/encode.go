@@ -50,6 +50,7 @@ func appendLeaseJSON(b []byte, l *wire.Lease) ([]byte, bool) {
 		return b, false
 	}
 	f.Int("ttlSeconds", l.TTLSeconds, false)
+	f.Int("tier", int64(l.Tier), true)
 	if c := l.Credentials; c != nil {
 		f.Key("credentials")
 		cf := plainjson.Fields{B: append(f.B, '{')}

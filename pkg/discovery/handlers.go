@@ -86,6 +86,7 @@ func (s *Server) toWireLease(l *leasing.Lease) wire.Lease {
 		ProxyDraining: l.Proxy.Draining,
 		ExpiresAt:     l.ExpiresAt.UTC(),
 		TTLSeconds:    int64(l.TTLSeconds()),
+		Tier:          l.Tier,
 	}
 	if c, ok := s.opts.Service.Credentials(*l); ok {
 		out.Proxy.URL = c.WithURL(l.Proxy.URL)
@@ -193,9 +194,12 @@ func serviceAnswer(err error) *answer {
 			msg = e.QueuedAheadMessage()
 		case nm.Site != nil:
 			msg, site = nm.Site.Error(), nm.Site.Policy
+		case nm.Tier > 0:
+			msg = fmt.Sprintf("no proxy of tier %d (selectors[%d]) can take this lease now; every proxy of the tiers before it cools for the target", nm.Tier, nm.Tier)
 		}
 		return &answer{status: http.StatusConflict, body: wire.Error{
 			SitePolicy:  site,
+			Tier:        nm.Tier,
 			Error:       wire.CodeNoMatch,
 			Message:     msg,
 			Considered:  &nm.Considered,
@@ -255,6 +259,7 @@ func acquireRequest(tok Token, req wire.AcquireRequest) leasing.Request {
 	return leasing.Request{
 		Namespace: req.Namespace,
 		Selector:  req.Selector,
+		Selectors: req.Selectors,
 		Target:    req.Target,
 		TTL:       leasing.Seconds(req.TTLSeconds),
 		Identity:  leasingIdentity(tok, req.Flow),

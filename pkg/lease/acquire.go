@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"fmt"
 	"time"
+
+	"github.com/proxy-operator/proxy-operator/pkg/sites"
 )
 
 // CheckTTL says whether Acquire and Renew would accept ttl: nil, a *TTLError
@@ -29,7 +31,9 @@ func (s *Store) ttlFor(ttl time.Duration) (time.Duration, error) {
 // namespace, matching the selector, under MaxLeasesPerProxy, not cooling down
 // for the target (nor for every target); the best is the one with the fewest
 // live leases, then the lowest latency, then the name. Selection walks an
-// index in that order, so its cost does not grow with the fleet.
+// index in that order, so its cost does not grow with the fleet. A request
+// with a ladder (Selectors) takes the first of its tiers that can serve the
+// target (ladder.go), within the site's budget for that tier.
 //
 // Errors: *NoMatchError (IsNoMatch) with counts, *TTLError (IsTTLTooLong),
 // ErrNegativeTTL, *AlreadyExistsError (a named request colliding with a live lease).
@@ -60,29 +64,33 @@ func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
 		}
 	}
 	site := s.sites.For(req.Target)
+	var (
+		e       *proxyEntry
+		tier    int
+		refusal *sites.Refusal
+	)
 	if site != nil {
-		if r := site.Admit(now); r != nil {
-			err := error(&SiteBusyError{Refusal: *r})
-			if explain {
-				nm := s.explainLocked(&req, now)
-				nm.Site = r
-				err = nm
-			}
-			s.unlockAndNotify(&p)
-			return nil, err
-		}
+		refusal = site.Admit(now)
 	}
-	e := s.selectLocked(&req, now)
-	if s.probe != nil {
-		s.probe.selected()
+	if refusal == nil {
+		e, tier, refusal = s.climbLocked(&req, site, now)
+		if s.probe != nil {
+			s.probe.selected()
+		}
 	}
 	if e == nil {
-		err := ErrNoMatch
-		if s.free == 0 {
+		var err error
+		switch {
+		case explain:
+			nm := s.explainLocked(&req, req.tiers()[tier], now)
+			nm.Site, nm.Tier = refusal, tier
+			err = nm
+		case refusal != nil:
+			err = &SiteBusyError{Refusal: *refusal}
+		case s.free == 0:
 			err = ErrExhausted
-		}
-		if explain {
-			err = s.explainLocked(&req, now)
+		default:
+			err = ErrNoMatch
 		}
 		s.unlockAndNotify(&p)
 		return nil, err
@@ -94,9 +102,9 @@ func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
 		}
 	}
 	if site != nil {
-		site.Granted(now)
+		site.Granted(now, tier)
 	}
-	le, err := s.grantLocked(e, &req, ttl, now, &p)
+	le, err := s.grantLocked(e, &req, ttl, tier, now, &p)
 	if err != nil {
 		s.unlockAndNotify(&p)
 		return nil, err
@@ -114,15 +122,22 @@ func (s *Store) Diagnose(req AcquireRequest) *NoMatchError {
 	s.mu.Lock()
 	now := s.now()
 	s.advanceLocked(now, &p)
-	c := s.explainLocked(&req, now)
-	if b := s.sites.For(req.Target); b != nil {
-		c.Site = b.Admit(now)
+	site := s.sites.For(req.Target)
+	var refusal *sites.Refusal
+	if site != nil {
+		refusal = site.Admit(now)
 	}
+	tier := 0
+	if refusal == nil {
+		_, tier, refusal = s.climbLocked(&req, site, now)
+	}
+	c := s.explainLocked(&req, req.tiers()[tier], now)
+	c.Site, c.Tier = refusal, tier
 	s.unlockAndNotify(&p)
 	return c
 }
 
-func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duration, now time.Time, p *pending) (*leaseEntry, error) {
+func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duration, tier int, now time.Time, p *pending) (*leaseEntry, error) {
 	ns := e.info.Namespace
 	le := &leaseEntry{
 		Lease: Lease{
@@ -131,6 +146,7 @@ func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duratio
 			Holder:     req.Holder,
 			Flow:       req.Flow,
 			Target:     req.Target,
+			Tier:       tier,
 			Proxy:      e.info,
 			AcquiredAt: now,
 			ExpiresAt:  now.Add(ttl),
@@ -164,7 +180,7 @@ func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duratio
 		name = req.NamePrefix + id
 	}
 	if s.probe != nil {
-		s.probe.granting(e, req, now)
+		s.probe.granting(e, req, tier, now)
 	}
 	s.revision++
 	le.ID, le.Name, le.Revision = id, name, s.revision

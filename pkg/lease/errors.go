@@ -45,6 +45,9 @@ type NoMatchError struct {
 	// Site, when set, is why the target's site budget refused the lease
 	// (whatever the proxies' counts say).
 	Site *sites.Refusal
+	// Tier is the tier of the request's ladder the counts are of: where
+	// it stopped (0 without a ladder).
+	Tier int
 }
 
 func (e *NoMatchError) Error() string {
@@ -52,6 +55,9 @@ func (e *NoMatchError) Error() string {
 		e.Considered, e.AtCapacity, e.InCooldown, e.Unhealthy)
 	if e.Free > 0 {
 		msg += fmt.Sprintf(", free %d", e.Free)
+	}
+	if e.Tier > 0 {
+		msg += fmt.Sprintf(" (on tier %d, its selector %d: the tiers before it cool for the target)", e.Tier, e.Tier+1)
 	}
 	if e.Site != nil {
 		msg = e.Site.Error() + "; " + msg

@@ -69,7 +69,7 @@ func (s *Store) endLocked(le *leaseEntry, endedAt time.Time, reason Reason, p *p
 	s.rememberLocked(&tombstone{id: le.ID, name: nk, proxy: le.proxy.key, target: le.Target, holder: le.Holder, reason: reason, until: until, acquiredAt: le.AcquiredAt})
 	e := le.proxy
 	if le.site != nil {
-		le.site.Ended(endedAt)
+		le.site.Ended(endedAt, le.Tier)
 		p.capacity = true // a slot of the site's budget
 	}
 	s.detachLocked(le)

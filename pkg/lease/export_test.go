@@ -9,7 +9,7 @@ import (
 // probe is a storeProbe made of funcs, either of which may be nil.
 type probe struct {
 	afterSelect func()
-	onGrant     func(e *proxyEntry, req *AcquireRequest, now time.Time)
+	onGrant     func(e *proxyEntry, req *AcquireRequest, tier int, now time.Time)
 }
 
 var _ storeProbe = (*probe)(nil)
@@ -20,9 +20,9 @@ func (p *probe) selected() {
 	}
 }
 
-func (p *probe) granting(e *proxyEntry, req *AcquireRequest, now time.Time) {
+func (p *probe) granting(e *proxyEntry, req *AcquireRequest, tier int, now time.Time) {
 	if p.onGrant != nil {
-		p.onGrant(e, req, now)
+		p.onGrant(e, req, tier, now)
 	}
 }
 

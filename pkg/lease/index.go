@@ -113,7 +113,7 @@ func (s *Store) attachLocked(le *leaseEntry) {
 	e.live[le] = struct{}{}
 	s.setLeasesLocked(e, e.leases+1)
 	if le.site = s.sites.For(le.Target); le.site != nil {
-		le.site.Attach()
+		le.site.Attach(le.Tier)
 	}
 }
 
@@ -182,15 +182,16 @@ func matches(e *proxyEntry, selector map[string]string) bool {
 	return crawlv1alpha1.SelectorMatches(selector, e.info.Attributes)
 }
 
-// selectLocked is the proxy req gets now, or nil: the best of every
-// namespace req may use (selectInLocked).
-func (s *Store) selectLocked(req *AcquireRequest, now time.Time) *proxyEntry {
+// selectLocked is the proxy req gets now on selector sel (req's, or one
+// of its ladder's), or nil: the best of every namespace req may use
+// (selectInLocked).
+func (s *Store) selectLocked(req *AcquireRequest, sel map[string]string, now time.Time) *proxyEntry {
 	if req.Namespace != "" || req.Namespaces == nil {
-		return s.selectInLocked(req.Namespace, req, now)
+		return s.selectInLocked(req.Namespace, req, sel, now)
 	}
 	var found *proxyEntry
 	for _, ns := range req.Namespaces {
-		if e := s.selectInLocked(ns, req, now); e != nil && (found == nil || lessEntry(e, found)) {
+		if e := s.selectInLocked(ns, req, sel, now); e != nil && (found == nil || lessEntry(e, found)) {
 			found = e
 		}
 	}
@@ -199,12 +200,12 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time) *proxyEntry {
 
 // selectInLocked is the first proxy of namespace ns ("" = any) in selection
 // order that can take req now.
-func (s *Store) selectInLocked(ns string, req *AcquireRequest, now time.Time) *proxyEntry {
+func (s *Store) selectInLocked(ns string, req *AcquireRequest, sel map[string]string, now time.Time) *proxyEntry {
 	best := s.treeLocked(indexKey{ns: ns})
 	if best == nil {
 		return nil
 	}
-	for k, v := range req.Selector {
+	for k, v := range sel {
 		t := s.treeLocked(indexKey{ns: ns, attr: true, k: k, v: v})
 		if t == nil {
 			return nil
@@ -218,7 +219,7 @@ func (s *Store) selectInLocked(ns string, req *AcquireRequest, now time.Time) *p
 	// the answer. Only the other selector pairs and per-target cooldowns are
 	// checked here (capacity, health and global cooldown are the index itself).
 	best.Ascend(func(e *proxyEntry) bool {
-		if !matches(e, req.Selector) || (req.Target != "" && e.coolingFor(req.Target, now)) {
+		if !matches(e, sel) || (req.Target != "" && e.coolingFor(req.Target, now)) {
 			return true
 		}
 		found = e
@@ -227,14 +228,15 @@ func (s *Store) selectInLocked(ns string, req *AcquireRequest, now time.Time) *p
 	return found
 }
 
-// explainLocked counts why no proxy of the namespaces req may use took it.
-func (s *Store) explainLocked(req *AcquireRequest, now time.Time) *NoMatchError {
+// explainLocked counts why no proxy of the namespaces req may use took it
+// on selector sel.
+func (s *Store) explainLocked(req *AcquireRequest, sel map[string]string, now time.Time) *NoMatchError {
 	if req.Namespace != "" || req.Namespaces == nil {
-		return s.explainInLocked(req.Namespace, req, now)
+		return s.explainInLocked(req.Namespace, req, sel, now)
 	}
 	var c NoMatchError
 	for _, ns := range req.Namespaces {
-		n := s.explainInLocked(ns, req, now)
+		n := s.explainInLocked(ns, req, sel, now)
 		c.Considered += n.Considered
 		c.AtCapacity += n.AtCapacity
 		c.InCooldown += n.InCooldown
@@ -244,17 +246,10 @@ func (s *Store) explainLocked(req *AcquireRequest, now time.Time) *NoMatchError 
 	return &c
 }
 
-func (s *Store) explainInLocked(ns string, req *AcquireRequest, now time.Time) *NoMatchError {
+func (s *Store) explainInLocked(ns string, req *AcquireRequest, sel map[string]string, now time.Time) *NoMatchError {
 	var c NoMatchError
-	set := s.members[indexKey{ns: ns}]
-	for k, v := range req.Selector {
-		m := s.members[indexKey{ns: ns, attr: true, k: k, v: v}]
-		if len(m) < len(set) {
-			set = m
-		}
-	}
-	for e := range set {
-		if !matches(e, req.Selector) {
+	for e := range s.candidatesLocked(ns, sel) {
+		if !matches(e, sel) {
 			continue
 		}
 		c.Considered++
@@ -273,4 +268,17 @@ func (s *Store) explainInLocked(ns string, req *AcquireRequest, now time.Time) *
 		}
 	}
 	return &c
+}
+
+// candidatesLocked is the smallest member set of namespace ns ("" = any)
+// holding every proxy that matches sel (a superset: check matches).
+func (s *Store) candidatesLocked(ns string, sel map[string]string) map[*proxyEntry]struct{} {
+	set := s.members[indexKey{ns: ns}]
+	for k, v := range sel {
+		m := s.members[indexKey{ns: ns, attr: true, k: k, v: v}]
+		if len(m) < len(set) {
+			set = m
+		}
+	}
+	return set
 }

@@ -75,17 +75,35 @@ func checkInvariants(s *Store) []string {
 	// Site budgets: each lease counts against its target's policy, and each
 	// budget's live count is its leases.
 	perSite := map[*sites.Budget]int{}
+	perTier := map[*sites.Budget]*[sites.MaxTiers]int{}
 	for id, le := range s.leases {
 		if want := s.sites.For(le.Target); le.site != want {
 			fail("lease %s for %q counts against the wrong site budget", id, le.Target)
 		}
+		if le.Tier < 0 || le.Tier >= sites.MaxTiers {
+			fail("lease %s on tier %d", id, le.Tier)
+			continue
+		}
 		if le.site != nil {
 			perSite[le.site]++
+			if perTier[le.site] == nil {
+				perTier[le.site] = new([sites.MaxTiers]int)
+			}
+			perTier[le.site][le.Tier]++
 		}
 	}
 	for _, b := range s.sites.Budgets() {
 		if b.Live() != perSite[b] {
 			fail("site policy %s: %d live counted, lease table %d", b.Policy().Name, b.Live(), perSite[b])
+		}
+		for tier := range sites.MaxTiers {
+			n := 0
+			if perTier[b] != nil {
+				n = perTier[b][tier]
+			}
+			if b.TierLive(tier) != n {
+				fail("site policy %s: %d live counted on tier %d, lease table %d", b.Policy().Name, b.TierLive(tier), tier, n)
+			}
 		}
 	}
 
@@ -209,9 +227,11 @@ func checkInvariants(s *Store) []string {
 }
 
 // grantChecker returns an onGrant hook that records a violation whenever a
-// lease is granted on a proxy that cannot take it at grant time.
-func grantChecker(s *Store, record func(string)) func(e *proxyEntry, req *AcquireRequest, now time.Time) {
-	return func(e *proxyEntry, req *AcquireRequest, now time.Time) {
+// lease is granted on a proxy that cannot take it at grant time, over its
+// site's budget, or on a tier of its ladder it had no cause to climb to.
+func grantChecker(s *Store, record func(string)) func(e *proxyEntry, req *AcquireRequest, tier int, now time.Time) {
+	return func(e *proxyEntry, req *AcquireRequest, tier int, now time.Time) {
+		sel := req.tiers()[tier]
 		switch {
 		case e.leases >= s.opts.MaxLeasesPerProxy:
 			record(fmt.Sprintf("granted %s at capacity (%d leases)", e.key, e.leases))
@@ -221,11 +241,21 @@ func grantChecker(s *Store, record func(string)) func(e *proxyEntry, req *Acquir
 			record(fmt.Sprintf("granted %s while it cools down for every target", e.key))
 		case req.Target != "" && e.coolingFor(req.Target, now):
 			record(fmt.Sprintf("granted %s for %q while that pair cools down", e.key, req.Target))
-		case req.Namespace != "" && e.info.Namespace != req.Namespace, !matches(e, req.Selector):
-			record(fmt.Sprintf("granted %s outside namespace/selector %s %v", e.key, req.Namespace, req.Selector))
+		case req.Namespace != "" && e.info.Namespace != req.Namespace, !matches(e, sel):
+			record(fmt.Sprintf("granted %s outside namespace/selector %s %v", e.key, req.Namespace, sel))
 		}
-		if b := s.sites.For(req.Target); b != nil && b.Live() >= b.Limit() {
+		b := s.sites.For(req.Target)
+		if b != nil && b.Live() >= b.Limit() {
 			record(fmt.Sprintf("granted %s for %q over SitePolicy %s's limit (%d live of %d)", e.key, req.Target, b.Policy().Name, b.Live(), b.Limit()))
+		}
+		if b != nil && tier > 0 && tier <= len(b.Policy().HigherTiers) && b.TierLive(tier) >= b.Policy().HigherTiers[tier-1] {
+			record(fmt.Sprintf("granted %s for %q over SitePolicy %s's budget of tier %d (%d live of %d)",
+				e.key, req.Target, b.Policy().Name, tier, b.TierLive(tier), b.Policy().HigherTiers[tier-1]))
+		}
+		for lower := range tier {
+			if s.servesLocked(req, req.tiers()[lower], now) {
+				record(fmt.Sprintf("granted %s for %q on tier %d while tier %d still serves the target", e.key, req.Target, tier, lower))
+			}
 		}
 	}
 }
@@ -336,8 +366,13 @@ func TestInvariantCheckerDetectsCorruption(t *testing.T) {
 		{"site budget drift", func(s *Store, l *Lease) {
 			s.SetSitePolicies([]sites.Policy{{Name: "all", Sites: []string{"t.example"}, MinConcurrency: 1, MaxConcurrency: 9,
 				IncreaseInterval: time.Second, DecreaseFactor: 0.5}})
-			s.sites.For("t.example").Attach()
+			s.sites.For("t.example").Attach(0)
 		}, "site policy all: 2 live counted, lease table 1"},
+		{"tier budget drift", func(s *Store, l *Lease) {
+			s.SetSitePolicies([]sites.Policy{{Name: "all", Sites: []string{"t.example"}, MinConcurrency: 1, MaxConcurrency: 9,
+				IncreaseInterval: time.Second, DecreaseFactor: 0.5, HigherTiers: []int{1}}})
+			s.leases[l.ID].Tier = 1
+		}, "site policy all: 1 live counted on tier 0, lease table 0"},
 		{"lease on no budget", func(s *Store, l *Lease) {
 			s.SetSitePolicies([]sites.Policy{{Name: "all", Sites: []string{"t.example"}, MinConcurrency: 1, MaxConcurrency: 9,
 				IncreaseInterval: time.Second, DecreaseFactor: 0.5}})

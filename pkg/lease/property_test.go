@@ -37,7 +37,7 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 	probeOf(s).onGrant = grantChecker(s, record) // runs under the store lock
 	// t1 has a site budget: its limit is cut by reports and grows back.
 	s.SetSitePolicies([]sites.Policy{{Name: "t1", Sites: []string{"t1"}, MinConcurrency: 1, MaxConcurrency: 4,
-		IncreaseInterval: time.Minute, DecreaseFactor: 0.5}})
+		IncreaseInterval: time.Minute, DecreaseFactor: 0.5, HigherTiers: []int{1}}})
 	fleet := func(i int) ProxyInfo {
 		ns := []string{"a", "b"}[i%2]
 		return px(ns, fmt.Sprintf("p%02d", i), int64(i%5), "zone", []string{"x", "y", "z"}[i%3])
@@ -58,6 +58,7 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 	}
 
 	var granted sync.Map // lease ID → worker
+	var climbed atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -97,8 +98,12 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 						Flow:      fmt.Sprintf("f%d", w%4),
 						Holder:    fmt.Sprintf("h%d", w%3),
 					}
-					if rng.IntN(2) == 0 {
+					switch rng.IntN(3) {
+					case 0:
 						req.Selector = map[string]string{"zone": []string{"x", "y", "z"}[rng.IntN(3)]}
+					case 1:
+						// A ladder: the grant checker holds each climb to its rule.
+						req.Selectors = []map[string]string{{"zone": "x"}, {"zone": "y"}, {}}
 					}
 					before := map[ProxyKey]int64{}
 					for k, n := range removals {
@@ -111,6 +116,9 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 							record(fmt.Sprintf("lease %s granted twice (workers %v and %d)", l.ID, prev, w))
 						}
 						mine = append(mine, held{l.ID, l.ExpiresAt, l.Proxy.Key(), before[l.Proxy.Key()]})
+						if l.Tier > 0 {
+							climbed.Add(1)
+						}
 					case !IsNoMatch(err):
 						record(fmt.Sprintf("acquire: %v", err))
 					}
@@ -204,6 +212,9 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 	if n < workers {
 		t.Errorf("only %d grants in the whole run: the test exercised too little", n)
 	}
+	if climbed.Load() == 0 {
+		t.Error("no lease climbed a ladder in the whole run: the test exercised too little")
+	}
 	s.mu.Lock()
 	if bad := checkInvariants(s); len(bad) > 0 {
 		t.Errorf("final state: %q", bad)
@@ -228,5 +239,5 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 	if trees == 0 {
 		t.Error("no tree built in the whole run: the test exercised too little")
 	}
-	t.Logf("%d leases granted", n)
+	t.Logf("%d leases granted, %d on a ladder's higher tier", n, climbed.Load())
 }

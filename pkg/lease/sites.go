@@ -22,7 +22,7 @@ func (s *Store) SetSitePolicies(policies []sites.Policy) map[string]string {
 	s.sites = t
 	for _, le := range s.leases {
 		if le.site = t.For(le.Target); le.site != nil {
-			le.site.Attach()
+			le.site.Attach(le.Tier)
 		}
 	}
 	// A new or raised budget may admit what waits.

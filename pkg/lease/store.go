@@ -103,8 +103,8 @@ type Store struct {
 type storeProbe interface {
 	// selected runs between choosing a proxy and granting on it.
 	selected()
-	// granting runs as e is granted to req at now.
-	granting(e *proxyEntry, req *AcquireRequest, now time.Time)
+	// granting runs as e is granted to req, on tier of its ladder, at now.
+	granting(e *proxyEntry, req *AcquireRequest, tier int, now time.Time)
 }
 
 type proxyEntry struct {

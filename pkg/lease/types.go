@@ -68,6 +68,11 @@ type AcquireRequest struct {
 	Namespaces []string
 	// Selector must be a subset of a proxy's attributes (equality on every pair).
 	Selector map[string]string
+	// Selectors, instead of Selector, is a ladder of tiers, cheap first: the
+	// lease is granted on the first tier with a proxy for it, and climbs
+	// past a tier only when every proxy of it cools for the target
+	// (ladder.go). At most sites.MaxTiers; the lease records its tier.
+	Selectors []map[string]string
 	// Target is the site the lease is for; proxies cooling down for it are skipped.
 	Target string
 	// TTL of the lease; zero means Options.DefaultTTL, over Options.MaxTTL is a *TTLError.
@@ -111,6 +116,9 @@ type Lease struct {
 	Holder string
 	Flow   string
 	Target string
+	// Tier is the tier of the request's ladder the lease was granted on (0:
+	// its first selector, or a request without a ladder).
+	Tier int
 	// Proxy is the proxy as it was when the lease was granted.
 	Proxy      ProxyInfo
 	AcquiredAt time.Time

@@ -1,6 +1,7 @@
 package leasing
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,20 +49,16 @@ var (
 )
 
 // Class keys a request by what decides which proxies can take it: its
-// namespace, selector and target. A request waiting for a target every
+// namespace, selector (or ladder) and target. A request waiting for a target every
 // proxy cools for then does not hold back its flow's requests for other
 // targets, while requests for the same target keep their order.
 func (leaseDispatcher) Class(req lease.AcquireRequest) string { return classKey(req) }
 
 // classKey encodes namespace (or the namespaces a request without one is
-// limited to), target and the sorted selector pairs, each
-// length-prefixed so that no two requests share a key by accident.
+// limited to), target and the sorted selector pairs (of each tier of a
+// ladder, in order), each length-prefixed so that no two requests share a
+// key by accident.
 func classKey(req lease.AcquireRequest) string {
-	keys := make([]string, 0, len(req.Selector))
-	for k := range req.Selector {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var b strings.Builder
 	part := func(s string) {
 		b.WriteString(strconv.Itoa(len(s)))
@@ -76,9 +73,19 @@ func classKey(req lease.AcquireRequest) string {
 		part("in:" + strings.Join(nss, ","))
 	}
 	part(req.Target)
-	for _, k := range keys {
-		part(k)
-		part(req.Selector[k])
+	selector := func(sel map[string]string) {
+		for _, k := range slices.Sorted(maps.Keys(sel)) {
+			part(k)
+			part(sel[k])
+		}
+	}
+	selector(req.Selector)
+	for _, tier := range req.Selectors {
+		// A tier's mark (no part begins with '|') and its size, then its
+		// pairs: [{a:b}] and [{}, {a:b}] differ.
+		b.WriteByte('|')
+		part(strconv.Itoa(len(tier)))
+		selector(tier)
 	}
 	return b.String()
 }

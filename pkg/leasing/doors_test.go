@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -96,6 +98,7 @@ func TestBothDoorsMapEveryOutcome(t *testing.T) {
 }
 
 type doors struct {
+	store *lease.Store
 	queue *leasingtest.Queue
 	http  *httptest.Server
 	rest  *proxylease.REST
@@ -130,7 +133,7 @@ func newDoors(t *testing.T, closedGate bool) *doors {
 	t.Cleanup(ts.Close)
 	r, closeREST := proxylease.NewREST(service(leasing.APIKubernetes), clk, 16)
 	t.Cleanup(closeREST)
-	return &doors{queue: q, http: ts, rest: r}
+	return &doors{store: store, queue: q, http: ts, rest: r}
 }
 
 func (d *doors) httpAcquire(t *testing.T) doorAnswer {
@@ -172,4 +175,128 @@ func (d *doors) kubeAcquire(t *testing.T) doorAnswer {
 		ra = int(st.Details.RetryAfterSeconds)
 	}
 	return doorAnswer{int(st.Code), string(st.Reason), ra}
+}
+
+// Both doors take a ladder of selectors by the same rules, grant on the
+// tier the store climbs to and say it (HTTP "tier", ProxyLease status.tier),
+// and name the tier of a no match past the first (HTTP "tier", the Status
+// cause LadderTier); a ladder beside a selector, an empty one and one of
+// five tiers are refused by both, naming the field.
+func TestBothDoorsClimbALadder(t *testing.T) {
+	e := newDoors(t, false)
+	for i, tier := range []string{"cheap", "premium"} {
+		name := []string{"px", "premium"}[i]
+		e.store.UpsertProxy(lease.ProxyInfo{Namespace: "ns", Name: name, URL: fmt.Sprintf("http://127.0.0.%d:3128", 9+i), Host: fmt.Sprintf("127.0.0.%d", 9+i), Port: 3128,
+			Attributes: map[string]string{"tier": tier}, Healthy: true})
+	}
+	// Cool the cheap tier (newDoors' px) for the site.
+	cooled, err := e.store.Acquire(lease.AcquireRequest{Namespace: "ns", Selector: map[string]string{"tier": "cheap"}, Target: "shop.example"})
+	if err != nil || cooled.Proxy.Name != "px" {
+		t.Fatalf("leasing px: %v, %+v", err, cooled)
+	}
+	if err := e.store.Report(cooled.ID, lease.ResultBanned, "shop.example"); err != nil {
+		t.Fatal(err)
+	}
+	e.store.Release(cooled.ID)
+	ladder := []map[string]string{{"tier": "none"}, {"tier": "cheap"}, {"tier": "premium"}}
+	// Tier 0 matches no proxy and tier 1 (px) cools: tier 2.
+	for _, tc := range []struct {
+		name, http string
+		spec       leasingv1alpha1.ProxyLeaseSpec
+		field      string
+	}{
+		{"a ladder beside a selector", `{"selector":{"a":"b"},"selectors":[{}]}`,
+			leasingv1alpha1.ProxyLeaseSpec{Selector: map[string]string{"a": "b"}, Selectors: []map[string]string{{}}}, "selectors"},
+		{"an empty ladder", `{"selectors":[]}`, leasingv1alpha1.ProxyLeaseSpec{Selectors: []map[string]string{}}, "selectors"},
+		{"five tiers", `{"selectors":[{},{},{},{},{}]}`, leasingv1alpha1.ProxyLeaseSpec{Selectors: make([]map[string]string, 5)}, "selectors"},
+		{"a broken tier", `{"selectors":[{},{"":"x"}]}`, leasingv1alpha1.ProxyLeaseSpec{Selectors: []map[string]string{{}, {"": "x"}}}, "selectors[1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := e.httpAcquireBody(t, tc.http)
+			if status != 400 || body.Err.Error != wire.CodeInvalidRequest || !strings.Contains(body.Err.Message, tc.field) {
+				t.Errorf("HTTP: %d %+v, want 400 invalid_request naming %s", status, body, tc.field)
+			}
+			_, err := e.kubeCreate(t, tc.spec)
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec."+tc.field) {
+				t.Errorf("Kubernetes: %v, want 422 naming spec.%s", err, tc.field)
+			}
+		})
+	}
+
+	ladderJSON := `{"namespace":"ns","selectors":[{"tier":"none"},{"tier":"cheap"},{"tier":"premium"}],"target":"shop.example"}`
+	status, body := e.httpAcquireBody(t, ladderJSON)
+	if status != 201 || body.Lease.Tier != 2 || body.Lease.Proxy.Name != "premium" {
+		t.Fatalf("HTTP: %d %+v, want premium on tier 2", status, body)
+	}
+	e.store.Release(body.Lease.LeaseID)
+	obj, err := e.kubeCreate(t, leasingv1alpha1.ProxyLeaseSpec{Selectors: ladder, Target: "shop.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl := obj.(*leasingv1alpha1.ProxyLease); pl.Status.Tier != 2 || pl.Status.Proxy.Name != "premium" || len(pl.Spec.Selectors) != 3 {
+		t.Errorf("Kubernetes: status %+v spec %+v, want premium on tier 2, the ladder kept", pl.Status, pl.Spec)
+	}
+
+	// The last tier cannot serve either: a no match of tier 2.
+	e.store.UpsertProxy(lease.ProxyInfo{Namespace: "ns", Name: "premium", URL: "http://127.0.0.10:3128", Host: "127.0.0.10", Port: 3128,
+		Attributes: map[string]string{"tier": "premium"}})
+	status, body = e.httpAcquireBody(t, ladderJSON)
+	if status != 409 || body.Err.Error != wire.CodeNoMatch || body.Err.Tier != 2 || !strings.Contains(body.Err.Message, "tier 2") {
+		t.Errorf("HTTP with premium down: %d %+v, want 409 no_match on tier 2", status, body)
+	}
+	_, err = e.kubeCreate(t, leasingv1alpha1.ProxyLeaseSpec{Selectors: ladder, Target: "shop.example"})
+	if !apierrors.IsConflict(err) || !hasCause(err, proxylease.CauseLadderTier, "2") || !strings.Contains(err.Error(), "tier 2") {
+		t.Errorf("Kubernetes with premium down: %v, want 409 with the cause LadderTier 2", err)
+	}
+}
+
+// httpBody is an HTTP answer: a lease or an error.
+type httpBody struct {
+	Err   wire.Error
+	Lease wire.Lease
+}
+
+func (d *doors) httpAcquireBody(t *testing.T, body string) (int, httpBody) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, d.http.URL+"/v1/leases", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out httpBody
+	into := any(&out.Err)
+	if resp.StatusCode < 300 {
+		into = &out.Lease
+	}
+	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+		t.Fatalf("HTTP %d: %v", resp.StatusCode, err)
+	}
+	return resp.StatusCode, out
+}
+
+func (d *doors) kubeCreate(t *testing.T, spec leasingv1alpha1.ProxyLeaseSpec) (runtime.Object, error) {
+	t.Helper()
+	ctx := genericapirequest.WithNamespace(context.Background(), "ns")
+	ctx = genericapirequest.WithUser(ctx, &user.DefaultInfo{Name: "alice"})
+	spec.TTLSeconds = ptr.To(int32(60))
+	pl := &leasingv1alpha1.ProxyLease{ObjectMeta: metav1.ObjectMeta{GenerateName: "l-"}, Spec: spec}
+	return d.rest.Create(ctx, pl, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+}
+
+func hasCause(err error, typ metav1.CauseType, msg string) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if c.Type == typ && c.Message == msg {
+			return true
+		}
+	}
+	return false
 }

@@ -23,6 +23,9 @@ type Request struct {
 	NamePrefix string
 	// Selector must be a subset of a proxy's attributes.
 	Selector map[string]string
+	// Selectors, instead of Selector, is a ladder of tiers, cheapest first
+	// (pkg/lease's AcquireRequest.Selectors).
+	Selectors []map[string]string
 	// Target is the site the lease is for; proxies cooling for it are
 	// skipped.
 	Target string
@@ -42,7 +45,7 @@ type Request struct {
 func (r Request) acquireRequest() lease.AcquireRequest {
 	return lease.AcquireRequest{
 		Namespace: r.Namespace, Name: r.Name, NamePrefix: r.NamePrefix,
-		Selector: r.Selector, Target: r.Target, TTL: r.TTL,
+		Selector: r.Selector, Selectors: r.Selectors, Target: r.Target, TTL: r.TTL,
 		Holder: r.Identity.Holder, Flow: r.Identity.Flow, Meta: r.Meta,
 		// Without a namespace: any of the identity's.
 		Namespaces: r.Identity.Namespaces,
@@ -53,7 +56,7 @@ func (r Request) acquireRequest() lease.AcquireRequest {
 // namespace (a DNS label, when set), the selector and the target by the
 // ProxyLease API's own rules (apis/leasing/v1alpha1), so that a lease taken
 // over HTTP is always a valid ProxyLease. Paths are relative to the request
-// ("namespace", "selector", "target"). The server's bounds (the longest TTL
+// ("namespace", "selector", "selectors", "target"). The server's bounds (the longest TTL
 // and wait) are the Service's to check.
 func (r Request) Validate() field.ErrorList {
 	var errs field.ErrorList
@@ -62,7 +65,7 @@ func (r Request) Validate() field.ErrorList {
 			errs = append(errs, field.Invalid(field.NewPath("namespace"), r.Namespace, msg))
 		}
 	}
-	errs = append(errs, leasingv1alpha1.ValidateSelector(r.Selector, field.NewPath("selector"))...)
+	errs = append(errs, leasingv1alpha1.ValidateSelectors(r.Selector, r.Selectors, nil)...)
 	return append(errs, leasingv1alpha1.ValidateTarget(r.Target, field.NewPath("target"))...)
 }
 

@@ -53,6 +53,10 @@ func TestRequestValidate(t *testing.T) {
 		{"selector value over 253 bytes", Request{Selector: map[string]string{"k": strings.Repeat("v", 254)}}, []string{"selector[k]"}},
 		{"selector value with a newline", Request{Selector: map[string]string{"k": "a\nb"}}, []string{"selector[k]"}},
 		{"two broken fields", Request{Namespace: "-", Target: "a b"}, []string{"namespace", "target"}},
+		{"a ladder", Request{Selectors: []map[string]string{{"tier": "cheap"}, {"tier": "premium"}}}, nil},
+		{"a ladder and a selector", Request{Selector: map[string]string{"a": "b"}, Selectors: []map[string]string{{}}}, []string{"selectors"}},
+		{"five tiers", Request{Selectors: make([]map[string]string, 5)}, []string{"selectors"}},
+		{"a broken tier", Request{Selectors: []map[string]string{{}, {"k": "a\nb"}}}, []string{"selectors[1][k]"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,5 +102,32 @@ func TestKubernetesAndHTTPIdentitiesNeverCollide(t *testing.T) {
 	}
 	if got := KubernetesIdentity("alice"); got.Holder != "alice" {
 		t.Errorf("an ordinary user's holder is %q, want the user name", got.Holder)
+	}
+}
+
+// A ladder is its own queue class, apart from its first tier alone and from
+// the same selectors in another order; keys never collide by concatenation.
+func TestClassKeyOfLadders(t *testing.T) {
+	reqs := map[string]lease.AcquireRequest{
+		"selector":          {Target: "s", Selector: map[string]string{"tier": "cheap"}},
+		"ladder":            {Target: "s", Selectors: []map[string]string{{"tier": "cheap"}, {"tier": "premium"}}},
+		"ladder reversed":   {Target: "s", Selectors: []map[string]string{{"tier": "premium"}, {"tier": "cheap"}}},
+		"one tier":          {Target: "s", Selectors: []map[string]string{{"tier": "cheap"}}},
+		"empty first tier":  {Target: "s", Selectors: []map[string]string{{}, {"tier": "cheap"}}},
+		"pairs in one tier": {Target: "s", Selectors: []map[string]string{{"tier": "cheap", "zone": "x"}}},
+		"pairs in two":      {Target: "s", Selectors: []map[string]string{{"tier": "cheap"}, {"zone": "x"}}},
+		"other target":      {Target: "t", Selectors: []map[string]string{{"tier": "cheap"}, {"tier": "premium"}}},
+	}
+	seen := map[string]string{}
+	for name, r := range reqs {
+		k := classKey(r)
+		if other, dup := seen[k]; dup {
+			t.Errorf("%s and %s share the class %q", name, other, k)
+		}
+		seen[k] = name
+	}
+	same := lease.AcquireRequest{Target: "s", Selectors: []map[string]string{{"tier": "cheap"}, {"tier": "premium"}}}
+	if classKey(same) != classKey(reqs["ladder"]) {
+		t.Error("the same ladder is two classes")
 	}
 }

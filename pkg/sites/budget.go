@@ -39,6 +39,11 @@ type Budget struct {
 	window      [2]windowCounts
 	windowStart time.Time
 	cuts        int64
+	// tierLive counts the live leases on each tier of a ladder (index 0:
+	// a request's first selector, or a lease without a ladder); tier is
+	// the tier of the newest grant.
+	tierLive [MaxTiers]int
+	tier     int
 }
 
 type windowCounts struct{ ended, refused int }
@@ -74,6 +79,7 @@ func (b *Budget) carry(o *Budget) {
 	b.tokens, b.tokensAt = math.Min(o.tokens, b.burst()), o.tokensAt
 	b.recent, b.recentTick = o.recent, o.recentTick
 	b.window, b.windowStart, b.cuts = o.window, o.windowStart, o.cuts
+	b.tier = o.tier
 }
 
 // Policy is the budget's policy.
@@ -84,16 +90,21 @@ func (b *Budget) Policy() Policy { return b.policy }
 func (b *Budget) Live() int  { return b.live }
 func (b *Budget) Limit() int { return b.limit }
 
-// Refusal says why a lease for the site waits: the limit in use, or the
-// grant rate. Retry is when the rate lets the next lease through (zero:
-// when a lease for the site ends, or the limit is raised).
+// Refusal says why a lease for the site waits: the limit in use, the grant
+// rate, or the budget of the ladder's tier it climbed to (Tier > 0, Limit
+// and Live that tier's). Retry is when the rate lets the next lease through
+// (zero: when a lease for the site ends, or the limit is raised).
 type Refusal struct {
 	Policy      string
 	Limit, Live int
+	Tier        int
 	Retry       time.Time
 }
 
 func (r *Refusal) Error() string {
+	if r.Tier > 0 {
+		return fmt.Sprintf("SitePolicy %q: the site's %d leases on tier %d (its selector %d) are in use", r.Policy, r.Limit, r.Tier, r.Tier+1)
+	}
 	if !r.Retry.IsZero() {
 		return fmt.Sprintf("SitePolicy %q: the site's grant rate is in use", r.Policy)
 	}
@@ -116,30 +127,58 @@ func (b *Budget) Admit(now time.Time) *Refusal {
 	return nil
 }
 
-// Granted spends the rate on a lease granted for the site at now (after
-// Admit); Attach counts it live.
-func (b *Budget) Granted(now time.Time) {
+// AdmitTier says whether a lease for the site may be granted on tier (of
+// a ladder: 0 is a request's first selector) by the tier's own budget:
+// nil, or why it must wait. The first tier has none of its own (Admit's
+// limit bounds every tier together), nor has a tier past HigherTiers.
+func (b *Budget) AdmitTier(tier int) *Refusal {
+	if tier < 1 || tier > len(b.policy.HigherTiers) {
+		return nil
+	}
+	limit := b.policy.HigherTiers[tier-1]
+	if live := b.tierLive[min(tier, MaxTiers-1)]; live >= limit {
+		return &Refusal{Policy: b.policy.Name, Limit: limit, Live: live, Tier: tier}
+	}
+	return nil
+}
+
+// Granted spends the rate on a lease granted for the site on tier at now
+// (after Admit and AdmitTier); Attach counts it live.
+func (b *Budget) Granted(now time.Time, tier int) {
 	b.advance(now)
 	if b.rate > 0 {
 		b.tokens--
 	}
 	b.recent[b.recentTick%10]++
+	b.tier = tier
 }
 
-// Attach counts a live lease for the site: one just granted, or one the
-// store already held when the policy was set or a checkpoint loaded.
-func (b *Budget) Attach() {
+// Attach counts a live lease for the site on tier: one just granted, or
+// one the store already held when the policy was set or a checkpoint
+// loaded.
+func (b *Budget) Attach(tier int) {
 	b.live++
+	b.tierLive[min(max(tier, 0), MaxTiers-1)]++
 	if b.live >= b.limit {
 		b.full = true
 	}
 }
 
-// Ended uncounts a lease for the site that ended at now.
-func (b *Budget) Ended(now time.Time) {
+// Ended uncounts a lease for the site on tier that ended at now.
+func (b *Budget) Ended(now time.Time, tier int) {
 	b.roll(now)
 	b.live = max(b.live-1, 0)
+	t := &b.tierLive[min(max(tier, 0), MaxTiers-1)]
+	*t = max(*t-1, 0)
 	b.window[0].ended++
+}
+
+// TierLive is the live leases for the site on tier.
+func (b *Budget) TierLive(tier int) int {
+	if tier < 0 || tier >= MaxTiers {
+		return 0
+	}
+	return b.tierLive[tier]
 }
 
 // Reported applies a rate_limited or banned report at now on a lease for
@@ -269,6 +308,12 @@ type Status struct {
 	RefusedShare float64
 	// Cuts counts the cuts since the operator started.
 	Cuts int64
+	// Tier is the ladder's tier of the newest lease granted for the site
+	// (0: a request's first selector, or a lease without a ladder).
+	Tier int
+	// TierLive is the live leases on each tier, from the first, up to the
+	// highest tier with a live lease or a budget (nil: only the first).
+	TierLive []int
 }
 
 // Status is b's state at now.
@@ -280,5 +325,15 @@ func (b *Budget) Status(now time.Time) Status {
 	if n := max(ended, refused); n > 0 {
 		share = float64(refused) / float64(n)
 	}
-	return Status{Policy: b.policy.Name, Limit: b.limit, Live: b.live, Rate: b.rate, RefusedShare: share, Cuts: b.cuts}
+	st := Status{Policy: b.policy.Name, Limit: b.limit, Live: b.live, Rate: b.rate, RefusedShare: share, Cuts: b.cuts, Tier: b.tier}
+	n := len(b.policy.HigherTiers) + 1
+	for i := n; i < MaxTiers; i++ {
+		if b.tierLive[i] > 0 {
+			n = i + 1
+		}
+	}
+	if n > 1 {
+		st.TierLive = append([]int(nil), b.tierLive[:n]...)
+	}
+	return st
 }

@@ -25,8 +25,8 @@ func TestAIMD(t *testing.T) {
 			if b.Admit(now) != nil {
 				break
 			}
-			b.Granted(now)
-			b.Attach()
+			b.Granted(now, 0)
+			b.Attach(0)
 			granted++
 		}
 		return granted
@@ -51,7 +51,7 @@ func TestAIMD(t *testing.T) {
 	}
 	// Leases end: with 5 live the site is at its limit again.
 	for range 5 {
-		b.Ended(at(2 * time.Second))
+		b.Ended(at(2*time.Second), 0)
 	}
 	if got := grant(at(2*time.Second), 3); got != 0 {
 		t.Fatalf("granted %d with 5 live at limit 5", got)
@@ -65,7 +65,7 @@ func TestAIMD(t *testing.T) {
 	}
 	// Not raised before the interval, nor after it unless used in full.
 	for range 5 {
-		b.Ended(at(6 * time.Second))
+		b.Ended(at(6*time.Second), 0)
 	}
 	if s := b.Status(at(9 * time.Second)); s.Limit != 2 || s.Live != 0 {
 		t.Fatalf("before the interval: %+v", s)
@@ -110,8 +110,8 @@ func TestGrantRate(t *testing.T) {
 			retry = r.Retry
 			continue
 		}
-		b.Granted(now)
-		b.Attach()
+		b.Granted(now, 0)
+		b.Attach(0)
 		granted++
 	}
 	// A burst of 2, then 2 a second for 3 s.
@@ -127,12 +127,12 @@ func TestGrantRate(t *testing.T) {
 func TestRefusedShare(t *testing.T) {
 	b := newBudget(policy("p", "example.com"))
 	for range 4 {
-		b.Granted(t0)
-		b.Attach()
+		b.Granted(t0, 0)
+		b.Attach(0)
 	}
 	b.Reported(t0, t0)
 	for range 4 {
-		b.Ended(t0.Add(time.Second))
+		b.Ended(t0.Add(time.Second), 0)
 	}
 	got := []float64{b.Status(t0.Add(time.Second)).RefusedShare, b.Status(t0.Add(45 * time.Second)).RefusedShare,
 		b.Status(t0.Add(2 * time.Minute)).RefusedShare}
@@ -148,7 +148,7 @@ func TestCarry(t *testing.T) {
 	p.MaxConcurrency = 10
 	old := NewTable([]Policy{p})
 	for range 10 {
-		old.For("example.com").Attach()
+		old.For("example.com").Attach(0)
 	}
 	old.For("example.com").Reported(t0, t0)
 	p.MaxConcurrency = 5
@@ -174,9 +174,9 @@ func TestAdaptedRate(t *testing.T) {
 		if r := b.Admit(at); r != nil {
 			t.Fatalf("refused before any cut: %v", r)
 		}
-		b.Granted(at)
-		b.Attach()
-		b.Ended(at)
+		b.Granted(at, 0)
+		b.Attach(0)
+		b.Ended(at, 0)
 	}
 	if !b.Reported(at, at) {
 		t.Fatal("no cut")
@@ -190,9 +190,9 @@ func TestAdaptedRate(t *testing.T) {
 	for ms := 10; ms <= 2000; ms += 10 {
 		now := at.Add(time.Duration(ms) * time.Millisecond)
 		if b.Admit(now) == nil {
-			b.Granted(now)
-			b.Attach()
-			b.Ended(now)
+			b.Granted(now, 0)
+			b.Attach(0)
+			b.Ended(now, 0)
 			granted++
 		}
 	}
@@ -205,5 +205,58 @@ func TestAdaptedRate(t *testing.T) {
 	}
 	if got := b.Status(at.Add(5*time.Second + time.Millisecond)).Rate; got < before+4 || got > before+6 {
 		t.Fatalf("rate %v after the raise, want %v plus half of the cut (about 5)", got, before)
+	}
+}
+
+// TestTierBudget: each higher tier of a ladder has its own bound within the
+// limit (none past HigherTiers, none on the first tier), counted per tier;
+// the status shows the newest grant's tier and the live leases per tier.
+func TestTierBudget(t *testing.T) {
+	p := policy("p", "example.com")
+	p.MaxConcurrency, p.HigherTiers = 10, []int{2, 0}
+	b := newBudget(p)
+	grant := func(tier int) *Refusal {
+		if r := b.Admit(t0); r != nil {
+			return r
+		}
+		if r := b.AdmitTier(tier); r != nil {
+			return r
+		}
+		b.Granted(t0, tier)
+		b.Attach(tier)
+		return nil
+	}
+	for _, tier := range []int{0, 1, 1, 3, 0} {
+		if r := grant(tier); r != nil {
+			t.Fatalf("tier %d: %v", tier, r)
+		}
+	}
+	if d := cmp.Diff(&Refusal{Policy: "p", Limit: 2, Live: 2, Tier: 1}, grant(1)); d != "" {
+		t.Errorf("a third on tier 1 (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(&Refusal{Policy: "p", Limit: 0, Live: 0, Tier: 2}, grant(2)); d != "" {
+		t.Errorf("tier 2 of budget 0 (-want +got):\n%s", d)
+	}
+	want := Status{Policy: "p", Limit: 10, Live: 5, Tier: 0, TierLive: []int{2, 2, 0, 1}}
+	if d := cmp.Diff(want, b.Status(t0)); d != "" {
+		t.Errorf("status (-want +got):\n%s", d)
+	}
+	b.Ended(t0, 1)
+	b.Ended(t0, 3)
+	if r := grant(1); r != nil {
+		t.Fatalf("tier 1 after an end: %v", r)
+	}
+	want = Status{Policy: "p", Limit: 10, Live: 4, Tier: 1, TierLive: []int{2, 2, 0}}
+	if d := cmp.Diff(want, b.Status(t0)); d != "" {
+		t.Errorf("status after ends (-want +got):\n%s", d)
+	}
+	if got := (&Refusal{Policy: "p", Limit: 2, Live: 2, Tier: 1}).Error(); got != `SitePolicy "p": the site's 2 leases on tier 1 (its selector 2) are in use` {
+		t.Errorf("the refusal says %q", got)
+	}
+	// Without higher tiers the status lists none.
+	plain := newBudget(policy("q", "example.org"))
+	plain.Attach(0)
+	if st := plain.Status(t0); st.TierLive != nil {
+		t.Errorf("tierLive %v without a ladder", st.TierLive)
 	}
 }

@@ -26,5 +26,8 @@ func FromSitePolicy(sp *crawlv1alpha1.SitePolicy) Policy {
 	if pc := sp.Spec.DecreasePercent; pc > 0 {
 		p.DecreaseFactor = float64(pc) / 100
 	}
+	for _, t := range sp.Spec.HigherTiers {
+		p.HigherTiers = append(p.HigherTiers, int(t.MaxConcurrency))
+	}
 	return p
 }

@@ -4,7 +4,8 @@
 // moved between the policy's floor and ceiling by AIMD on what crawlers
 // report for the site (cut on rate_limited or banned, raised by one after a
 // clean interval in which the site used its whole limit) — and how many new
-// leases a second it takes.
+// leases a second it takes, and how many leases for its sites may be live on
+// each higher tier of a ladder (a request's prioritized selectors).
 //
 // It is pure: no goroutines, no locks, time passed in. The lease store
 // calls it under its own mutex, where leases are granted for both lease APIs
@@ -12,5 +13,6 @@
 //
 // It must not import pkg/lease, pkg/leasing, pkg/flowcontrol or cmd (the
 // store imports it); it imports apis/crawl/v1alpha1 only to turn a
-// SitePolicy into a Policy.
+// SitePolicy into a Policy, and apis/leasing/v1alpha1 only for the length
+// of a lease request's ladder of selectors.
 package sites

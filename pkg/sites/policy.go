@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	leasingv1alpha1 "github.com/proxy-operator/proxy-operator/apis/leasing/v1alpha1"
 )
 
 // Policy is one SitePolicy as the lease store applies it.
@@ -27,7 +29,18 @@ type Policy struct {
 	IncreaseInterval time.Duration
 	// DecreaseFactor multiplies the limit on a cut (0 < f < 1).
 	DecreaseFactor float64
+	// HigherTiers bound the leases for the sites on a ladder's higher tiers
+	// (a request's prioritized selectors): HigherTiers[0] those granted on
+	// a request's second selector, HigherTiers[1] its third, and so on. A
+	// tier past the list is bounded by the limit only; 0 keeps the sites
+	// off the tier.
+	HigherTiers []int
 }
+
+// MaxTiers is the most selectors a lease request's ladder may list (the
+// lease APIs hold requests to it), so a policy bounds at most MaxTiers-1
+// higher tiers.
+const MaxTiers = leasingv1alpha1.MaxSelectors
 
 // Defaults of a Policy's adaptation.
 const (
@@ -50,6 +63,13 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("site policy %q: increase interval %v: want more than 0", p.Name, p.IncreaseInterval)
 	case p.DecreaseFactor <= 0 || p.DecreaseFactor >= 1:
 		return fmt.Errorf("site policy %q: decrease factor %v: want between 0 and 1", p.Name, p.DecreaseFactor)
+	case len(p.HigherTiers) > MaxTiers-1:
+		return fmt.Errorf("site policy %q: %d higher tiers: at most %d", p.Name, len(p.HigherTiers), MaxTiers-1)
+	}
+	for i, n := range p.HigherTiers {
+		if n < 0 || n > p.MaxConcurrency {
+			return fmt.Errorf("site policy %q: higher tier %d's maxConcurrency %d: want 0 to maxConcurrency (%d)", p.Name, i+1, n, p.MaxConcurrency)
+		}
 	}
 	for _, s := range p.Sites {
 		if err := ValidateSite(s); err != nil {

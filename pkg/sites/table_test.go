@@ -68,8 +68,12 @@ func TestPolicyValidate(t *testing.T) {
 		"port":                func(p *Policy) { p.Sites = []string{"a.com:443"} },
 		"scheme":              func(p *Policy) { p.Sites = []string{"https://a.com"} },
 		"bare wildcard":       func(p *Policy) { p.Sites = []string{"*."} },
+		"tier over ceiling":   func(p *Policy) { p.HigherTiers = []int{5} },
+		"negative tier":       func(p *Policy) { p.HigherTiers = []int{-1} },
+		"four higher tiers":   func(p *Policy) { p.HigherTiers = []int{1, 1, 1, 1} },
 	} {
 		p := policy("p", "example.com")
+		p.HigherTiers = []int{4, 0, 1}
 		if err := p.Validate(); err != nil {
 			t.Fatalf("the valid policy: %v", err)
 		}

@@ -20,6 +20,7 @@ const (
 
 // SitePolicySpec is one site's budget, shared by every tenant that crawls it.
 // +kubebuilder:validation:XValidation:rule="self.minConcurrency <= self.maxConcurrency",message="spec.minConcurrency must not exceed spec.maxConcurrency",fieldPath=".minConcurrency"
+// +kubebuilder:validation:XValidation:rule="!has(self.higherTiers) || self.higherTiers.all(t, t.maxConcurrency <= self.maxConcurrency)",message="spec.higherTiers[*].maxConcurrency must not exceed spec.maxConcurrency",fieldPath=".higherTiers"
 type SitePolicySpec struct {
 	// sites are the hosts the policy covers: "example.com" (that host only)
 	// or "*.example.com" (every host under example.com, not example.com
@@ -77,6 +78,28 @@ type SitePolicySpec struct {
 	// +kubebuilder:validation:Maximum=99
 	// +optional
 	DecreasePercent int32 `json:"decreasePercent,omitempty"`
+
+	// higherTiers bound the sites' leases on the higher tiers of a ladder
+	// (a lease request's prioritized selectors, cheap first: a lease climbs
+	// to the next selector only when every proxy of the one before cools
+	// for the site, docs/sites.md). higherTiers[0] bounds the leases
+	// granted on a request's second selector, higherTiers[1] its third,
+	// higherTiers[2] its fourth; a tier past the list is bounded by the
+	// limit alone. Every tier's leases count against the limit too.
+	// +kubebuilder:validation:MaxItems=3
+	// +listType=atomic
+	// +optional
+	HigherTiers []SiteTier `json:"higherTiers,omitempty"`
+}
+
+// SiteTier is the sites' budget on one higher tier of a ladder.
+type SiteTier struct {
+	// maxConcurrency is the most leases for the sites live at once on the
+	// tier (0: the sites never climb to it).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	// +required
+	MaxConcurrency int32 `json:"maxConcurrency"`
 }
 
 // SitePolicyStatus is the budget as the replica that serves leases keeps it.
@@ -101,6 +124,19 @@ type SitePolicyStatus struct {
 	// cuts counts the limit's cuts since the serving replica started.
 	// +optional
 	Cuts int64 `json:"cuts"`
+
+	// tier is the ladder's tier of the newest lease granted for the sites:
+	// 0 the first selector of its request (or a request without a ladder),
+	// 1 the second. It shows when the sites' leases have climbed.
+	// +optional
+	Tier int32 `json:"tier"`
+
+	// tierLive is the leases live on each tier, from the first, up to the
+	// highest with a budget or a live lease; absent while only the first
+	// has any.
+	// +listType=atomic
+	// +optional
+	TierLive []int32 `json:"tierLive,omitempty"`
 
 	// observedGeneration is the generation this status describes.
 	// +optional
@@ -127,6 +163,7 @@ type SitePolicyStatus struct {
 // +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.maxConcurrency`,description="The ceiling"
 // +kubebuilder:printcolumn:name="Rate",type=string,JSONPath=`.status.grantsPerSecond`,description="New leases a second the sites may take now"
 // +kubebuilder:printcolumn:name="Limited%",type=integer,JSONPath=`.status.rateLimitedPercent`,description="Share of recent leases reported rate_limited or banned"
+// +kubebuilder:printcolumn:name="Tier",type=integer,JSONPath=`.status.tier`,description="The ladder's tier of the newest lease (0: the first selector)"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Cuts",type=integer,JSONPath=`.status.cuts`,priority=1,description="Cuts of the limit"
 type SitePolicy struct {

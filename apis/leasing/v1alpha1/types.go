@@ -37,6 +37,16 @@ type ProxyLeaseSpec struct {
 	// of the namespace.
 	// +optional
 	Selector map[string]string `json:"selector,omitempty"`
+	// Selectors, instead of selector, is a ladder of proxy tiers, cheapest
+	// first (at most 4): the lease is granted on the first tier that can
+	// serve the target, and climbs to the next only when every proxy of a
+	// tier cools for the target (after banned reports) or none is healthy —
+	// not when the tier is merely busy. A SitePolicy may bound the target's
+	// leases on each higher tier. status.tier says which one the lease got.
+	// Immutable.
+	// +optional
+	// +listType=atomic
+	Selectors []map[string]string `json:"selectors,omitempty"`
 	// Target is the site the crawler will fetch through the proxy (a host name,
 	// for example "example.com"). Proxies cooling down for this target after a
 	// rate_limited or banned report are skipped. Immutable.
@@ -84,6 +94,10 @@ type ProxyLeaseStatus struct {
 	// LastResult is the result of the most recent report on this lease.
 	// +optional
 	LastResult ReportResult `json:"lastResult,omitempty"`
+	// Tier is the tier of spec.selectors the lease was granted on: 0 the
+	// first selector (or a lease without a ladder), 1 the second.
+	// +optional
+	Tier int32 `json:"tier,omitempty"`
 	// Credentials are what the leased proxy asks for (HTTP Basic in
 	// Proxy-Authorization; proxy.url carries them as userinfo). The proxy
 	// refuses (407) a request without them, after they expire, and within

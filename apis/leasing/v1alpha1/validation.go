@@ -14,9 +14,11 @@ import (
 // taken over HTTP is always a valid ProxyLease.
 const (
 	MaxSelectorEntries = 32
-	MaxSelectorKeyLen  = 253
-	MaxSelectorValLen  = 253
-	MaxTargetLen       = 253
+	// MaxSelectors is the most selectors a ladder (spec.selectors) lists.
+	MaxSelectors      = 4
+	MaxSelectorKeyLen = 253
+	MaxSelectorValLen = 253
+	MaxTargetLen      = 253
 )
 
 // ValidateProxyLease validates a ProxyLease as created: its shape. The
@@ -37,6 +39,9 @@ func ValidateProxyLeaseUpdate(newL, oldL *ProxyLease) field.ErrorList {
 	allErrs = append(allErrs, validateTTL(newL.Spec.TTLSeconds, spec.Child("ttlSeconds"))...)
 	if !mapsEqual(newL.Spec.Selector, oldL.Spec.Selector) {
 		allErrs = append(allErrs, field.Forbidden(spec.Child("selector"), "field is immutable: create a new lease to change it"))
+	}
+	if !selectorsEqual(newL.Spec.Selectors, oldL.Spec.Selectors) {
+		allErrs = append(allErrs, field.Forbidden(spec.Child("selectors"), "field is immutable: create a new lease to change it"))
 	}
 	if newL.Spec.Target != oldL.Spec.Target {
 		allErrs = append(allErrs, field.Invalid(spec.Child("target"), newL.Spec.Target, "field is immutable"))
@@ -66,7 +71,7 @@ func ValidateProxyLeaseReport(r *ProxyLeaseReport) field.ErrorList {
 }
 
 func validateSpec(s *ProxyLeaseSpec, path *field.Path) field.ErrorList {
-	allErrs := ValidateSelector(s.Selector, path.Child("selector"))
+	allErrs := ValidateSelectors(s.Selector, s.Selectors, path)
 	allErrs = append(allErrs, ValidateTarget(s.Target, path.Child("target"))...)
 	allErrs = append(allErrs, validateTTL(s.TTLSeconds, path.Child("ttlSeconds"))...)
 	wait := path.Child("waitSeconds")
@@ -111,6 +116,28 @@ func ValidateSelector(sel map[string]string, path *field.Path) field.ErrorList {
 	return allErrs
 }
 
+// ValidateSelectors checks a lease request's selector and its ladder
+// (selectors, under path): at most one of the two, at most MaxSelectors
+// tiers, each a valid selector.
+func ValidateSelectors(sel map[string]string, ladder []map[string]string, path *field.Path) field.ErrorList {
+	allErrs := ValidateSelector(sel, path.Child("selector"))
+	lp := path.Child("selectors")
+	switch {
+	case ladder == nil:
+		return allErrs
+	case len(sel) > 0:
+		return append(allErrs, field.Forbidden(lp, "selector and selectors are exclusive: put the selector first in selectors"))
+	case len(ladder) == 0:
+		return append(allErrs, field.Required(lp, "a ladder lists 1 to 4 selectors, cheapest first"))
+	case len(ladder) > MaxSelectors:
+		return append(allErrs, field.TooMany(lp, len(ladder), MaxSelectors))
+	}
+	for i, tier := range ladder {
+		allErrs = append(allErrs, ValidateSelector(tier, lp.Index(i))...)
+	}
+	return allErrs
+}
+
 // ValidateTarget checks a lease request's or a report's target (a site,
 // usually a host name): at most MaxTargetLen bytes of UTF-8, without spaces
 // or control characters.
@@ -136,6 +163,18 @@ func printable(s string) bool {
 	}
 	for _, r := range s {
 		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func selectorsEqual(a, b []map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !mapsEqual(a[i], b[i]) {
 			return false
 		}
 	}

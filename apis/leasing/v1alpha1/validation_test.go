@@ -45,6 +45,18 @@ func TestValidateProxyLease(t *testing.T) {
 			}
 		}, []string{"spec.selector"}},
 		{"control character in target", func(l *ProxyLease) { l.Spec.Target = "a\x00b" }, []string{"spec.target"}},
+		{"a ladder", func(l *ProxyLease) {
+			l.Spec.Selectors = []map[string]string{{"tier": "cheap"}, {"tier": "premium"}, {}}
+		}, nil},
+		{"a ladder beside a selector", func(l *ProxyLease) {
+			l.Spec.Selector = map[string]string{"tier": "cheap"}
+			l.Spec.Selectors = []map[string]string{{"tier": "premium"}}
+		}, []string{"spec.selectors"}},
+		{"an empty ladder", func(l *ProxyLease) { l.Spec.Selectors = []map[string]string{} }, []string{"spec.selectors"}},
+		{"five tiers", func(l *ProxyLease) { l.Spec.Selectors = make([]map[string]string, MaxSelectors+1) }, []string{"spec.selectors"}},
+		{"a bad tier", func(l *ProxyLease) {
+			l.Spec.Selectors = []map[string]string{{"tier": "cheap"}, {"": "x"}}
+		}, []string{"spec.selectors[1]"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,6 +82,7 @@ func TestValidateProxyLeaseUpdateOnlyTTLAndMetadataChange(t *testing.T) {
 	for name, mutate := range map[string]func(*ProxyLease){
 		"spec.target":      func(l *ProxyLease) { l.Spec.Target = "b.com" },
 		"spec.selector":    func(l *ProxyLease) { l.Spec.Selector = map[string]string{"a": "b"} },
+		"spec.selectors":   func(l *ProxyLease) { l.Spec.Selectors = []map[string]string{{"a": "b"}} },
 		"spec.priority":    func(l *ProxyLease) { l.Spec.Priority = 1 },
 		"spec.waitSeconds": func(l *ProxyLease) { l.Spec.WaitSeconds = 1 },
 		"metadata.name":    func(l *ProxyLease) { l.Name = "other" },

@@ -155,6 +155,19 @@ func (in *ProxyLeaseSpec) DeepCopyInto(out *ProxyLeaseSpec) {
 			(*out)[key] = val
 		}
 	}
+	if in.Selectors != nil {
+		in, out := &in.Selectors, &out.Selectors
+		*out = make([]map[string]string, len(*in))
+		for i := range *in {
+			if (*in)[i] != nil {
+				in, out := &(*in)[i], &(*out)[i]
+				*out = make(map[string]string, len(*in))
+				for key, val := range *in {
+					(*out)[key] = val
+				}
+			}
+		}
+	}
 	if in.TTLSeconds != nil {
 		in, out := &in.TTLSeconds, &out.TTLSeconds
 		*out = new(int32)

@@ -10,7 +10,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from .errors import APIError, NotLeader, QueueFull, TransportError, Unavailable, error_from_response
 
@@ -61,6 +61,8 @@ class Lease:
     proxy_healthy: Optional[bool] = None
     #: True while the proxy's ProxyPool removes it: the lease lasts until released; move when you can.
     proxy_draining: bool = False
+    #: The tier of the request's ``selectors`` the lease was granted on (0: the first, or no ladder).
+    tier: int = 0
     #: When the client received it (``time.monotonic()``), for renewal timing.
     received_at: float = field(default_factory=time.monotonic)
 
@@ -77,7 +79,8 @@ class Lease:
     def from_json(cls, d: Mapping[str, Any], target: str = "") -> "Lease":
         return cls(lease_id=d["leaseID"], proxy=Proxy.from_json(d.get("proxy") or {}),
                    expires_at=d.get("expiresAt", ""), ttl_seconds=int(d.get("ttlSeconds", 0) or 0), target=target,
-                   proxy_healthy=d.get("proxyHealthy"), proxy_draining=bool(d.get("proxyDraining", False)))
+                   proxy_healthy=d.get("proxyHealthy"), proxy_draining=bool(d.get("proxyDraining", False)),
+                   tier=int(d.get("tier", 0) or 0))
 
 
 class Client:
@@ -130,16 +133,25 @@ class Client:
         return [Proxy.from_json(p) for p in body.get("proxies") or []]
 
     def lease(self, selector: Optional[Mapping[str, str]] = None, target: str = "", ttl_seconds: int = 0,
-              wait_seconds: int = 0, priority: int = 0, flow: str = "", namespace: str = "") -> Lease:
+              wait_seconds: int = 0, priority: int = 0, flow: str = "", namespace: str = "",
+              selectors: Optional[Sequence[Mapping[str, str]]] = None) -> Lease:
         """``POST /v1/leases``: leases one proxy.
+
+        ``selectors``, instead of ``selector``, is a ladder of proxy tiers, cheapest first (at
+        most 4): the lease is granted on the first tier that can serve ``target`` and climbs to
+        the next only when every proxy of a tier cools for it; :attr:`Lease.tier` says which.
 
         With ``wait_seconds`` the server queues the request until a proxy frees up (fairly
         across flows) and answers :class:`NoMatch` only when the wait runs out. A full queue
         (:class:`QueueFull`) is retried after its ``Retry-After``, ``queue_full_retries`` times.
         """
         req: Dict[str, Any] = {}
+        if selector and selectors:
+            raise ValueError("selector and selectors are exclusive: put the selector first in selectors")
         if selector:
             req["selector"] = dict(selector)
+        if selectors:
+            req["selectors"] = [dict(s) for s in selectors]
         for k, v in (("target", target), ("namespace", namespace), ("flow", flow)):
             if v:
                 req[k] = v

@@ -80,6 +80,9 @@ class NoMatch(APIError):
     0 the request was refused because of them, not because the fleet is busy.
     ``site_policy`` names the SitePolicy whose budget for the target's site is
     in use ("" if none held the lease back): the proxies may then be free.
+    ``tier``, for a request with ``selectors``, is the tier of its ladder the
+    counts are of (0: the first; past it, every proxy of the tiers before cools
+    for the target).
     """
 
     def _count(self, key: str) -> int:
@@ -112,6 +115,10 @@ class NoMatch(APIError):
     @property
     def site_policy(self) -> str:
         return str(self.body.get("sitePolicy") or "")
+
+    @property
+    def tier(self) -> int:
+        return self._count("tier")
 
 
 class NoRoom(APIError):

@@ -37,6 +37,9 @@ Settings (all optional but the URL):
 ``PROXY_OPERATOR_TOKEN``               bearer token (default ``$PROXY_OPERATOR_TOKEN``)
 ``PROXY_OPERATOR_CA_FILE``             CA bundle for an ``https://`` URL
 ``PROXY_OPERATOR_SELECTOR``            dict of proxy attributes to match
+``PROXY_OPERATOR_SELECTORS``           instead: a ladder of such dicts, cheapest first (at most 4); a
+                                       site's leases climb to the next only when every proxy of one
+                                       cools for the site (docs/sites.md)
 ``PROXY_OPERATOR_TTL``                 lease TTL in seconds (default 300)
 ``PROXY_OPERATOR_WAIT``                seconds one lease request may wait (default 30)
 ``PROXY_OPERATOR_LEASE_ATTEMPTS``      waits before a request is given up (default 20)
@@ -53,7 +56,8 @@ Settings (all optional but the URL):
                                        longer than a crash failover's 18)
 =====================================  ==========================================
 
-Scrapy stats: ``proxy_operator/leases_acquired``, ``leases_released``,
+Scrapy stats: ``proxy_operator/leases_acquired``, ``leases_climbed`` (granted past a ladder's first
+tier), ``leases_released``,
 ``leases_renewed``, ``leases_left_draining``, ``reports/rate_limited``, ``reports/banned``, ``retries``,
 ``proxy_auth_retries`` (requests the proxy answered 407, sent again with the current lease),
 ``no_match`` (wait pieces that ran out), ``site_budget`` (refusals because the
@@ -125,6 +129,10 @@ class ProxyOperatorMiddleware:
         self.stats = crawler.stats
         self.client = client
         self.selector: Dict[str, str] = dict(s.getdict("PROXY_OPERATOR_SELECTOR"))
+        self.selectors: Optional[List[Dict[str, str]]] = [dict(t) for t in s.getlist("PROXY_OPERATOR_SELECTORS")] or None
+        if self.selector and self.selectors:
+            raise NotConfigured("PROXY_OPERATOR_SELECTOR and PROXY_OPERATOR_SELECTORS are exclusive: "
+                                "put the selector first in the ladder")
         self.ttl = s.getint("PROXY_OPERATOR_TTL", 300)
         self.wait = s.getint("PROXY_OPERATOR_WAIT", 30)
         self.attempts = s.getint("PROXY_OPERATOR_LEASE_ATTEMPTS", 20)
@@ -323,8 +331,9 @@ class ProxyOperatorMiddleware:
                 if self._closing:
                     return None
                 try:
-                    return self.client.lease(self.selector, target=domain, ttl_seconds=self.ttl, wait_seconds=w,
-                                             priority=self.priority, flow=self.flow)
+                    return self.client.lease(self.selector, selectors=self.selectors, target=domain,
+                                             ttl_seconds=self.ttl, wait_seconds=w, priority=self.priority,
+                                             flow=self.flow)
                 except NoMatch as e:
                     if site_cooling(e):
                         return _COOLING
@@ -355,7 +364,9 @@ class ProxyOperatorMiddleware:
                     return None
                 d.leases.append(lease)
                 self.stats.inc_value(STATS + "leases_acquired")
-                logger.debug("leased %s for %s", lease.url, domain)
+                if lease.tier > 0:
+                    self.stats.inc_value(STATS + "leases_climbed")
+                logger.debug("leased %s for %s (tier %d)", lease.url, domain, lease.tier)
                 return lease
             return None
 

@@ -92,6 +92,21 @@ class ClientTest(unittest.TestCase):
                           lease.target))
         self.assertGreater(lease.seconds_left(), 299)
 
+    def test_lease_sends_a_ladder_and_parses_the_tier(self):
+        self.api.answer("POST", "/v1/leases", 201, dict(LEASE, tier=1))
+        ladder = [{"tier": "cheap"}, {"tier": "premium"}]
+        lease = self.client.lease(selectors=ladder, target="example.com")
+        _, _, body, _ = self.api.requests[0]
+        self.assertEqual({"selectors": ladder, "target": "example.com"}, body)
+        self.assertEqual(1, lease.tier)
+        with self.assertRaises(ValueError):
+            self.client.lease({"tier": "cheap"}, selectors=ladder)
+        self.assertEqual(1, len(self.api.requests))
+
+    def test_a_lease_without_a_tier_is_on_the_first(self):
+        self.api.answer("POST", "/v1/leases", 201, LEASE)
+        self.assertEqual(0, self.client.lease().tier)
+
     def test_renew_report_release_and_list(self):
         self.api.answer("POST", "/v1/leases/abc123/renew", 200, dict(LEASE, ttlSeconds=600))
         self.api.answer("POST", "/v1/leases/abc123/report", 204)
@@ -260,6 +275,13 @@ class ClientTest(unittest.TestCase):
             self.client.lease(target="shop.test")
         self.assertEqual("shop", ctx.exception.site_policy)
         self.assertIn("SitePolicy", str(ctx.exception))
+
+    def test_no_match_names_the_ladder_tier(self):
+        self.api.answer("POST", "/v1/leases", 409, {"error": "no_match", "message": "no proxy of tier 1", "considered": 2,
+                                                    "atCapacity": 2, "inCooldown": 0, "unhealthy": 0, "free": 0, "tier": 1})
+        with self.assertRaises(po.NoMatch) as ctx:
+            self.client.lease(selectors=[{}, {}], target="shop.test")
+        self.assertEqual(1, ctx.exception.tier)
 
     def test_no_match_without_a_site_policy_names_none(self):
         self.api.answer("POST", "/v1/leases", 409, {"error": "no_match", "message": "no proxy", "considered": 1, "atCapacity": 1})

@@ -83,7 +83,8 @@ class FakeAPI:
     exclusive (one live lease per proxy, until released), a lease gets the first free proxy not
     cooling down for its target, and a request with ``waitSeconds`` waits that long for one.
     ``script`` holds error answers to give first, per route (``"lease"``, ``"renew"``);
-    ``draining`` makes renewals say the proxy is draining."""
+    ``draining`` makes renewals say the proxy is draining; ``tier`` is the ladder's tier
+    every lease says it was granted on."""
 
     def __init__(self, proxies: List[FakeProxy], port: int = 0, start: bool = True) -> None:
         self.proxies = proxies
@@ -93,6 +94,7 @@ class FakeAPI:
         self.cooling: set = set()
         self.script: Dict[str, List[Tuple[int, Dict[str, Any]]]] = {}
         self.draining: set = set()
+        self.tier = 0
         self.next_id = 0
         api = self
 
@@ -141,7 +143,7 @@ class FakeAPI:
         lease = self.leases[lease_id]
         p = lease["proxy"]
         return {"leaseID": lease_id, "ttlSeconds": lease["ttl"], "expiresAt": "2030-01-01T00:00:00Z",
-                "proxyDraining": p.name in self.draining,
+                "proxyDraining": p.name in self.draining, "tier": self.tier,
                 "proxy": {"name": p.name, "namespace": "default", "host": "127.0.0.1", "port": p.port,
                           "url": f"http://{lease_id}:secret@127.0.0.1:{p.port}", "attributes": {}}}
 
@@ -286,6 +288,19 @@ def test_a_site_budget_in_use_is_waited_for_and_counted(tmp_path: Any, reactor: 
 
     assert [p["status"] for p in result["seen"]] == [200]
     assert stat(result, "site_budget") == 2 and stat(result, "site_cooling") == 0 and stat(result, "gave_up") == 0
+
+
+def test_a_ladder_is_sent_and_climbed_leases_counted(tmp_path: Any, reactor: Optional[str], fleet: Any) -> None:
+    api, _ = fleet()
+    api.tier = 1  # the API grants on the ladder's second tier
+    ladder = [{"tier": "cheap"}, {"tier": "premium"}]
+    result = crawl(tmp_path, api.url, ["http://site-a.test/1", "http://site-b.test/1"], reactor,
+                   PROXY_OPERATOR_SELECTORS=ladder)
+
+    assert sorted(p["status"] for p in result["seen"]) == [200, 200]
+    bodies = [b for m, p, b in api.calls if m == "POST" and p == "/v1/leases"]
+    assert len(bodies) == 2 and all(b["selectors"] == ladder and "selector" not in b for b in bodies)
+    assert stat(result, "leases_climbed") == 2 == stat(result, "leases_acquired")
 
 
 def test_an_api_that_is_not_up_yet_is_waited_for(tmp_path: Any, reactor: Optional[str], fleet: Any) -> None:

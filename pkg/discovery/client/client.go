@@ -89,6 +89,10 @@ type NoMatch struct {
 	// SitePolicy names the SitePolicy whose budget for the target's site
 	// is in use ("" if none held the request back).
 	SitePolicy string
+	// Tier is the tier of the request's selectors the counts are of (0:
+	// the first; past it, every proxy of the tiers before cools for the
+	// target).
+	Tier int
 }
 
 // APIError is any non-success answer.
@@ -319,7 +323,7 @@ func ErrorOf(status int, body wire.Error, retryAfter time.Duration) *APIError {
 	if body.Error == wire.CodeNoMatch {
 		e.NoMatch = &NoMatch{Considered: deref(body.Considered), AtCapacity: deref(body.AtCapacity),
 			InCooldown: deref(body.InCooldown), Unhealthy: deref(body.Unhealthy),
-			Free: deref(body.Free), QueuedAhead: deref(body.QueuedAhead), SitePolicy: body.SitePolicy}
+			Free: deref(body.Free), QueuedAhead: deref(body.QueuedAhead), SitePolicy: body.SitePolicy, Tier: body.Tier}
 	}
 	if body.MaxTTLSeconds != nil {
 		e.MaxTTLSeconds = *body.MaxTTLSeconds

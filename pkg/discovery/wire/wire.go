@@ -60,7 +60,10 @@ const (
 // (considered = atCapacity + inCooldown + unhealthy + free; queuedAhead
 // counts the caller's own earlier requests for the same target and
 // selector that wait ahead and kept it from the free ones; sitePolicy
-// names the SitePolicy whose site budget is in use, whatever the counts),
+// names the SitePolicy whose site budget is in use, whatever the counts;
+// tier, for a request with selectors, the tier of its ladder the counts are
+// of, when past the first: every proxy of the tiers before cools for the
+// target),
 // maxTtlSeconds only for ttl_too_long, leader only for not_leader.
 type Error struct {
 	Error         string `json:"error"`
@@ -72,6 +75,7 @@ type Error struct {
 	Free          *int   `json:"free,omitempty"`
 	QueuedAhead   *int   `json:"queuedAhead,omitempty"`
 	SitePolicy    string `json:"sitePolicy,omitempty"`
+	Tier          int    `json:"tier,omitempty"`
 	MaxTTLSeconds *int64 `json:"maxTtlSeconds,omitempty"`
 	Leader        string `json:"leader,omitempty"`
 }
@@ -80,6 +84,11 @@ type Error struct {
 type AcquireRequest struct {
 	// Selector: every pair must be among the proxy's attributes.
 	Selector map[string]string `json:"selector,omitempty"`
+	// Selectors, instead of selector: a ladder of proxy tiers, cheapest
+	// first (at most 4). The lease is granted on the first tier that can
+	// serve the target and climbs to the next only when every proxy of a
+	// tier cools for it (or none is healthy); Lease.Tier says which.
+	Selectors []map[string]string `json:"selectors,omitempty"`
 	// Namespace of the Proxies to choose from; "" = any namespace.
 	Namespace string `json:"namespace,omitempty"`
 	// Target site; proxies cooling down for it are skipped.
@@ -144,6 +153,9 @@ type Lease struct {
 	ProxyDraining bool      `json:"proxyDraining,omitempty"`
 	ExpiresAt     time.Time `json:"expiresAt"`
 	TTLSeconds    int64     `json:"ttlSeconds"`
+	// Tier is the tier of the request's selectors the lease was granted on
+	// (0, omitted: the first, or a request without a ladder).
+	Tier int `json:"tier,omitempty"`
 	// Credentials are what the proxy asks for (HTTP Basic in
 	// Proxy-Authorization; Proxy.URL carries them as userinfo). A renewal
 	// answers new ones. Absent for an External proxy, which checks none.

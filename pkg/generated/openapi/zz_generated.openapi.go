@@ -360,6 +360,33 @@ func schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseSpec(ref common.Refer
 							},
 						},
 					},
+					"selectors": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Selectors, instead of selector, is a ladder of proxy tiers, cheapest first (at most 4): the lease is granted on the first tier that can serve the target, and climbs to the next only when every proxy of a tier cools for the target (after banned reports) or none is healthy — not when the tier is merely busy. A SitePolicy may bound the target's leases on each higher tier. status.tier says which one the lease got. Immutable.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type: []string{"object"},
+										AdditionalProperties: &spec.SchemaOrBool{
+											Allows: true,
+											Schema: &spec.Schema{
+												SchemaProps: spec.SchemaProps{
+													Type:   []string{"string"},
+													Format: "",
+												},
+											},
+										},
+									},
+								},
+							},
+						},
+					},
 					"target": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Target is the site the crawler will fetch through the proxy (a host name, for example \"example.com\"). Proxies cooling down for this target after a rate_limited or banned report are skipped. Immutable.",
@@ -438,6 +465,13 @@ func schema_proxy_operator_apis_leasing_v1alpha1_ProxyLeaseStatus(ref common.Ref
 							Description: "LastResult is the result of the most recent report on this lease.",
 							Type:        []string{"string"},
 							Format:      "",
+						},
+					},
+					"tier": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Tier is the tier of spec.selectors the lease was granted on: 0 the first selector (or a lease without a ladder), 1 the second.",
+							Type:        []string{"integer"},
+							Format:      "int32",
 						},
 					},
 					"credentials": {

@@ -73,6 +73,7 @@ func buildObject(svc *leasing.Service, l *leasing.Lease, rvBase uint64) *leasing
 		AcquireTime:    &acquired,
 		ExpireTime:     &expires,
 		LastResult:     leasingv1alpha1.ReportResult(l.LastResult),
+		Tier:           int32(l.Tier),
 		Conditions:     proxyConditions(l),
 		Proxy: &leasingv1alpha1.LeasedProxy{
 			Name:       l.Proxy.Name,

@@ -97,6 +97,10 @@ const (
 	// CauseSitePolicy names the SitePolicy whose budget for the target's
 	// site is in use (only when one held the lease back).
 	CauseSitePolicy = metav1.CauseType("SitePolicy")
+	// CauseLadderTier is the tier of spec.selectors the counts are of,
+	// when past the first (every proxy of the tiers before cools for the
+	// target).
+	CauseLadderTier = metav1.CauseType("LadderTier")
 )
 
 // noMatchStatus is the answer when no proxy can be leased: 409 Conflict, as
@@ -111,6 +115,8 @@ func noMatchStatus(pl *leasingv1alpha1.ProxyLease, nm *leasing.NoMatchCounts, ah
 	case why != "":
 	case nm.Site != nil:
 		why = nm.Site.Error()
+	case nm.Tier > 0:
+		why = fmt.Sprintf("no proxy of tier %d (spec.selectors[%d]) is free; every proxy of the tiers before it cools for the target", nm.Tier, nm.Tier)
 	case nm.Considered == 0:
 		why = "no Proxy in the namespace matches the selector"
 	case nm.AtCapacity == nm.Considered:
@@ -123,7 +129,7 @@ func noMatchStatus(pl *leasingv1alpha1.ProxyLease, nm *leasing.NoMatchCounts, ah
 		why = "no matching Proxy is free"
 	}
 	msg := fmt.Sprintf("no proxy available for ProxyLease %s/%s (selector %s, target %q): %s: considered %d, at capacity %d, in cooldown %d, unhealthy %d, free %d, queued ahead %d",
-		pl.Namespace, pl.Name, selectorString(pl.Spec.Selector), pl.Spec.Target, why,
+		pl.Namespace, pl.Name, selectorsString(&pl.Spec), pl.Spec.Target, why,
 		nm.Considered, nm.AtCapacity, nm.InCooldown, nm.Unhealthy, nm.Free, ahead)
 	causes := []metav1.StatusCause{
 		{Type: CauseProxiesConsidered, Message: fmt.Sprint(nm.Considered)},
@@ -135,6 +141,9 @@ func noMatchStatus(pl *leasingv1alpha1.ProxyLease, nm *leasing.NoMatchCounts, ah
 	}
 	if nm.Site != nil {
 		causes = append(causes, metav1.StatusCause{Type: CauseSitePolicy, Message: nm.Site.Policy})
+	}
+	if nm.Tier > 0 {
+		causes = append(causes, metav1.StatusCause{Type: CauseLadderTier, Message: fmt.Sprint(nm.Tier)})
 	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status:  metav1.StatusFailure,
@@ -148,6 +157,18 @@ func noMatchStatus(pl *leasingv1alpha1.ProxyLease, nm *leasing.NoMatchCounts, ah
 			Causes: causes,
 		},
 	}}
+}
+
+// selectorsString is a spec's selector, or its ladder of them.
+func selectorsString(spec *leasingv1alpha1.ProxyLeaseSpec) string {
+	if spec.Selectors == nil {
+		return selectorString(spec.Selector)
+	}
+	parts := make([]string, len(spec.Selectors))
+	for i, sel := range spec.Selectors {
+		parts[i] = selectorString(sel)
+	}
+	return "ladder [" + strings.Join(parts, ", ") + "]"
 }
 
 func selectorString(sel map[string]string) string {

@@ -194,6 +194,7 @@ func (r *REST) acquire(ctx context.Context, namespace, holder string, pl *leasin
 		Name:       name,
 		NamePrefix: prefix,
 		Selector:   pl.Spec.Selector,
+		Selectors:  pl.Spec.Selectors,
 		Target:     pl.Spec.Target,
 		TTL:        leasing.Seconds(int64(*pl.Spec.TTLSeconds)),
 		Identity:   id,

@@ -1,12 +1,17 @@
 package sitesync
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Collector exports each SitePolicy's budget, read from the store at every
 // scrape; one series per policy (policies are few, set by cluster admins).
 type Collector struct {
 	store                          Store
 	limit, live, rate, share, cuts *prometheus.Desc
+	tier, tierLive                 *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -26,6 +31,11 @@ func NewCollector(store Store) *Collector {
 			"Share of a SitePolicy's leases over the last 30-60 s reported rate_limited or banned.", l, nil),
 		cuts: prometheus.NewDesc("proxy_operator_site_limit_cuts_total",
 			"Cuts of a SitePolicy's limit on rate_limited or banned reports.", l, nil),
+		tier: prometheus.NewDesc("proxy_operator_site_tier",
+			"The ladder's tier of the newest lease for the sites of a SitePolicy (0: its request's first selector).", l, nil),
+		tierLive: prometheus.NewDesc("proxy_operator_site_tier_leases_live",
+			"Leases for the sites of a SitePolicy live now on each tier of a ladder (for policies with higher tiers in use or bounded).",
+			[]string{"policy", "tier"}, nil),
 	}
 }
 
@@ -36,6 +46,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.rate
 	ch <- c.share
 	ch <- c.cuts
+	ch <- c.tier
+	ch <- c.tierLive
 }
 
 // Collect reads the store.
@@ -46,5 +58,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.rate, prometheus.GaugeValue, st.Rate, st.Policy)
 		ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, st.RefusedShare, st.Policy)
 		ch <- prometheus.MustNewConstMetric(c.cuts, prometheus.CounterValue, float64(st.Cuts), st.Policy)
+		ch <- prometheus.MustNewConstMetric(c.tier, prometheus.GaugeValue, float64(st.Tier), st.Policy)
+		for i, n := range st.TierLive {
+			ch <- prometheus.MustNewConstMetric(c.tierLive, prometheus.GaugeValue, float64(n), st.Policy, strconv.Itoa(i))
+		}
 	}
 }

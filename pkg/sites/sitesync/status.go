@@ -94,8 +94,12 @@ func desired(sp *crawlv1alpha1.SitePolicy, st sites.Status, conflict string, now
 		Live:               int32(st.Live),
 		RateLimitedPercent: int32(math.Round(st.RefusedShare * 100)),
 		Cuts:               st.Cuts,
+		Tier:               int32(st.Tier),
 		ObservedGeneration: sp.Generation,
 		Conditions:         append([]metav1.Condition(nil), sp.Status.Conditions...),
+	}
+	for _, n := range st.TierLive {
+		out.TierLive = append(out.TierLive, int32(n))
 	}
 	cond := metav1.Condition{Type: crawlv1alpha1.ConditionApplied, Status: metav1.ConditionTrue, Reason: crawlv1alpha1.ReasonApplied,
 		Message: fmt.Sprintf("every lease for %s counts against this budget", strings.Join(sp.Spec.Sites, ", ")), ObservedGeneration: sp.Generation}

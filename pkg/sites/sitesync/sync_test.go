@@ -86,7 +86,7 @@ func TestFromSitePolicy(t *testing.T) {
 // conflict.
 func TestDesiredStatus(t *testing.T) {
 	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
-	budget := sites.Status{Policy: "a", Limit: 5, Live: 3, Rate: 12.5, RefusedShare: 0.126, Cuts: 2}
+	budget := sites.Status{Policy: "a", Limit: 5, Live: 3, Rate: 12.5, RefusedShare: 0.126, Cuts: 2, Tier: 1, TierLive: []int{1, 2}}
 	for _, tc := range []struct {
 		conflict               string
 		wantStatus, wantReason string
@@ -96,7 +96,7 @@ func TestDesiredStatus(t *testing.T) {
 		{`site policy "a": minConcurrency 0: want at least 1`, "False", crawlv1alpha1.ReasonInvalid},
 	} {
 		got := desired(sitePolicy("a", "a.example"), budget, tc.conflict, now)
-		want := crawlv1alpha1.SitePolicyStatus{Limit: 5, Live: 3, GrantsPerSecond: resource.NewMilliQuantity(12500, resource.DecimalSI), RateLimitedPercent: 13, Cuts: 2, ObservedGeneration: 2,
+		want := crawlv1alpha1.SitePolicyStatus{Limit: 5, Live: 3, GrantsPerSecond: resource.NewMilliQuantity(12500, resource.DecimalSI), RateLimitedPercent: 13, Cuts: 2, Tier: 1, TierLive: []int32{1, 2}, ObservedGeneration: 2,
 			Conditions: []metav1.Condition{{Type: crawlv1alpha1.ConditionApplied, Status: metav1.ConditionStatus(tc.wantStatus),
 				Reason: tc.wantReason, ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(now)}}}
 		if d := cmp.Diff(want, got, cmpopts.IgnoreFields(metav1.Condition{}, "Message")); d != "" {
@@ -110,23 +110,39 @@ func TestDesiredStatus(t *testing.T) {
 
 // TestCollector exports one series of each figure per policy.
 func TestCollector(t *testing.T) {
-	c := NewCollector(&fakeStore{statuses: []sites.Status{{Policy: "a", Limit: 5, Live: 3, Rate: 12.5, RefusedShare: 0.25, Cuts: 2}}})
+	c := NewCollector(&fakeStore{statuses: []sites.Status{
+		{Policy: "a", Limit: 5, Live: 3, Rate: 12.5, RefusedShare: 0.25, Cuts: 2, Tier: 1, TierLive: []int{1, 2}},
+		{Policy: "b", Limit: 1},
+	}})
 	want := `
 # HELP proxy_operator_site_limit Leases the sites of a SitePolicy may have live now (adapted between its minConcurrency and maxConcurrency).
 # TYPE proxy_operator_site_limit gauge
 proxy_operator_site_limit{policy="a"} 5
+proxy_operator_site_limit{policy="b"} 1
 # HELP proxy_operator_site_leases_live Leases for the sites of a SitePolicy live now.
 # TYPE proxy_operator_site_leases_live gauge
 proxy_operator_site_leases_live{policy="a"} 3
+proxy_operator_site_leases_live{policy="b"} 0
 # HELP proxy_operator_site_grants_per_second_limit New leases a second the sites of a SitePolicy may take now (adapted; 0 while unbounded).
 # TYPE proxy_operator_site_grants_per_second_limit gauge
 proxy_operator_site_grants_per_second_limit{policy="a"} 12.5
+proxy_operator_site_grants_per_second_limit{policy="b"} 0
 # HELP proxy_operator_site_rate_limited_ratio Share of a SitePolicy's leases over the last 30-60 s reported rate_limited or banned.
 # TYPE proxy_operator_site_rate_limited_ratio gauge
 proxy_operator_site_rate_limited_ratio{policy="a"} 0.25
+proxy_operator_site_rate_limited_ratio{policy="b"} 0
 # HELP proxy_operator_site_limit_cuts_total Cuts of a SitePolicy's limit on rate_limited or banned reports.
 # TYPE proxy_operator_site_limit_cuts_total counter
 proxy_operator_site_limit_cuts_total{policy="a"} 2
+proxy_operator_site_limit_cuts_total{policy="b"} 0
+# HELP proxy_operator_site_tier The ladder's tier of the newest lease for the sites of a SitePolicy (0: its request's first selector).
+# TYPE proxy_operator_site_tier gauge
+proxy_operator_site_tier{policy="a"} 1
+proxy_operator_site_tier{policy="b"} 0
+# HELP proxy_operator_site_tier_leases_live Leases for the sites of a SitePolicy live now on each tier of a ladder (for policies with higher tiers in use or bounded).
+# TYPE proxy_operator_site_tier_leases_live gauge
+proxy_operator_site_tier_leases_live{policy="a",tier="0"} 1
+proxy_operator_site_tier_leases_live{policy="a",tier="1"} 2
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Error(err)

@@ -15,7 +15,7 @@ func TestInvalidSitePoliciesAreRejected(t *testing.T) {
 	ctx := ctxFor(t)
 	// Negative control: accepted as written, and defaulted as pkg/sites'
 	// defaults.
-	control := fromJSON(t, "SitePolicy", "", "control", `{"sites":["example.com","*.shop.example.com","127.0.0.1"],"maxConcurrency":20}`)
+	control := fromJSON(t, "SitePolicy", "", "control", `{"sites":["example.com","*.shop.example.com","127.0.0.1"],"maxConcurrency":20,"higherTiers":[{"maxConcurrency":20},{"maxConcurrency":0},{"maxConcurrency":1}]}`)
 	if err := env.client.Create(ctx, control, client.DryRunAll); err != nil {
 		t.Fatalf("control policy rejected: %v", err)
 	}
@@ -38,6 +38,12 @@ func TestInvalidSitePoliciesAreRejected(t *testing.T) {
 		{"ceiling 0", `{"sites":["a.example"],"maxConcurrency":0}`, "spec.maxConcurrency: Invalid value: 0"},
 		{"keep 100%", `{"sites":["a.example"],"maxConcurrency":2,"decreasePercent":100}`, "spec.decreasePercent: Invalid value: 100"},
 		{"no ceiling", `{"sites":["a.example"]}`, "spec.maxConcurrency: Required value"},
+		{"a tier over the ceiling", `{"sites":["a.example"],"maxConcurrency":2,"higherTiers":[{"maxConcurrency":3}]}`,
+			"spec.higherTiers: Invalid value: spec.higherTiers[*].maxConcurrency must not exceed spec.maxConcurrency"},
+		{"four higher tiers", `{"sites":["a.example"],"maxConcurrency":2,"higherTiers":[{"maxConcurrency":1},{"maxConcurrency":1},{"maxConcurrency":1},{"maxConcurrency":1}]}`,
+			"spec.higherTiers: Too many"},
+		{"a negative tier", `{"sites":["a.example"],"maxConcurrency":2,"higherTiers":[{"maxConcurrency":-1}]}`, "spec.higherTiers[0].maxConcurrency"},
+		{"a tier without its bound", `{"sites":["a.example"],"maxConcurrency":2,"higherTiers":[{}]}`, "spec.higherTiers[0].maxConcurrency: Required value"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rejectedAsInvalid(t, ctx, fromJSON(t, "SitePolicy", "", fmt.Sprintf("invalid-%d", i), tt.spec), tt.want)
