@@ -176,8 +176,8 @@ bench-gateway: squid ## the gateway against the same Squid: throughput, new-tunn
 	$(GO) test ./test/e2e/gatewaybench -run '^$$' -bench Gateway -benchtime 1x -count 3 -v
 
 .PHONY: bench-sites
-bench-sites: squid ## crawler workers against a site that limits its total rate, without and with a SitePolicy: goodput and 429 share (docs/sites.md, docs/benchmarks.md)
-	$(GO) test ./test/e2e/sitebench -run '^$$' -bench SitePolicy -benchtime 1x -count 1 -timeout 30m -v
+bench-sites: squid ## crawler workers against a site that limits its total rate, without and with a SitePolicy (goodput and 429 share), and against one that blocks the cheap tier, with the ladder (docs/sites.md, docs/benchmarks.md)
+	$(GO) test ./test/e2e/sitebench -run '^$$' -bench 'SitePolicy|Ladder' -benchtime 1x -count 1 -timeout 30m -v
 
 .PHONY: crash
 crash: tools ## kill the operator at CRASH_RUNS (20) random points under faults; print leaked/duplicate/missing per run

@@ -48,9 +48,9 @@ func StartLeaseAPI(tb testing.TB, store *lease.Store, opts leasing.Options, toke
 }
 
 // LeaseSquid makes sq a healthy proxy of store, in namespace ns, named by its
-// visible hostname.
-func LeaseSquid(store *lease.Store, ns string, sq *nodeagent.Squid) {
+// visible hostname, with attributes attrs (nil: none).
+func LeaseSquid(store *lease.Store, ns string, sq *nodeagent.Squid, attrs map[string]string) {
 	cfg := sq.Config()
 	store.UpsertProxy(lease.ProxyInfo{Namespace: ns, Name: cfg.VisibleHostname, URL: "http://" + cfg.ListenAddr(),
-		Host: cfg.Addr.String(), Port: int32(nodeagent.DefaultSquidPort), LatencyMillis: 1, Healthy: true})
+		Host: cfg.Addr.String(), Port: int32(nodeagent.DefaultSquidPort), Attributes: attrs, LatencyMillis: 1, Healthy: true})
 }

@@ -62,7 +62,7 @@ func startRig(b *testing.B, n, perProxy int) *rig {
 	for i := range n {
 		sq := framework.StartSquid(b, pool, fmt.Sprintf("gwbench-%d", i))
 		r.squids, r.squidPIDs = append(r.squids, sq.Config().ListenAddr()), append(r.squidPIDs, sq.PID())
-		framework.LeaseSquid(store, "bench", sq)
+		framework.LeaseSquid(store, "bench", sq, nil)
 	}
 	api := framework.StartLeaseAPI(b, store, leasing.DefaultOptions(), benchToken)
 

@@ -144,7 +144,7 @@ func startRig(b *testing.B) *rig {
 	opts.MaxLeasesPerProxy = workers
 	store := mustStore(b, opts)
 	for i := range proxies {
-		framework.LeaseSquid(store, "bench", framework.StartSquid(b, pool, fmt.Sprintf("sitebench-%d", i)))
+		framework.LeaseSquid(store, "bench", framework.StartSquid(b, pool, fmt.Sprintf("sitebench-%d", i)), nil)
 	}
 	api := framework.StartLeaseAPI(b, store, opts, token)
 	return &rig{store: store, api: api.URL}
