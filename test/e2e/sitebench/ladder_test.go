@@ -41,7 +41,7 @@ const (
 	ladderRun  = 50 * time.Second
 	// ladderPage is the site's answer time: long enough that the crawl
 	// wants more premium leases at once than the tier's budget.
-	ladderPage = 300 * time.Millisecond
+	ladderPage = 500 * time.Millisecond
 )
 
 // ladderSquidAddrs and the sites (127.0.20.n) are this benchmark's own.
