@@ -36,9 +36,9 @@ const (
 	premiumBudget                = 3
 	// cooldown is the store's cooldown window: a banned (proxy, site)
 	// pair is skipped this long.
-	cooldown   = 10 * time.Second
-	blockFor   = 25 * time.Second
-	ladderRun  = 50 * time.Second
+	cooldown  = 10 * time.Second
+	blockFor  = 25 * time.Second
+	ladderRun = 50 * time.Second
 	// ladderPage is the site's answer time: long enough that the crawl
 	// wants more premium leases at once than the tier's budget.
 	ladderPage = 500 * time.Millisecond
