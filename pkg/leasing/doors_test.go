@@ -137,15 +137,7 @@ func newDoors(t *testing.T, closedGate bool) *doors {
 }
 
 func (d *doors) httpAcquire(t *testing.T) doorAnswer {
-	req, err := http.NewRequest(http.MethodPost, d.http.URL+"/v1/leases", strings.NewReader(`{"namespace":"ns","ttlSeconds":60}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer tok")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := d.post(t, `{"namespace":"ns","ttlSeconds":60}`)
 	defer resp.Body.Close()
 	var body wire.Error
 	if resp.StatusCode >= 300 {
@@ -250,13 +242,8 @@ func TestBothDoorsClimbALadder(t *testing.T) {
 	}
 }
 
-// httpBody is an HTTP answer: a lease or an error.
-type httpBody struct {
-	Err   wire.Error
-	Lease wire.Lease
-}
-
-func (d *doors) httpAcquireBody(t *testing.T, body string) (int, httpBody) {
+// post sends an acquire of body to the HTTP door with its token.
+func (d *doors) post(t *testing.T, body string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, d.http.URL+"/v1/leases", strings.NewReader(body))
 	if err != nil {
@@ -267,6 +254,18 @@ func (d *doors) httpAcquireBody(t *testing.T, body string) (int, httpBody) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+// httpBody is an HTTP answer: a lease or an error.
+type httpBody struct {
+	Err   wire.Error
+	Lease wire.Lease
+}
+
+func (d *doors) httpAcquireBody(t *testing.T, body string) (int, httpBody) {
+	t.Helper()
+	resp := d.post(t, body)
 	defer resp.Body.Close()
 	var out httpBody
 	into := any(&out.Err)

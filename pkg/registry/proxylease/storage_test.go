@@ -3,6 +3,7 @@ package proxylease
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -467,9 +468,10 @@ func TestUpdateRenews(t *testing.T) {
 	}
 
 	for name, mutate := range map[string]func(*leasingv1alpha1.ProxyLease){
-		"target":   func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.Target = "other.com" },
-		"selector": func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.Selector = map[string]string{"a": "b"} },
-		"ttl":      func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.TTLSeconds = ptr.To[int32](0) },
+		"target":    func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.Target = "other.com" },
+		"selector":  func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.Selector = map[string]string{"a": "b"} },
+		"selectors": func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.Selectors = []map[string]string{{"a": "b"}} },
+		"ttl":       func(pl *leasingv1alpha1.ProxyLease) { pl.Spec.TTLSeconds = ptr.To[int32](0) },
 	} {
 		if _, err := patch(mutate); !apierrors.IsInvalid(err) {
 			t.Errorf("changing %s: %v, want Invalid", name, err)
@@ -482,6 +484,37 @@ func TestUpdateRenews(t *testing.T) {
 	cur, _ := f.rest.Get(ctx, "l", nil)
 	if cur.(*leasingv1alpha1.ProxyLease).Labels["renewed"] != "yes" || cur.(*leasingv1alpha1.ProxyLease).Spec.Target != "example.com" {
 		t.Errorf("a rejected update changed the lease: %+v", cur)
+	}
+}
+
+// A ProxyLease with a ladder is granted on the tier the store climbs to,
+// shows it in status.tier, keeps spec.selectors, and renews as any other
+// (the ladder unchanged, the tier kept).
+func TestLadderLeaseShowsAndKeepsItsTier(t *testing.T) {
+	f := newFixture(t, lease.Options{}, proxy("ns", "cheap", map[string]string{"tier": "cheap"}), proxy("ns", "premium", map[string]string{"tier": "premium"}))
+	ctx := ctxFor("ns", "u")
+	f.store.UpsertProxy(lease.ProxyInfo{Namespace: "ns", Name: "cheap", URL: "http://127.0.0.9:3128", Host: "127.0.0.9", Port: 3128,
+		Attributes: map[string]string{"tier": "cheap"}}) // unhealthy: the tier cannot serve
+	ladder := []map[string]string{{"tier": "cheap"}, {"tier": "premium"}}
+	created := f.mustCreate(ctx, newLease("l", func(pl *leasingv1alpha1.ProxyLease) {
+		pl.Spec.TTLSeconds = ptr.To[int32](60)
+		pl.Spec.Target = "example.com"
+		pl.Spec.Selectors = ladder
+	}))
+	if created.Status.Tier != 1 || created.Status.Proxy.Name != "premium" || !reflect.DeepEqual(created.Spec.Selectors, ladder) {
+		t.Fatalf("created: tier %d on %s, selectors %v; want tier 1 on premium, the ladder kept", created.Status.Tier, created.Status.Proxy.Name, created.Spec.Selectors)
+	}
+	obj, _, err := f.rest.Update(ctx, "l", rest.DefaultUpdatedObjectInfo(nil, func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+		pl := old.(*leasingv1alpha1.ProxyLease).DeepCopy()
+		pl.ResourceVersion = ""
+		pl.Spec.TTLSeconds = ptr.To[int32](120)
+		return pl, nil
+	}), nil, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("renewing a ladder lease: %v", err)
+	}
+	if pl := obj.(*leasingv1alpha1.ProxyLease); pl.Status.Tier != 1 || !reflect.DeepEqual(pl.Spec.Selectors, ladder) {
+		t.Errorf("renewed: tier %d, selectors %v", pl.Status.Tier, pl.Spec.Selectors)
 	}
 }
 

@@ -20,15 +20,7 @@ func (h *harness) sitePolicy(t *testing.T) {
 	defer h.mustKubectl(t, "delete", "sitepolicy", name, "--ignore-not-found")
 	waitFor := func(what, jsonpath, want string) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		got := ""
-		for time.Now().Before(deadline) {
-			if got = h.mustKubectl(t, "get", "sitepolicy", name, "-o", "jsonpath="+jsonpath); got == want {
-				return
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		t.Fatalf("%s: %s = %q, want %q", what, jsonpath, got, want)
+		h.waitForSitePolicy(t, name, what, jsonpath, want)
 	}
 	waitFor("the policy applied", `{.status.conditions[?(@.type=="Applied")].status} {.status.limit}`, "True 2")
 
@@ -141,15 +133,7 @@ func (h *harness) ladder(t *testing.T) {
 	defer h.mustKubectl(t, "delete", "sitepolicy", name, "--ignore-not-found")
 	waitFor := func(what, jsonpath, want string) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		got := ""
-		for time.Now().Before(deadline) {
-			if got = h.mustKubectl(t, "get", "sitepolicy", name, "-o", "jsonpath="+jsonpath); got == want {
-				return
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		t.Fatalf("%s: %s = %q, want %q", what, jsonpath, got, want)
+		h.waitForSitePolicy(t, name, what, jsonpath, want)
 	}
 	waitFor("the policy applied", `{.status.conditions[?(@.type=="Applied")].status}`, "True")
 
@@ -176,4 +160,19 @@ func (h *harness) ladder(t *testing.T) {
 	if got := h.mustKubectl(t, "get", "proxylease", created, "-o", "jsonpath={.status.tier} {.status.proxy.attributes.tier}"); got != "1 premium" {
 		t.Errorf("ProxyLease %s: tier and proxy %q, want \"1 premium\"", created, got)
 	}
+}
+
+// waitForSitePolicy waits up to 30 s for SitePolicy name's jsonpath to read
+// want (its status is written every 5 s).
+func (h *harness) waitForSitePolicy(t *testing.T, name, what, jsonpath, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	got := ""
+	for time.Now().Before(deadline) {
+		if got = h.mustKubectl(t, "get", "sitepolicy", name, "-o", "jsonpath="+jsonpath); got == want {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: %s = %q, want %q", what, jsonpath, got, want)
 }

@@ -3,26 +3,17 @@ package sitebench
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr"
-	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/sites"
-	"github.com/proxy-operator/proxy-operator/test/framework"
-	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
 // The site and the crawl (docs/benchmarks.md, "Site politeness").
@@ -135,27 +126,14 @@ type rig struct {
 
 func startRig(b *testing.B) *rig {
 	b.Helper()
-	log.SetLogger(logr.Discard())
-	pool, err := nodeagent.NewAddrPool(netip.MustParseAddr(squidAddrs[0]), netip.MustParseAddr(squidAddrs[1]))
-	if err != nil {
-		b.Fatal(err)
-	}
 	opts := leasing.DefaultOptions()
 	opts.MaxLeasesPerProxy = workers
-	store := mustStore(b, opts)
-	for i := range proxies {
-		framework.LeaseSquid(store, "bench", framework.StartSquid(b, pool, fmt.Sprintf("sitebench-%d", i)), nil)
+	squids := make([]squid, proxies)
+	for i := range squids {
+		squids[i].name = fmt.Sprintf("sitebench-%d", i)
 	}
-	api := framework.StartLeaseAPI(b, store, opts, token)
-	return &rig{store: store, api: api.URL}
-}
-
-func mustStore(b *testing.B, opts leasing.Options) *lease.Store {
-	s, err := lease.New(opts.StoreOptions(), clock.RealClock{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return s
+	store, api := startFleet(b, squidAddrs, opts, squids)
+	return &rig{store: store, api: api}
 }
 
 // crawl runs the workers against a fresh origin for runFor.
@@ -164,14 +142,8 @@ func (r *rig) crawl(b *testing.B, m mode) result {
 	o := newOrigin(rate, perProxy, latency)
 	r.crawls++
 	site := fmt.Sprintf("127.0.18.%d", r.crawls)
-	ln, err := net.Listen("tcp", site+":0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := &http.Server{Handler: o}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	pageURL := "http://" + ln.Addr().String() + "/page"
+	pageURL, stop := serveSite(b, site, o)
+	defer stop()
 	if m.policy {
 		r.store.SetSitePolicies([]sites.Policy{benchPolicy(site)})
 		defer r.store.SetSitePolicies(nil)
@@ -245,21 +217,13 @@ func work(ctx context.Context, c *client.Client, flow, site, pageURL string, sel
 			}
 			continue
 		}
-		proxyURL, _ := url.Parse(l.Proxy.URL)
-		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}}
-		resp, err := hc.Get(fmt.Sprintf("%s?n=%d", pageURL, pages.Add(1)))
-
-		limited := err == nil && resp.StatusCode == http.StatusTooManyRequests
-
-		if err == nil {
-			resp.Body.Close()
-		}
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		status, err := fetch(l, pageURL)
+		limited := status == http.StatusTooManyRequests
+		result := ""
 		if limited && report {
-			_ = c.Report(rctx, l.LeaseID, wire.ResultRateLimited, site)
+			result = wire.ResultRateLimited
 		}
-		_ = c.Release(rctx, l.LeaseID)
-		cancel()
+		endLease(c, l, result, site)
 		switch {
 		case limited:
 			delay = min(max(2*delay, 100*time.Millisecond), 10*time.Second)

@@ -3,10 +3,7 @@ package sitebench
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -14,16 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/log"
-
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/client"
 	"github.com/proxy-operator/proxy-operator/pkg/discovery/wire"
 	"github.com/proxy-operator/proxy-operator/pkg/lease"
 	"github.com/proxy-operator/proxy-operator/pkg/leasing"
 	"github.com/proxy-operator/proxy-operator/pkg/sites"
-	"github.com/proxy-operator/proxy-operator/test/framework"
-	"github.com/proxy-operator/proxy-operator/test/nodeagent"
 )
 
 // The ladder's crawl (docs/benchmarks.md, "The ladder of proxy tiers"): a
@@ -120,41 +112,32 @@ func (r ladderResult) String() string {
 }
 
 type ladderRig struct {
-	store  *leaseStore
-	api    string
+	store *lease.Store
+	api   string
+	// cheap are the names of the cheap tier's Squids (the Via the site
+	// refuses while blocked).
+	cheap  []string
 	crawls int
-}
-
-// leaseStore is the store and the names of its cheap Squids (the Via the
-// origin refuses).
-type leaseStore struct {
-	*lease.Store
-	cheap []string
 }
 
 func startLadderRig(b *testing.B) *ladderRig {
 	b.Helper()
-	log.SetLogger(logr.Discard())
-	pool, err := nodeagent.NewAddrPool(netip.MustParseAddr(ladderSquidAddrs[0]), netip.MustParseAddr(ladderSquidAddrs[1]))
-	if err != nil {
-		b.Fatal(err)
-	}
 	opts := leasing.DefaultOptions()
 	opts.MaxLeasesPerProxy = ladderWorkers
 	opts.CooldownWindow = cooldown
-	store := &leaseStore{Store: mustStore(b, opts)}
+	r := &ladderRig{}
+	var squids []squid
 	for i := range cheapProxies + premiumProxies {
 		tier, name := "cheap", fmt.Sprintf("ladder-cheap-%d", i)
 		if i >= cheapProxies {
 			tier, name = "premium", fmt.Sprintf("ladder-premium-%d", i-cheapProxies)
+		} else {
+			r.cheap = append(r.cheap, name)
 		}
-		framework.LeaseSquid(store.Store, "bench", framework.StartSquid(b, pool, name), map[string]string{"tier": tier})
-		if tier == "cheap" {
-			store.cheap = append(store.cheap, name)
-		}
+		squids = append(squids, squid{name: name, attrs: map[string]string{"tier": tier}})
 	}
-	api := framework.StartLeaseAPI(b, store.Store, opts, token)
-	return &ladderRig{store: store, api: api.URL}
+	r.store, r.api = startFleet(b, ladderSquidAddrs, opts, squids)
+	return r
 }
 
 // grant is one fetch: when its lease was granted, on which tier, and
@@ -172,23 +155,18 @@ func (r *ladderRig) crawl(b *testing.B, selectors []map[string]string, higherTie
 	b.Helper()
 	r.crawls++
 	site := fmt.Sprintf("127.0.20.%d", r.crawls)
-	ln, err := net.Listen("tcp", site+":0")
-	if err != nil {
-		b.Fatal(err)
-	}
 	var blocked atomic.Bool
 	blocked.Store(true)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	pageURL, stop := serveSite(b, site, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		via := req.Header.Get("Via")
-		if blocked.Load() && slices.ContainsFunc(r.store.cheap, func(n string) bool { return strings.Contains(via, " "+n+" ") }) {
+		if blocked.Load() && slices.ContainsFunc(r.cheap, func(n string) bool { return strings.Contains(via, " "+n+" ") }) {
 			w.WriteHeader(http.StatusForbidden)
 			return
 		}
 		time.Sleep(ladderPage)
 		_, _ = w.Write([]byte("page\n"))
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	}))
+	defer stop()
 	pol := sites.Policy{Name: "ladder", Sites: []string{site}, MinConcurrency: 1, MaxConcurrency: ladderWorkers,
 		IncreaseInterval: sites.DefaultIncreaseInterval, DecreaseFactor: sites.DefaultDecreaseFactor, HigherTiers: higherTiers}
 	r.store.SetSitePolicies([]sites.Policy{pol})
@@ -227,7 +205,7 @@ func (r *ladderRig) crawl(b *testing.B, selectors []map[string]string, higherTie
 	for i := range ladderWorkers {
 		flow := fmt.Sprintf("pod-%d", i%4)
 		wg.Go(func() {
-			for _, g := range ladderWork(ctx, c, flow, site, "http://"+ln.Addr().String()+"/page", selectors) {
+			for _, g := range ladderWork(ctx, c, flow, site, pageURL, selectors) {
 				mu.Lock()
 				grants = append(grants, g)
 				mu.Unlock()
@@ -308,19 +286,13 @@ func ladderWork(ctx context.Context, c *client.Client, flow, site, pageURL strin
 			continue
 		}
 		at := time.Now()
-		proxyURL, _ := url.Parse(l.Proxy.URL)
-		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}}
-		resp, err := hc.Get(fmt.Sprintf("%s?n=%d", pageURL, pages.Add(1)))
-		refused := err == nil && resp.StatusCode == http.StatusForbidden
-		if err == nil {
-			resp.Body.Close()
-		}
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		status, err := fetch(l, pageURL)
+		refused := status == http.StatusForbidden
+		result := ""
 		if refused {
-			_ = c.Report(rctx, l.LeaseID, wire.ResultBanned, site)
+			result = wire.ResultBanned
 		}
-		_ = c.Release(rctx, l.LeaseID)
-		cancel()
+		endLease(c, l, result, site)
 		if err == nil && ctx.Err() == nil {
 			out = append(out, grant{at: at, tier: l.Tier, refused: refused})
 		}
