@@ -296,3 +296,28 @@ func TestNoMatchCarriesFreeAndQueuedAhead(t *testing.T) {
 		t.Errorf("no-match counts (-want +got):\n%s", diff)
 	}
 }
+
+// A ladder goes over the wire and the answer's tier comes back: p2 (us) is
+// unhealthy, so a ladder us, eu climbs to eu (tier 1); a ladder whose last
+// tier cannot serve either is a no match that names the tier.
+func TestClientLadder(t *testing.T) {
+	srv, _, _, _ := newServer(t)
+	ctx := context.Background()
+	c, err := client.New(srv.URL, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Acquire(ctx, wire.AcquireRequest{Selectors: []map[string]string{{"region": "us"}, {"region": "eu"}}, Target: "example.com"})
+	if err != nil || l.Tier != 1 || l.Proxy.Name != "p1" {
+		t.Fatalf("ladder us, eu: %+v, %v; want p1 on tier 1", l, err)
+	}
+	_, err = c.Acquire(ctx, wire.AcquireRequest{Selectors: []map[string]string{{"region": "us"}, {"region": "asia"}}, Target: "example.com"})
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.NoMatch == nil || ae.NoMatch.Tier != 1 || ae.NoMatch.Considered != 0 {
+		t.Errorf("ladder us, asia: %v (%+v), want a no match of tier 1 with nothing considered", err, ae)
+	}
+	_, err = c.Acquire(ctx, wire.AcquireRequest{Selector: map[string]string{"region": "eu"}, Selectors: []map[string]string{{}}})
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadRequest || !strings.Contains(ae.Message, "selectors") {
+		t.Errorf("selector and selectors: %v, want a 400 naming selectors", err)
+	}
+}
