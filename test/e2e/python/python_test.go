@@ -561,6 +561,10 @@ func TestScrapy(t *testing.T) {
 		sharedSiteBudget(t, py, env)
 	})
 
+	t.Run("a ladder climbs to premium for a site that bans the standard tier", func(t *testing.T) {
+		ladderClimbs(t, py, env)
+	})
+
 	// Last, since it restarts the leader.
 	t.Run("a planned leader handover drops no request", func(t *testing.T) {
 		plannedHandover(t, py, env)
@@ -788,6 +792,55 @@ func sharedSiteBudget(t *testing.T, py string, env *devenv.Env) {
 	t.Logf("without the policy: up to %d leases at once", without)
 	if without <= 2 {
 		t.Errorf("without the SitePolicy the crawls held at most %d leases at once: the check above cannot tell", without)
+	}
+}
+
+// ladderClimbs: a site answers 403 to every request through the first
+// proxy it sees. A crawl with the ladder standard, premium (the fleet has
+// one standard proxy) reports the 403 banned, and its next lease for the
+// site climbs to premium: every page is fetched, the middleware counts the
+// climb. The negative control, the standard tier alone, cannot fetch them.
+func ladderClimbs(t *testing.T, py string, env *devenv.Env) {
+	forbidden := func(string, int) (int, string) { return http.StatusForbidden, "go away" }
+	urls := func(s *site) []string {
+		var out []string
+		for i := range 6 {
+			out = append(out, fmt.Sprintf("%s/%d", s.url, i))
+		}
+		return out
+	}
+	oks := func(res crawlResult) int {
+		n := 0
+		for _, s := range res.Seen {
+			if s.Status == http.StatusOK {
+				n++
+			}
+		}
+		return n
+	}
+	laddered := newSite(t, "127.0.10.60", 0, banFirstProxy(forbidden))
+	res := crawl(t, env, urls(laddered), map[string]any{
+		"PROXY_OPERATOR_SELECTORS": []map[string]string{{"tier": "standard"}, {"tier": "premium"}},
+		"PROXY_OPERATOR_WAIT":      5, "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+	})
+	if n := oks(res); n != 6 || res.stat("leases_climbed") < 1 || res.stat("reports/banned") < 1 {
+		t.Errorf("with the ladder: %d of 6 pages, %v leases climbed, %v banned reports; want 6, at least 1, at least 1 (stats %v)\n%s",
+			n, res.stat("leases_climbed"), res.stat("reports/banned"), res.Stats, logtail.Lines(res.Log, 30))
+	}
+	if vias := laddered.vias(); len(vias) != 2 {
+		t.Errorf("the site saw proxies %q, want the banned standard one and the premium one", vias)
+	}
+	if n := activeLeases(t, env); n != 0 {
+		t.Errorf("%d leases live after the spider closed, want 0", n)
+	}
+
+	alone := newSite(t, "127.0.10.61", 0, banFirstProxy(forbidden))
+	res = crawl(t, env, urls(alone), map[string]any{
+		"PROXY_OPERATOR_SELECTOR": map[string]string{"tier": "standard"},
+		"PROXY_OPERATOR_WAIT":     1, "PROXY_OPERATOR_LEASE_ATTEMPTS": 2, "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+	})
+	if n := oks(res); n != 0 || res.stat("leases_climbed") != 0 {
+		t.Errorf("the standard tier alone fetched %d pages, climbed %v: the ladder's check cannot tell", n, res.stat("leases_climbed"))
 	}
 }
 
