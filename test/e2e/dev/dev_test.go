@@ -615,7 +615,8 @@ func (h *harness) orphanCollected(t *testing.T) {
 // provider and GC traffic of the subtests before) and checks that every
 // metric the Grafana dashboard and the alert rules query is one it exports:
 // a renamed metric would otherwise leave an empty panel and a silent alert.
-// A SitePolicy is in place meanwhile: its series exist only with one.
+// A SitePolicy with a higher tier's budget is in place meanwhile: its series
+// (the ladder's per-tier ones too) exist only with one.
 func (h *harness) observabilityMetrics(t *testing.T) {
 	exprs, err := observability.Expressions()
 	if err != nil {
@@ -623,9 +624,9 @@ func (h *harness) observabilityMetrics(t *testing.T) {
 	}
 	const policy = "dev-e2e-metrics"
 	h.mustKubectlIn(t, `{"apiVersion":"crawl.example.com/v1alpha1","kind":"SitePolicy","metadata":{"name":"`+policy+`"},`+
-		`"spec":{"sites":["metrics.dev-e2e.test"],"maxConcurrency":1}}`, "create", "-f", "-")
+		`"spec":{"sites":["metrics.dev-e2e.test"],"maxConcurrency":1,"higherTiers":[{"maxConcurrency":1}]}}`, "create", "-f", "-")
 	defer h.mustKubectl(t, "delete", "sitepolicy", policy)
-	for deadline := time.Now().Add(10 * time.Second); h.metric(t, h.env.MetricsURL, `proxy_operator_site_limit{policy="`+policy+`"}`) != "1"; {
+	for deadline := time.Now().Add(10 * time.Second); h.metric(t, h.env.MetricsURL, `proxy_operator_site_tier_leases_live{policy="`+policy+`",tier="1"}`) != "0"; {
 		if time.Now().After(deadline) {
 			t.Fatal("the SitePolicy's series did not appear within 10 s")
 		}
