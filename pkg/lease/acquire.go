@@ -82,7 +82,7 @@ func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
 		var err error
 		switch {
 		case explain:
-			nm := s.explainLocked(&req, req.tiers()[tier], now)
+			nm := s.explainLocked(&req, req.tiers()[tier], site, now)
 			nm.Site, nm.Tier = refusal, tier
 			err = nm
 		case refusal != nil:
@@ -101,13 +101,13 @@ func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
 			return nil, &AlreadyExistsError{Namespace: e.info.Namespace, Name: req.Name}
 		}
 	}
-	if site != nil {
-		site.Granted(now, tier)
-	}
 	le, err := s.grantLocked(e, &req, ttl, tier, now, &p)
 	if err != nil {
 		s.unlockAndNotify(&p)
 		return nil, err
+	}
+	if site != nil {
+		site.Granted(now, tier, e.key.String())
 	}
 	out := le.Lease
 	s.unlockAndNotify(&p)
@@ -131,7 +131,7 @@ func (s *Store) Diagnose(req AcquireRequest) *NoMatchError {
 	if refusal == nil {
 		_, tier, refusal = s.climbLocked(&req, site, now)
 	}
-	c := s.explainLocked(&req, req.tiers()[tier], now)
+	c := s.explainLocked(&req, req.tiers()[tier], site, now)
 	c.Site, c.Tier = refusal, tier
 	s.unlockAndNotify(&p)
 	return c

@@ -3,9 +3,10 @@ package lease
 import (
 	"time"
 
-	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
-
 	"github.com/google/btree"
+
+	crawlv1alpha1 "github.com/proxy-operator/proxy-operator/apis/crawl/v1alpha1"
+	"github.com/proxy-operator/proxy-operator/pkg/sites"
 )
 
 // indexKey names one index set: every proxy of a namespace ("" = all
@@ -184,14 +185,14 @@ func matches(e *proxyEntry, selector map[string]string) bool {
 
 // selectLocked is the proxy req gets now on selector sel (req's, or one
 // of its ladder's), or nil: the best of every namespace req may use
-// (selectInLocked).
-func (s *Store) selectLocked(req *AcquireRequest, sel map[string]string, now time.Time) *proxyEntry {
+// (selectInLocked). site is the budget of req's target (nil: none).
+func (s *Store) selectLocked(req *AcquireRequest, sel map[string]string, site *sites.Budget, now time.Time) *proxyEntry {
 	if req.Namespace != "" || req.Namespaces == nil {
-		return s.selectInLocked(req.Namespace, req, sel, now)
+		return s.selectInLocked(req.Namespace, req, sel, site, now)
 	}
 	var found *proxyEntry
 	for _, ns := range req.Namespaces {
-		if e := s.selectInLocked(ns, req, sel, now); e != nil && (found == nil || lessEntry(e, found)) {
+		if e := s.selectInLocked(ns, req, sel, site, now); e != nil && (found == nil || lessEntry(e, found)) {
 			found = e
 		}
 	}
@@ -200,7 +201,7 @@ func (s *Store) selectLocked(req *AcquireRequest, sel map[string]string, now tim
 
 // selectInLocked is the first proxy of namespace ns ("" = any) in selection
 // order that can take req now.
-func (s *Store) selectInLocked(ns string, req *AcquireRequest, sel map[string]string, now time.Time) *proxyEntry {
+func (s *Store) selectInLocked(ns string, req *AcquireRequest, sel map[string]string, site *sites.Budget, now time.Time) *proxyEntry {
 	best := s.treeLocked(indexKey{ns: ns})
 	if best == nil {
 		return nil
@@ -216,10 +217,13 @@ func (s *Store) selectInLocked(ns string, req *AcquireRequest, sel map[string]st
 	}
 	var found *proxyEntry
 	// Walk in selection order; the first proxy passing the remaining checks is
-	// the answer. Only the other selector pairs and per-target cooldowns are
-	// checked here (capacity, health and global cooldown are the index itself).
+	// the answer. Only the other selector pairs, per-target cooldowns and the
+	// site's spacing of one proxy's grants are checked here (capacity, health
+	// and global cooldown are the index itself).
+	spaced := site != nil && site.Spaced()
 	best.Ascend(func(e *proxyEntry) bool {
-		if !matches(e, sel) || (req.Target != "" && e.coolingFor(req.Target, now)) {
+		if !matches(e, sel) || (req.Target != "" && e.coolingFor(req.Target, now)) ||
+			(spaced && !site.ProxyReady(e.key.String(), now)) {
 			return true
 		}
 		found = e
@@ -229,14 +233,14 @@ func (s *Store) selectInLocked(ns string, req *AcquireRequest, sel map[string]st
 }
 
 // explainLocked counts why no proxy of the namespaces req may use took it
-// on selector sel.
-func (s *Store) explainLocked(req *AcquireRequest, sel map[string]string, now time.Time) *NoMatchError {
+// on selector sel, under site's budget (nil: none).
+func (s *Store) explainLocked(req *AcquireRequest, sel map[string]string, site *sites.Budget, now time.Time) *NoMatchError {
 	if req.Namespace != "" || req.Namespaces == nil {
-		return s.explainInLocked(req.Namespace, req, sel, now)
+		return s.explainInLocked(req.Namespace, req, sel, site, now)
 	}
 	var c NoMatchError
 	for _, ns := range req.Namespaces {
-		n := s.explainInLocked(ns, req, sel, now)
+		n := s.explainInLocked(ns, req, sel, site, now)
 		c.Considered += n.Considered
 		c.AtCapacity += n.AtCapacity
 		c.InCooldown += n.InCooldown
@@ -246,7 +250,7 @@ func (s *Store) explainLocked(req *AcquireRequest, sel map[string]string, now ti
 	return &c
 }
 
-func (s *Store) explainInLocked(ns string, req *AcquireRequest, sel map[string]string, now time.Time) *NoMatchError {
+func (s *Store) explainInLocked(ns string, req *AcquireRequest, sel map[string]string, site *sites.Budget, now time.Time) *NoMatchError {
 	var c NoMatchError
 	for e := range s.candidatesLocked(ns, sel) {
 		if !matches(e, sel) {
@@ -261,7 +265,10 @@ func (s *Store) explainInLocked(ns string, req *AcquireRequest, sel map[string]s
 			c.Unhealthy++
 		case e.globalCooling || (req.Target != "" && e.coolingFor(req.Target, now)):
 			c.InCooldown++
-		case e.leases >= s.opts.MaxLeasesPerProxy, e.info.Draining:
+		case e.leases >= s.opts.MaxLeasesPerProxy, e.info.Draining,
+			site != nil && site.Spaced() && !site.ProxyReady(e.key.String(), now):
+			// A proxy within the site's interval since its last grant for
+			// it is brought by a wait, as a leased one.
 			c.AtCapacity++
 		default:
 			c.Free++

@@ -248,6 +248,9 @@ func grantChecker(s *Store, record func(string)) func(e *proxyEntry, req *Acquir
 		if b != nil && b.Live() >= b.Limit() {
 			record(fmt.Sprintf("granted %s for %q over SitePolicy %s's limit (%d live of %d)", e.key, req.Target, b.Policy().Name, b.Live(), b.Limit()))
 		}
+		if b != nil && b.Spaced() && !b.ProxyReady(e.key.String(), now) {
+			record(fmt.Sprintf("granted %s for %q within SitePolicy %s's interval since its last grant for the site", e.key, req.Target, b.Policy().Name))
+		}
 		if b != nil && tier > 0 && tier <= len(b.Policy().HigherTiers) && b.TierLive(tier) >= b.Policy().HigherTiers[tier-1] {
 			record(fmt.Sprintf("granted %s for %q over SitePolicy %s's budget of tier %d (%d live of %d)",
 				e.key, req.Target, b.Policy().Name, tier, b.TierLive(tier), b.Policy().HigherTiers[tier-1]))

@@ -34,7 +34,7 @@ func (s *Store) climbLocked(req *AcquireRequest, site *sites.Budget, now time.Ti
 				return nil, i, r
 			}
 		}
-		if e := s.selectLocked(req, sel, now); e != nil {
+		if e := s.selectLocked(req, sel, site, now); e != nil {
 			return e, i, nil
 		}
 		if i == len(tiers)-1 || s.servesLocked(req, sel, now) {

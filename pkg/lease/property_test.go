@@ -37,7 +37,7 @@ func TestConcurrentPropertyInvariants(t *testing.T) {
 	probeOf(s).onGrant = grantChecker(s, record) // runs under the store lock
 	// t1 has a site budget: its limit is cut by reports and grows back.
 	s.SetSitePolicies([]sites.Policy{{Name: "t1", Sites: []string{"t1"}, MinConcurrency: 1, MaxConcurrency: 4,
-		IncreaseInterval: time.Minute, DecreaseFactor: 0.5, HigherTiers: []int{1}}})
+		IncreaseInterval: time.Minute, DecreaseFactor: 0.5, HigherTiers: []int{1}, ProxyInterval: 10 * time.Second}})
 	fleet := func(i int) ProxyInfo {
 		ns := []string{"a", "b"}[i%2]
 		return px(ns, fmt.Sprintf("p%02d", i), int64(i%5), "zone", []string{"x", "y", "z"}[i%3])

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,5 +113,64 @@ func TestSiteBudget(t *testing.T) {
 	s.SetSitePolicies(nil)
 	for range 3 {
 		mustAcquire(t, s, req("dave"))
+	}
+}
+
+// TestSiteProxyInterval: under a policy with a proxy interval, a proxy
+// granted for the site is not granted for it again before the interval
+// passes, even with room on it: the next lease takes another proxy; with
+// every proxy spaced the request is a no match counting them as a wait
+// brings them (at capacity); NextChange and the capacity hook announce the
+// interval's end; another site is not spaced; the grant checker would
+// catch a grant within the interval.
+func TestSiteProxyInterval(t *testing.T) {
+	s, fc := newTestStore(t, Options{MaxLeasesPerProxy: 10})
+	s.UpsertProxy(px("ns", "a", 1))
+	s.UpsertProxy(px("ns", "b", 2))
+	var violations []string
+	probeOf(s).onGrant = grantChecker(s, func(v string) { violations = append(violations, v) })
+	pol := sitePolicy("shop", 10, "shop.example")
+	pol.ProxyInterval = time.Second
+	s.SetSitePolicies([]sites.Policy{pol})
+	var woken atomic.Int32
+	s.OnCapacity(func() { woken.Add(1) })
+	req := AcquireRequest{Target: "shop.example"}
+	if l := mustAcquire(t, s, req); l.Proxy.Name != "a" {
+		t.Fatalf("first: %s, want a", l.Proxy.Name)
+	}
+	if l := mustAcquire(t, s, req); l.Proxy.Name != "b" {
+		t.Fatalf("second: %s, want b (a was granted for the site just now)", l.Proxy.Name)
+	}
+	_, err := s.Acquire(req)
+	var nm *NoMatchError
+	if !errors.As(err, &nm) || nm.Considered != 2 || nm.AtCapacity != 2 || nm.Site != nil {
+		t.Fatalf("third: %v, want a no match with both proxies counted at capacity", err)
+	}
+	if l := mustAcquire(t, s, AcquireRequest{Target: "other.example"}); l.Proxy.Name != "a" {
+		t.Fatalf("another site: %s, want a", l.Proxy.Name)
+	} else {
+		s.Release(l.ID)
+	}
+	if got := s.NextChange(); !got.Equal(t0.Add(time.Second)) {
+		t.Fatalf("NextChange = %v, want the interval's end %v", got, t0.Add(time.Second))
+	}
+	woken.Store(0)
+	fc.Step(time.Second)
+	s.Sweep()
+	if woken.Load() == 0 {
+		t.Fatal("the interval passed without a capacity event")
+	}
+	if l := mustAcquire(t, s, req); l.Proxy.Name != "a" {
+		t.Fatalf("after the interval: %s, want a (one lease each, a the faster)", l.Proxy.Name)
+	}
+	if len(violations) > 0 {
+		t.Fatalf("the grant checker flagged the store: %q", violations)
+	}
+	// The checker's negative control: a grant of a now, within its interval.
+	s.mu.Lock()
+	grantChecker(s, func(v string) { violations = append(violations, v) })(s.proxies[ProxyKey{Namespace: "ns", Name: "a"}], &req, 0, s.now())
+	s.mu.Unlock()
+	if len(violations) != 1 || !strings.Contains(violations[0], "within SitePolicy shop's interval") {
+		t.Errorf("a grant within the interval: checker said %q", violations)
 	}
 }

@@ -44,6 +44,16 @@ type Budget struct {
 	// the tier of the newest grant.
 	tierLive [MaxTiers]int
 	tier     int
+	// spaced are the grants of the last ProxyInterval, oldest first (from
+	// spacedHead); lastGrant each proxy's newest of them.
+	spaced     []spacedGrant
+	spacedHead int
+	lastGrant  map[string]time.Time
+}
+
+type spacedGrant struct {
+	proxy string
+	at    time.Time
 }
 
 type windowCounts struct{ ended, refused int }
@@ -80,6 +90,9 @@ func (b *Budget) carry(o *Budget) {
 	b.recent, b.recentTick = o.recent, o.recentTick
 	b.window, b.windowStart, b.cuts = o.window, o.windowStart, o.cuts
 	b.tier = o.tier
+	if b.policy.ProxyInterval > 0 {
+		b.spaced, b.spacedHead, b.lastGrant = o.spaced, o.spacedHead, o.lastGrant
+	}
 }
 
 // Policy is the budget's policy.
@@ -142,15 +155,34 @@ func (b *Budget) AdmitTier(tier int) *Refusal {
 	return nil
 }
 
-// Granted spends the rate on a lease granted for the site on tier at now
-// (after Admit and AdmitTier); Attach counts it live.
-func (b *Budget) Granted(now time.Time, tier int) {
+// Spaced says whether the policy spaces the grants of one proxy
+// (ProxyInterval): only then need ProxyReady be asked.
+func (b *Budget) Spaced() bool { return b.policy.ProxyInterval > 0 }
+
+// ProxyReady says whether proxy (its namespace/name) may be granted for
+// the site at now: not granted for it within the last ProxyInterval.
+func (b *Budget) ProxyReady(proxy string, now time.Time) bool {
+	at, ok := b.lastGrant[proxy]
+	return !ok || now.Sub(at) >= b.policy.ProxyInterval
+}
+
+// Granted spends the rate on a lease granted for the site on tier, on
+// proxy, at now (after Admit, AdmitTier and ProxyReady); Attach counts it
+// live.
+func (b *Budget) Granted(now time.Time, tier int, proxy string) {
 	b.advance(now)
 	if b.rate > 0 {
 		b.tokens--
 	}
 	b.recent[b.recentTick%10]++
 	b.tier = tier
+	if b.Spaced() {
+		if b.lastGrant == nil {
+			b.lastGrant = map[string]time.Time{}
+		}
+		b.lastGrant[proxy] = now
+		b.spaced = append(b.spaced, spacedGrant{proxy: proxy, at: now})
+	}
 }
 
 // Attach counts a live lease for the site on tier: one just granted, or
@@ -218,9 +250,11 @@ func (b *Budget) Reported(acquiredAt, now time.Time) bool {
 func (b *Budget) Advance(now time.Time) bool { return b.advance(now) }
 
 // advance raises the bounds by a step when they have stood
-// IncreaseInterval in full use, refills the bucket and moves the windows.
+// IncreaseInterval in full use, refills the bucket, moves the windows and
+// frees the proxies whose interval has passed.
 func (b *Budget) advance(now time.Time) (opened bool) {
 	b.roll(now)
+	opened = b.unspace(now)
 	if tick := now.UnixNano() / int64(100*time.Millisecond); tick != b.recentTick {
 		for t := b.recentTick + 1; t <= tick && t <= b.recentTick+10; t++ {
 			b.recent[t%10] = 0
@@ -256,6 +290,29 @@ func (b *Budget) advance(now time.Time) (opened bool) {
 	return opened
 }
 
+// unspace forgets the grants older than ProxyInterval (in grant order,
+// since the interval is one), and says whether a proxy was freed.
+func (b *Budget) unspace(now time.Time) bool {
+	freed := false
+	for b.spacedHead < len(b.spaced) {
+		g := b.spaced[b.spacedHead]
+		if now.Sub(g.at) < b.policy.ProxyInterval {
+			break
+		}
+		if b.lastGrant[g.proxy].Equal(g.at) {
+			delete(b.lastGrant, g.proxy)
+			freed = true
+		}
+		b.spaced[b.spacedHead] = spacedGrant{}
+		b.spacedHead++
+	}
+	if b.spacedHead > 64 && b.spacedHead*2 > len(b.spaced) {
+		b.spaced = append(b.spaced[:0], b.spaced[b.spacedHead:]...)
+		b.spacedHead = 0
+	}
+	return freed
+}
+
 func (b *Budget) grantsLastSecond() int {
 	n := 0
 	for _, c := range b.recent {
@@ -265,12 +322,17 @@ func (b *Budget) grantsLastSecond() int {
 }
 
 // NextChange is when a lease refused now could be admitted without any
-// lease ending: the next raise of bounds in full use, or the rate's next
-// token; zero when only an end can.
+// lease ending: the next raise of bounds in full use, the rate's next
+// token, or a proxy's interval passing; zero when only an end can.
 func (b *Budget) NextChange() time.Time {
 	var at time.Time
+	if b.spacedHead < len(b.spaced) {
+		at = b.spaced[b.spacedHead].at.Add(b.policy.ProxyInterval)
+	}
 	if b.full && (b.limit < b.policy.MaxConcurrency || b.rateStep > 0) && (b.live >= b.limit || b.tokens < 1) {
-		at = b.changed.Add(b.policy.IncreaseInterval)
+		if t := b.changed.Add(b.policy.IncreaseInterval); at.IsZero() || t.Before(at) {
+			at = t
+		}
 	}
 	if b.rate > 0 && b.tokens < 1 && b.live < b.limit {
 		t := b.tokensAt.Add(max(time.Duration((1-b.tokens)/b.rate*float64(time.Second)), time.Millisecond))

@@ -1,6 +1,7 @@
 package sites
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func TestAIMD(t *testing.T) {
 			if b.Admit(now) != nil {
 				break
 			}
-			b.Granted(now, 0)
+			b.Granted(now, 0, "p")
 			b.Attach(0)
 			granted++
 		}
@@ -110,7 +111,7 @@ func TestGrantRate(t *testing.T) {
 			retry = r.Retry
 			continue
 		}
-		b.Granted(now, 0)
+		b.Granted(now, 0, "p")
 		b.Attach(0)
 		granted++
 	}
@@ -127,7 +128,7 @@ func TestGrantRate(t *testing.T) {
 func TestRefusedShare(t *testing.T) {
 	b := newBudget(policy("p", "example.com"))
 	for range 4 {
-		b.Granted(t0, 0)
+		b.Granted(t0, 0, "p")
 		b.Attach(0)
 	}
 	b.Reported(t0, t0)
@@ -174,7 +175,7 @@ func TestAdaptedRate(t *testing.T) {
 		if r := b.Admit(at); r != nil {
 			t.Fatalf("refused before any cut: %v", r)
 		}
-		b.Granted(at, 0)
+		b.Granted(at, 0, "p")
 		b.Attach(0)
 		b.Ended(at, 0)
 	}
@@ -190,7 +191,7 @@ func TestAdaptedRate(t *testing.T) {
 	for ms := 10; ms <= 2000; ms += 10 {
 		now := at.Add(time.Duration(ms) * time.Millisecond)
 		if b.Admit(now) == nil {
-			b.Granted(now, 0)
+			b.Granted(now, 0, "p")
 			b.Attach(0)
 			b.Ended(now, 0)
 			granted++
@@ -222,7 +223,7 @@ func TestTierBudget(t *testing.T) {
 		if r := b.AdmitTier(tier); r != nil {
 			return r
 		}
-		b.Granted(t0, tier)
+		b.Granted(t0, tier, "p")
 		b.Attach(tier)
 		return nil
 	}
@@ -258,5 +259,54 @@ func TestTierBudget(t *testing.T) {
 	plain.Attach(0)
 	if st := plain.Status(t0); st.TierLive != nil {
 		t.Errorf("tierLive %v without a ladder", st.TierLive)
+	}
+}
+
+// TestProxyInterval: a proxy granted for the site is not ready for it again
+// before the interval passes (another proxy is); NextChange says when it
+// is, and advancing past it opens it (a refused lease may now be granted);
+// a policy update keeps the spacing; thousands of grants keep no more
+// than the interval's.
+func TestProxyInterval(t *testing.T) {
+	p := policy("p", "example.com")
+	p.ProxyInterval = time.Second
+	b := newBudget(p)
+	if !b.Spaced() || newBudget(policy("q", "example.org")).Spaced() {
+		t.Fatal("Spaced: want true with an interval, false without")
+	}
+	b.Granted(t0, 0, "ns/a")
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	if b.ProxyReady("ns/a", at(999*time.Millisecond)) || !b.ProxyReady("ns/b", at(0)) {
+		t.Fatal("a within its interval is ready, or b (never granted) is not")
+	}
+	if got := b.NextChange(); !got.Equal(at(time.Second)) {
+		t.Fatalf("NextChange = %v, want the interval's end %v", got, at(time.Second))
+	}
+	b.Granted(at(500*time.Millisecond), 0, "ns/a") // a second grant moves a's interval on
+	if b.Advance(at(time.Second)) || b.ProxyReady("ns/a", at(time.Second)) {
+		t.Fatal("the first grant's end freed a, granted again since")
+	}
+	if !b.Advance(at(1500*time.Millisecond)) || !b.ProxyReady("ns/a", at(1500*time.Millisecond)) {
+		t.Fatal("a's interval passed: want it ready, and the advance to say so")
+	}
+	if got := b.NextChange(); !got.IsZero() {
+		t.Fatalf("NextChange with nothing spaced = %v, want zero", got)
+	}
+	// Carried over a policy update.
+	b.Granted(at(2*time.Second), 0, "ns/a")
+	next := newBudget(p)
+	next.carry(b)
+	if next.ProxyReady("ns/a", at(2500*time.Millisecond)) {
+		t.Fatal("a policy update forgot a's interval")
+	}
+	// Bounded: a grant a millisecond for 10 s keeps about a second's.
+	for i := range 10000 {
+		next.Granted(at(3*time.Second+time.Duration(i)*time.Millisecond), 0, "ns/"+strconv.Itoa(i%50))
+	}
+	if n := len(next.spaced) - next.spacedHead; n > 1001 || len(next.lastGrant) > 50 {
+		t.Errorf("%d grants and %d proxies remembered, want at most a second's (1,000) and 50", n, len(next.lastGrant))
+	}
+	if len(next.spaced) > 4000 {
+		t.Errorf("the grant queue holds %d slots: not compacted", len(next.spaced))
 	}
 }

@@ -26,6 +26,9 @@ func FromSitePolicy(sp *crawlv1alpha1.SitePolicy) Policy {
 	if pc := sp.Spec.DecreasePercent; pc > 0 {
 		p.DecreaseFactor = float64(pc) / 100
 	}
+	if ms := sp.Spec.MinProxyIntervalMillis; ms > 0 {
+		p.ProxyInterval = time.Duration(ms) * time.Millisecond
+	}
 	for _, t := range sp.Spec.HigherTiers {
 		p.HigherTiers = append(p.HigherTiers, int(t.MaxConcurrency))
 	}

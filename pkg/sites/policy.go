@@ -29,6 +29,10 @@ type Policy struct {
 	IncreaseInterval time.Duration
 	// DecreaseFactor multiplies the limit on a cut (0 < f < 1).
 	DecreaseFactor float64
+	// ProxyInterval is the least time between two grants of one proxy for
+	// the sites (0: none): a proxy granted for them waits this long before
+	// it is granted for them again, whoever asks.
+	ProxyInterval time.Duration
 	// HigherTiers bound the leases for the sites on a ladder's higher tiers
 	// (a request's prioritized selectors): HigherTiers[0] those granted on
 	// a request's second selector, HigherTiers[1] its third, and so on. A
@@ -63,6 +67,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("site policy %q: increase interval %v: want more than 0", p.Name, p.IncreaseInterval)
 	case p.DecreaseFactor <= 0 || p.DecreaseFactor >= 1:
 		return fmt.Errorf("site policy %q: decrease factor %v: want between 0 and 1", p.Name, p.DecreaseFactor)
+	case p.ProxyInterval < 0:
+		return fmt.Errorf("site policy %q: proxy interval %v is negative", p.Name, p.ProxyInterval)
 	case len(p.HigherTiers) > MaxTiers-1:
 		return fmt.Errorf("site policy %q: %d higher tiers: at most %d", p.Name, len(p.HigherTiers), MaxTiers-1)
 	}

@@ -79,6 +79,15 @@ type SitePolicySpec struct {
 	// +optional
 	DecreasePercent int32 `json:"decreasePercent,omitempty"`
 
+	// minProxyIntervalMillis is the least time between two grants of one
+	// proxy for the sites, in milliseconds (0, the default: none): a proxy
+	// granted for them is not granted for them again, to anyone, before it
+	// passes, so that no one address hits the sites more often.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600000
+	// +optional
+	MinProxyIntervalMillis int32 `json:"minProxyIntervalMillis,omitempty"`
+
 	// higherTiers bound the sites' leases on the higher tiers of a ladder
 	// (a lease request's prioritized selectors, cheap first: a lease climbs
 	// to the next selector only when every proxy of the one before cools

@@ -43,7 +43,8 @@ func (f *fakeStore) SiteStatuses() []sites.Status { return f.statuses }
 func sitePolicy(name string, sitesList ...string) *crawlv1alpha1.SitePolicy {
 	return &crawlv1alpha1.SitePolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 2},
 		Spec: crawlv1alpha1.SitePolicySpec{Sites: sitesList, MaxConcurrency: 8, MinConcurrency: 2,
-			MaxGrantsPerSecond: ptr.To[int32](3), IncreaseIntervalSeconds: 7, DecreasePercent: 60}}
+			MaxGrantsPerSecond: ptr.To[int32](3), IncreaseIntervalSeconds: 7, DecreasePercent: 60,
+			MinProxyIntervalMillis: 1500, HigherTiers: []crawlv1alpha1.SiteTier{{MaxConcurrency: 2}, {MaxConcurrency: 0}}}}
 }
 
 // TestSync: every event hands the store every policy known; a deletion,
@@ -69,7 +70,7 @@ func TestSync(t *testing.T) {
 func TestFromSitePolicy(t *testing.T) {
 	got := sites.FromSitePolicy(sitePolicy("a", "a.example"))
 	want := sites.Policy{Name: "a", Sites: []string{"a.example"}, MaxConcurrency: 8, MinConcurrency: 2, MaxGrantsPerSecond: 3,
-		IncreaseInterval: 7 * time.Second, DecreaseFactor: 0.6}
+		IncreaseInterval: 7 * time.Second, DecreaseFactor: 0.6, ProxyInterval: 1500 * time.Millisecond, HigherTiers: []int{2, 0}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}

@@ -98,6 +98,7 @@ func TestDevEnvironment(t *testing.T) {
 	t.Run("ProxyLease through kube-apiserver", h.proxyLease)
 	t.Run("a SitePolicy bounds a site's leases through both doors and adapts", h.sitePolicy)
 	t.Run("a ladder climbs to premium when the standard tier is banned, within its budget", h.ladder)
+	t.Run("a SitePolicy spaces one proxy's grants for its site", h.proxyInterval)
 	t.Run("README's first lease, as written", h.readmeFirstLease)
 	t.Run("the gateway serves curl, Python and Scrapy with a URL alone", h.gateway)
 	t.Run("orphan collector deletes a planted VM and spares the fleet", h.orphanCollected)

@@ -176,3 +176,35 @@ func (h *harness) waitForSitePolicy(t *testing.T, name, what, jsonpath, want str
 	}
 	t.Fatalf("%s: %s = %q, want %q", what, jsonpath, got, want)
 }
+
+// proxyInterval: a SitePolicy's minProxyIntervalMillis keeps a proxy from
+// being granted for its site again before the interval passes: the one
+// standard proxy, leased and released for the site, is refused for it at
+// once (a no match counting it as a wait brings it), while another site
+// gets it.
+func (h *harness) proxyInterval(t *testing.T) {
+	url, token := h.env.DiscoveryURL, h.env.DiscoveryToken
+	const name, site = "dev-e2e-interval", "interval.dev-e2e.test"
+	h.mustKubectlIn(t, `{"apiVersion":"crawl.example.com/v1alpha1","kind":"SitePolicy","metadata":{"name":"`+name+`"},`+
+		`"spec":{"sites":["`+site+`"],"maxConcurrency":4,"minProxyIntervalMillis":3600000}}`, "create", "-f", "-")
+	defer h.mustKubectl(t, "delete", "sitepolicy", name, "--ignore-not-found")
+	h.waitForSitePolicy(t, name, "the policy applied", `{.status.conditions[?(@.type=="Applied")].status}`, "True")
+	lease := func(target string) (int, string, wireLease) {
+		code, body := h.curl(t, token, "-d", `{"selector":{"tier":"standard"},"target":"`+target+`","ttlSeconds":60}`, url+"/v1/leases")
+		var l wireLease
+		if code == 201 {
+			_ = json.Unmarshal([]byte(body), &l)
+			h.curl(t, token, "-X", "DELETE", url+"/v1/leases/"+l.LeaseID)
+		}
+		return code, body, l
+	}
+	if code, body, _ := lease(site); code != 201 {
+		t.Fatalf("the first lease for the site: HTTP %d %s", code, body)
+	}
+	if code, body, _ := lease(site); code != 409 || !strings.Contains(body, `"atCapacity":1`) {
+		t.Fatalf("the standard proxy again for the site within the interval: HTTP %d %s, want 409 with it at capacity", code, body)
+	}
+	if code, body, l := lease("other." + site); code != 201 || l.Proxy.Attributes["tier"] != "standard" {
+		t.Fatalf("the standard proxy for another site: HTTP %d %s", code, body)
+	}
+}

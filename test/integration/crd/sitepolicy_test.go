@@ -15,7 +15,7 @@ func TestInvalidSitePoliciesAreRejected(t *testing.T) {
 	ctx := ctxFor(t)
 	// Negative control: accepted as written, and defaulted as pkg/sites'
 	// defaults.
-	control := fromJSON(t, "SitePolicy", "", "control", `{"sites":["example.com","*.shop.example.com","127.0.0.1"],"maxConcurrency":20,"higherTiers":[{"maxConcurrency":20},{"maxConcurrency":0},{"maxConcurrency":1}]}`)
+	control := fromJSON(t, "SitePolicy", "", "control", `{"sites":["example.com","*.shop.example.com","127.0.0.1"],"maxConcurrency":20,"minProxyIntervalMillis":500,"higherTiers":[{"maxConcurrency":20},{"maxConcurrency":0},{"maxConcurrency":1}]}`)
 	if err := env.client.Create(ctx, control, client.DryRunAll); err != nil {
 		t.Fatalf("control policy rejected: %v", err)
 	}
@@ -43,6 +43,8 @@ func TestInvalidSitePoliciesAreRejected(t *testing.T) {
 		{"four higher tiers", `{"sites":["a.example"],"maxConcurrency":2,"higherTiers":[{"maxConcurrency":1},{"maxConcurrency":1},{"maxConcurrency":1},{"maxConcurrency":1}]}`,
 			"spec.higherTiers: Too many"},
 		{"a negative tier", `{"sites":["a.example"],"maxConcurrency":2,"higherTiers":[{"maxConcurrency":-1}]}`, "spec.higherTiers[0].maxConcurrency"},
+		{"a negative proxy interval", `{"sites":["a.example"],"maxConcurrency":2,"minProxyIntervalMillis":-1}`, "spec.minProxyIntervalMillis: Invalid value: -1"},
+		{"a proxy interval over an hour", `{"sites":["a.example"],"maxConcurrency":2,"minProxyIntervalMillis":3600001}`, "spec.minProxyIntervalMillis: Invalid value: 3600001"},
 		{"a tier without its bound", `{"sites":["a.example"],"maxConcurrency":2,"higherTiers":[{}]}`, "spec.higherTiers[0].maxConcurrency: Required value"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
