@@ -117,7 +117,9 @@ func TestTrafficEndsWithItsLease(t *testing.T) {
 	if !tunneltest.Relays(kept) {
 		t.Error("the other session's tunnel was ended")
 	}
-	if f.count("renew "+idB) != 1 {
+	// At least once: the gateway's own tick (on the same fake clock) may
+	// renew it beside this test's.
+	if f.count("renew "+idB) < 1 {
 		t.Errorf("the live lease carrying a tunnel was not renewed at the traffic check: %v", f.calls)
 	}
 	if f.liveIDs()[idA] != true {

@@ -140,22 +140,23 @@ func TestWarmConnections(t *testing.T) {
 	}
 
 	tunnel()
+	// The first tunnel dials its own connection while the first warm one
+	// is dialled: either may reach the proxy first.
 	conns := proxy.waitConns(t, 2)
-	if conns[0].auth != basicAuth("u-l1", "p") {
-		t.Fatalf("the first tunnel's CONNECT carried %q", conns[0].auth)
-	}
-	warm := conns[1]
+	_, w0 := split(t, conns[:2], basicAuth("u-l1", "p"))
+	warm := conns[w0]
 	time.Sleep(50 * time.Millisecond)
-	if got := proxy.snapshot()[1].auth; got != "" {
+	if got := proxy.snapshot()[w0].auth; got != "" {
 		t.Fatalf("a warm connection carried a CONNECT before a tunnel took it: %q", got)
 	}
 
+	warmReady(t, g, proxy.addr)
 	before := time.Now()
 	tunnel()
 	conns = proxy.waitConns(t, 3)
-	if conns[1].auth != basicAuth("u-l2", "p") {
+	if conns[w0].auth != basicAuth("u-l2", "p") {
 		t.Fatalf("the second tunnel's CONNECT went on %v (warm: accepted %v, carried %q), want the warm one with its own lease's credentials",
-			conns, warm.accepted, conns[1].auth)
+			conns, warm.accepted, conns[w0].auth)
 	}
 	if !warm.accepted.Before(before) {
 		t.Fatal("the warm connection was accepted after the second tunnel began")
@@ -163,6 +164,7 @@ func TestWarmConnections(t *testing.T) {
 
 	// The proxy closes the warm connection: the next tunnel uses a new one
 	// (as the next warm one is dialled).
+	warmReady(t, g, proxy.addr)
 	conns[2].c.Close()
 	<-conns[2].ended
 	tunnel()
@@ -174,6 +176,7 @@ func TestWarmConnections(t *testing.T) {
 
 	// It closes the next one as the CONNECT arrives: the tunnel goes through
 	// a new connection all the same.
+	warmReady(t, g, proxy.addr)
 	proxy.mu.Lock()
 	proxy.dropNext = true
 	proxy.mu.Unlock()
@@ -186,6 +189,7 @@ func TestWarmConnections(t *testing.T) {
 
 	// Unused for warmIdle: closed at the next tick.
 	idle := conns[5+w]
+	warmReady(t, g, proxy.addr)
 	select {
 	case <-idle.ended:
 		t.Fatal("a warm connection closed before warmIdle")
@@ -209,6 +213,18 @@ func TestWarmConnections(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a warm connection outlived the gateway")
 	}
+}
+
+// warmReady waits until g holds the warm connection to addr it dials in
+// the background, so that the next step finds it (or expires it).
+func warmReady(t *testing.T, g *Gateway, addr string) {
+	t.Helper()
+	eventually(t, "the gateway holds a warm connection", func() bool {
+		g.warm.mu.Lock()
+		defer g.warm.mu.Unlock()
+		_, ok := g.warm.conns[addr]
+		return ok
+	})
 }
 
 // split: of two new connections, one carried auth's CONNECT and the other
