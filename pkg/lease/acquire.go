@@ -63,21 +63,7 @@ func (s *Store) acquire(req AcquireRequest, explain bool) (*Lease, error) {
 			return nil, &AlreadyExistsError{Namespace: req.Namespace, Name: req.Name}
 		}
 	}
-	site := s.sites.For(req.Target)
-	var (
-		e       *proxyEntry
-		tier    int
-		refusal *sites.Refusal
-	)
-	if site != nil {
-		refusal = site.Admit(now)
-	}
-	if refusal == nil {
-		e, tier, refusal = s.climbLocked(&req, site, now)
-		if s.probe != nil {
-			s.probe.selected()
-		}
-	}
+	site, e, tier, refusal := s.placeLocked(&req, now)
 	if e == nil {
 		var err error
 		switch {
@@ -122,19 +108,27 @@ func (s *Store) Diagnose(req AcquireRequest) *NoMatchError {
 	s.mu.Lock()
 	now := s.now()
 	s.advanceLocked(now, &p)
-	site := s.sites.For(req.Target)
-	var refusal *sites.Refusal
-	if site != nil {
-		refusal = site.Admit(now)
-	}
-	tier := 0
-	if refusal == nil {
-		_, tier, refusal = s.climbLocked(&req, site, now)
-	}
+	site, _, tier, refusal := s.placeLocked(&req, now)
 	c := s.explainLocked(&req, req.tiers()[tier], site, now)
 	c.Site, c.Tier = refusal, tier
 	s.unlockAndNotify(&p)
 	return c
+}
+
+// placeLocked is where req would be granted now, without granting it:
+// the budget of its target's site (nil: none), the proxy (nil: none) and
+// the tier of its ladder; or, when the site's budget refuses it, why.
+func (s *Store) placeLocked(req *AcquireRequest, now time.Time) (site *sites.Budget, e *proxyEntry, tier int, refusal *sites.Refusal) {
+	if site = s.sites.For(req.Target); site != nil {
+		if refusal = site.Admit(now); refusal != nil {
+			return site, nil, 0, refusal
+		}
+	}
+	e, tier, refusal = s.climbLocked(req, site, now)
+	if s.probe != nil {
+		s.probe.selected()
+	}
+	return site, e, tier, refusal
 }
 
 func (s *Store) grantLocked(e *proxyEntry, req *AcquireRequest, ttl time.Duration, tier int, now time.Time, p *pending) (*leaseEntry, error) {

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"slices"
 	"unicode"
 	"unicode/utf8"
 
@@ -40,7 +41,7 @@ func ValidateProxyLeaseUpdate(newL, oldL *ProxyLease) field.ErrorList {
 	if !mapsEqual(newL.Spec.Selector, oldL.Spec.Selector) {
 		allErrs = append(allErrs, field.Forbidden(spec.Child("selector"), "field is immutable: create a new lease to change it"))
 	}
-	if !selectorsEqual(newL.Spec.Selectors, oldL.Spec.Selectors) {
+	if !slices.EqualFunc(newL.Spec.Selectors, oldL.Spec.Selectors, mapsEqual) {
 		allErrs = append(allErrs, field.Forbidden(spec.Child("selectors"), "field is immutable: create a new lease to change it"))
 	}
 	if newL.Spec.Target != oldL.Spec.Target {
@@ -163,18 +164,6 @@ func printable(s string) bool {
 	}
 	for _, r := range s {
 		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
-}
-
-func selectorsEqual(a, b []map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !mapsEqual(a[i], b[i]) {
 			return false
 		}
 	}
